@@ -1,0 +1,114 @@
+"""Behaviour shared by every skfed estimator."""
+
+import functools
+
+import numpy as np
+from sklearn.metrics import accuracy_score, r2_score
+from sklearn.utils.validation import check_is_fitted
+
+from .utils._validation import map_clients
+
+__all__ = ["FederatedEstimatorMixin", "transactional_fit"]
+
+
+def transactional_fit(fit):
+    """Decorate ``fit`` so that a failed fit leaves the estimator as it was.
+
+    The instance ``__dict__`` is snapshotted (shallowly) before ``fit`` runs
+    and restored if it raises. That is enough because skfed's ``fit`` methods
+    assign new attribute values instead of mutating old ones in place.
+    """
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        snapshot = dict(self.__dict__)
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(snapshot)
+            raise
+
+    return wrapper
+
+
+class FederatedEstimatorMixin:
+    """Mixin for estimators fitted with ``fit(X, y, groups=client_labels)``.
+
+    * ``groups`` is requested by default for ``fit``, ``predict`` and
+      ``score``, so with ``sklearn.set_config(enable_metadata_routing=True)``
+      one ``groups=`` argument reaches the CV splitter, ``fit`` (train rows)
+      and ``score`` (test rows) inside ``Pipeline`` and ``GridSearchCV``
+      without ``set_*_request`` calls. Users can still opt out with
+      ``set_fit_request(groups=False)``.
+    * ``predict(X, groups=None)`` gives the population (new-client)
+      prediction; unseen labels follow the ``unknown_client`` parameter.
+    * ``score(X, y, groups=None)`` is R^2 for regressors and accuracy for
+      classifiers, computed on personalized predictions when groups are given.
+
+    Put it before the scikit-learn mixins and ``BaseEstimator``:
+    ``class MyRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator)``.
+    """
+
+    __metadata_request__fit = {"groups": True}
+    __metadata_request__predict = {"groups": True}
+    __metadata_request__score = {"groups": True}
+
+    def _client_index(self, groups, n_samples):
+        """Map predict-time ``groups`` to indices into ``clients_`` (-1: population)."""
+        return map_clients(
+            groups,
+            self.clients_,
+            n_samples,
+            unknown_client=getattr(self, "unknown_client", "global"),
+        )
+
+    def score(self, X, y, groups=None, sample_weight=None):
+        """Score personalized predictions.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test rows.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            True targets.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` scores the population model.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights.
+
+        Returns
+        -------
+        score : float
+            R^2 for a regressor, accuracy for a classifier.
+        """
+        check_is_fitted(self)
+        y_pred = self.predict(X, groups=groups)
+        if _is_classifier(self):
+            return accuracy_score(y, y_pred, sample_weight=sample_weight)
+        return r2_score(y, y_pred, sample_weight=sample_weight)
+
+
+def _is_classifier(est):
+    try:
+        return est.__sklearn_tags__().estimator_type == "classifier"
+    except AttributeError:  # pragma: no cover - only without sklearn tags
+        return False
+
+
+def scatter_rows(n_samples, client_index, fn, fallback, out_shape=(), dtype=float):
+    """Evaluate ``fn(k, rows)`` on each client's rows, ``fallback(rows)`` on index -1.
+
+    A helper for ``predict``: rows are grouped by client so that each client
+    model is called once.
+    """
+    out = None
+    for k in np.unique(client_index):
+        rows = np.flatnonzero(client_index == k)
+        values = np.asarray(fallback(rows) if k < 0 else fn(k, rows))
+        if out is None:
+            out = np.empty((n_samples, *values.shape[1:]), dtype=values.dtype)
+        out[rows] = values
+    if out is None:
+        out = np.empty((0, *out_shape), dtype=dtype)
+    return out

@@ -1,0 +1,503 @@
+"""Local-only and pooled baselines that wrap any scikit-learn estimator."""
+
+import copy
+import inspect
+
+import numpy as np
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
+from sklearn.utils import get_tags
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    has_fit_parameter,
+    validate_data,
+)
+
+from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
+from ..federated import FederatedAlgorithm, Federation, run_federation
+from ..utils._validation import check_estimator_param, check_groups, map_clients
+
+__all__ = ["LocalEstimator", "PooledEstimator"]
+
+
+def _inner_has(method):
+    """``available_if`` check: the wrapped estimator provides ``method``."""
+
+    def check(self):
+        if hasattr(self, "estimator_"):
+            return hasattr(self.estimator_, method)
+        if hasattr(self, "estimators_"):
+            return hasattr(self.estimators_[0], method)
+        return hasattr(self.estimator, method)
+
+    return check
+
+
+def _accepts(method, name):
+    try:
+        return name in inspect.signature(method).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without signature
+        return False
+
+
+class _BaseWrapper(FederatedEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
+    """Validation, tags and forwarding shared by the wrapping baselines."""
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+
+    @classmethod
+    def _test_instances(cls):
+        """Instances for the common checks: around a regressor and a classifier."""
+        from sklearn.linear_model import LogisticRegression, Ridge
+
+        return [cls(Ridge()), cls(LogisticRegression())]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        inner = get_tags(self.estimator)
+        tags.estimator_type = inner.estimator_type
+        tags.classifier_tags = copy.deepcopy(inner.classifier_tags)
+        tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
+        tags.target_tags = copy.deepcopy(inner.target_tags)
+        tags.input_tags.sparse = False
+        tags.input_tags.allow_nan = False
+        return tags
+
+    @property
+    def _wraps_classifier(self):
+        return get_tags(self.estimator).estimator_type == "classifier"
+
+    def _validate_fit(self, X, y, groups, sample_weight):
+        check_estimator_param(self.estimator, "estimator", methods=("fit", "predict"))
+        multi_output = get_tags(self.estimator).target_tags.multi_output
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            reset=True,
+            multi_output=bool(multi_output) and not self._wraps_classifier,
+            y_numeric=not self._wraps_classifier,
+        )
+        if self._wraps_classifier:
+            check_classification_targets(y)
+        if sample_weight is not None:
+            if not has_fit_parameter(self.estimator, "sample_weight"):
+                raise ValueError(
+                    f"sample_weight was passed but {type(self.estimator).__name__}.fit "
+                    "does not accept sample_weight (estimator)."
+                )
+            sample_weight = _check_sample_weight(sample_weight, X)
+        return X, y, sample_weight
+
+    def _predict_kwargs(self, model, return_std):
+        if not return_std:
+            return {}
+        if not _accepts(model.predict, "return_std"):
+            raise ValueError(
+                f"return_std=True but {type(model).__name__}.predict has no return_std."
+            )
+        return {"return_std": True}
+
+
+class _LocalFit(FederatedAlgorithm):
+    """One round: each client fits its own clone; only its row count is sent."""
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+
+    def client_step(self, data, state, broadcast, rng):
+        model = clone(self.estimator)
+        fit_params = {} if data.sample_weight is None else {"sample_weight": data.sample_weight}
+        model.fit(data.X, data.y, **fit_params)
+        return model, {"n_samples": np.int64(data.n_samples)}
+
+    def server_step(self, state, messages, rng):
+        return {k: int(m["n_samples"]) for k, m in messages.items()}, {}
+
+
+class LocalEstimator(_BaseWrapper):
+    """One clone of an estimator per client, each trained only on its own rows.
+
+    The local-only baseline of personalized federated learning: no
+    information is shared between clients. ``predict(X, groups)`` routes each
+    row to its client's model. Rows with ``groups=None`` or a client not seen
+    in ``fit`` (with ``unknown_client="global"``) get the *population
+    prediction*: the mixture of the client models weighted by their number of
+    training rows. For a regressor that is the weighted mean of the client
+    predictions (with ``return_std=True``, the standard deviation of the
+    mixture of the clients' predictive distributions); for a classifier, the
+    weighted mean of ``predict_proba`` (a weighted vote if the estimator has
+    no ``predict_proba``). With one client it is that client's model.
+
+    Training runs as one round of the :mod:`skfed.federated` protocol: each
+    client fits locally and sends only its row count.
+
+    Parameters
+    ----------
+    estimator : estimator object
+        A scikit-learn estimator; it is cloned once per client.
+    unknown_client : {"global", "error"}, default="global"
+        Prediction for clients not seen in ``fit``: the population
+        prediction, or a ``ValueError``.
+    n_jobs : int or None, default=None
+        Clients fitted in parallel on joblib threads.
+
+    Attributes
+    ----------
+    estimators_ : list of estimator
+        The fitted clone of each client, in the order of ``clients_``.
+    clients_ : ndarray of shape (n_clients,)
+        Sorted unique client labels seen in ``fit``.
+    client_weights_ : ndarray of shape (n_clients,)
+        Share of the training rows held by each client.
+    classes_ : ndarray of shape (n_classes,)
+        Class labels (classifiers only).
+    communication_ : Ledger
+        Messages exchanged during ``fit``.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+
+    Examples
+    --------
+    >>> from sklearn.linear_model import Ridge
+    >>> from skfed.baselines import LocalEstimator
+    >>> from skfed.datasets import make_federated_regression
+    >>> X, y, groups = make_federated_regression(n_clients=3, random_state=0)
+    >>> model = LocalEstimator(Ridge()).fit(X, y, groups=groups)
+    >>> model.clients_.tolist()
+    [0, 1, 2]
+    >>> model.predict(X[:2], groups=groups[:2]).shape
+    (2,)
+    """
+
+    def __init__(self, estimator, *, unknown_client="global", n_jobs=None):
+        self.estimator = estimator
+        self.unknown_client = unknown_client
+        self.n_jobs = n_jobs
+
+    @transactional_fit
+    def fit(self, X, y, groups=None, sample_weight=None):
+        """Fit one clone of ``estimator`` per client.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training rows of all clients.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` means one client.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Passed to each client's ``fit`` (if the estimator accepts it).
+
+        Returns
+        -------
+        self : LocalEstimator
+            The fitted estimator.
+        """
+        X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
+        if self.unknown_client not in ("global", "error"):
+            raise ValueError(
+                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
+            )
+        federation = Federation.from_arrays(X, y, groups, sample_weight)
+        result = run_federation(
+            _LocalFit(self.estimator), federation, n_rounds=1, n_jobs=self.n_jobs
+        )
+        sizes = federation.n_samples
+        self.estimators_ = result.client_states
+        self.clients_ = federation.labels
+        self.client_weights_ = sizes / sizes.sum()
+        if self._wraps_classifier:
+            self.classes_ = np.unique(y)
+        self.communication_ = result.ledger
+        return self
+
+    def _validate_predict(self, X, groups):
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        return X, self._client_index(groups, X.shape[0])
+
+    def predict(self, X, groups=None, return_std=False):
+        """Predict with each row's client model (population model for others).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` asks for the population
+            prediction.
+        return_std : bool, default=False
+            Also return the predictive standard deviation (estimators whose
+            ``predict`` has ``return_std``, such as Gaussian processes).
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            Predictions.
+        y_std : ndarray, optional
+            Predictive standard deviations, if ``return_std=True``.
+        """
+        X, index = self._validate_predict(X, groups)
+        if self._wraps_classifier:
+            if return_std:
+                raise ValueError("return_std is only defined for regressors.")
+            return scatter_rows(
+                X.shape[0],
+                index,
+                lambda k, rows: self.estimators_[k].predict(X[rows]),
+                lambda rows: self._population_class(X[rows]),
+                dtype=self.classes_.dtype,
+            )
+        kwargs = self._predict_kwargs(self.estimators_[0], return_std)
+        if not return_std:
+            return scatter_rows(
+                X.shape[0],
+                index,
+                lambda k, rows: self.estimators_[k].predict(X[rows]),
+                lambda rows: self._population_mean_std(X[rows], False)[0],
+            )
+        # stack mean and std along a new last axis so one scatter handles both
+        both = scatter_rows(
+            X.shape[0],
+            index,
+            lambda k, rows: np.stack(self.estimators_[k].predict(X[rows], **kwargs), -1),
+            lambda rows: np.stack(self._population_mean_std(X[rows], True), -1),
+        )
+        return both[..., 0], both[..., 1]
+
+    def _population_mean_std(self, X, return_std):
+        if len(self.estimators_) == 1:
+            out = self.estimators_[0].predict(X, **self._predict_kwargs(self.estimators_[0], return_std))
+            return out if return_std else (out, None)
+        w = self.client_weights_
+        if not return_std:
+            mean = sum(wk * m.predict(X) for wk, m in zip(w, self.estimators_))
+            return mean, None
+        means, stds = zip(*(m.predict(X, return_std=True) for m in self.estimators_))
+        mean = sum(wk * mu for wk, mu in zip(w, means))
+        second = sum(wk * (sd**2 + mu**2) for wk, mu, sd in zip(w, means, stds))
+        return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
+
+    def _aligned_proba(self, model, X):
+        """``model.predict_proba`` with columns aligned on ``self.classes_``."""
+        proba = model.predict_proba(X)
+        if np.array_equal(model.classes_, self.classes_):
+            return proba
+        out = np.zeros((X.shape[0], len(self.classes_)))
+        out[:, np.searchsorted(self.classes_, model.classes_)] = proba
+        return out
+
+    def _population_class(self, X):
+        if len(self.estimators_) == 1:
+            return self.estimators_[0].predict(X)
+        if hasattr(self.estimators_[0], "predict_proba"):
+            return self.classes_[np.argmax(self._population_proba(X), axis=1)]
+        votes = np.zeros((X.shape[0], len(self.classes_)))
+        for wk, m in zip(self.client_weights_, self.estimators_):
+            votes[np.arange(X.shape[0]), np.searchsorted(self.classes_, m.predict(X))] += wk
+        return self.classes_[np.argmax(votes, axis=1)]
+
+    def _population_proba(self, X):
+        return sum(wk * self._aligned_proba(m, X) for wk, m in zip(self.client_weights_, self.estimators_))
+
+    @available_if(_inner_has("predict_proba"))
+    def predict_proba(self, X, groups=None):
+        """Class probabilities from each row's client model.
+
+        Columns follow ``classes_``; a client that never saw a class gives it
+        probability 0. Population rows get the weighted mean over clients.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+        """
+        X, index = self._validate_predict(X, groups)
+        return scatter_rows(
+            X.shape[0],
+            index,
+            lambda k, rows: self._aligned_proba(self.estimators_[k], X[rows]),
+            lambda rows: self._population_proba(X[rows]),
+            out_shape=(len(self.classes_),),
+        )
+
+    @available_if(_inner_has("decision_function"))
+    def decision_function(self, X, groups=None):
+        """Decision function of each row's client model.
+
+        Defined when every client saw every class (otherwise the clients'
+        scores are not comparable and a ``ValueError`` is raised).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to score.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+        """
+        X, index = self._validate_predict(X, groups)
+        partial = [
+            self.clients_[k]
+            for k, m in enumerate(self.estimators_)
+            if not np.array_equal(m.classes_, self.classes_)
+        ]
+        if partial:
+            raise ValueError(
+                f"decision_function is undefined: clients {partial[:10]} did not see "
+                "every class; use predict_proba."
+            )
+        w = self.client_weights_
+        return scatter_rows(
+            X.shape[0],
+            index,
+            lambda k, rows: self.estimators_[k].decision_function(X[rows]),
+            lambda rows: sum(
+                wk * m.decision_function(X[rows]) for wk, m in zip(w, self.estimators_)
+            ),
+        )
+
+
+class PooledEstimator(_BaseWrapper):
+    """The centralized reference: one estimator fitted on all clients' rows.
+
+    What one could do if the raw records could be pooled: it ignores client
+    boundaries and is *not* federated (no privacy; nothing goes through
+    :mod:`skfed.federated`). ``groups`` is accepted (and checked) so the
+    estimator drops into the same ``Pipeline``/``GridSearchCV`` code as the
+    federated estimators, but it does not change the predictions.
+
+    Parameters
+    ----------
+    estimator : estimator object
+        A scikit-learn estimator; it is cloned and fitted on the pooled rows.
+
+    Attributes
+    ----------
+    estimator_ : estimator
+        The fitted clone.
+    clients_ : ndarray of shape (n_clients,)
+        Sorted unique client labels seen in ``fit``.
+    classes_ : ndarray of shape (n_classes,)
+        Class labels (classifiers only).
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+
+    Examples
+    --------
+    >>> from sklearn.linear_model import Ridge
+    >>> from skfed.baselines import PooledEstimator
+    >>> from skfed.datasets import make_federated_regression
+    >>> X, y, groups = make_federated_regression(n_clients=3, random_state=0)
+    >>> PooledEstimator(Ridge()).fit(X, y, groups=groups).predict(X[:2]).shape
+    (2,)
+    """
+
+    @transactional_fit
+    def fit(self, X, y, groups=None, sample_weight=None):
+        """Fit the estimator on the rows of all clients together.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training rows of all clients.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row (checked, recorded in ``clients_``).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Passed to the estimator's ``fit``.
+
+        Returns
+        -------
+        self : PooledEstimator
+            The fitted estimator.
+        """
+        X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
+        clients, _ = check_groups(groups, X.shape[0])
+        fit_params = {} if sample_weight is None else {"sample_weight": sample_weight}
+        self.estimator_ = clone(self.estimator).fit(X, y, **fit_params)
+        self.clients_ = clients
+        if self._wraps_classifier:
+            self.classes_ = self.estimator_.classes_
+        return self
+
+    def _validate_predict(self, X, groups):
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        if groups is not None:  # checked for length only: the model is shared
+            map_clients(groups, self.clients_, X.shape[0], "global")
+        return X
+
+    def predict(self, X, groups=None, return_std=False):
+        """Predict with the pooled model (``groups`` does not change it).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            Client labels; checked, then ignored.
+        return_std : bool, default=False
+            Also return the predictive standard deviation (estimators whose
+            ``predict`` has ``return_std``).
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            Predictions.
+        y_std : ndarray, optional
+            Predictive standard deviations, if ``return_std=True``.
+        """
+        X = self._validate_predict(X, groups)
+        return self.estimator_.predict(X, **self._predict_kwargs(self.estimator_, return_std))
+
+    @available_if(_inner_has("predict_proba"))
+    def predict_proba(self, X, groups=None):
+        """Class probabilities of the pooled model.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            Client labels; checked, then ignored.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+        """
+        X = self._validate_predict(X, groups)
+        return self.estimator_.predict_proba(X)
+
+    @available_if(_inner_has("decision_function"))
+    def decision_function(self, X, groups=None):
+        """Decision function of the pooled model.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to score.
+        groups : array-like of shape (n_samples,), default=None
+            Client labels; checked, then ignored.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+        """
+        X = self._validate_predict(X, groups)
+        return self.estimator_.decision_function(X)

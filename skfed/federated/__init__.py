@@ -1,0 +1,26 @@
+"""The federated protocol, written once for every skfed estimator.
+
+A :class:`Federation` holds one :class:`ClientData` per client. A
+:class:`FederatedAlgorithm` defines a client step and a server step; only
+messages (flat mappings of names to numeric numpy arrays) cross between them.
+:func:`run_federation` runs the rounds in-process and records every message
+in a :class:`Ledger`.
+"""
+
+from ._engine import ClientDropout, FederationResult, round_rng, run_federation, seed_entropy
+from ._ledger import Ledger, LedgerRecord
+from ._protocol import ClientData, FederatedAlgorithm, Federation, check_message
+
+__all__ = [
+    "ClientData",
+    "ClientDropout",
+    "FederatedAlgorithm",
+    "Federation",
+    "FederationResult",
+    "Ledger",
+    "LedgerRecord",
+    "check_message",
+    "round_rng",
+    "run_federation",
+    "seed_entropy",
+]

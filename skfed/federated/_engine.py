@@ -1,0 +1,274 @@
+"""The in-process engine: runs rounds of client and server steps."""
+
+import math
+import numbers
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.utils.parallel import Parallel, delayed
+
+from ._ledger import Ledger
+from ._protocol import FederatedAlgorithm, check_message
+
+__all__ = ["ClientDropout", "FederationResult", "run_federation", "round_rng"]
+
+ON_CLIENT_ERROR = ("raise", "skip")
+
+# spawn keys of the random streams derived from one seed; see round_rng
+_CLIENT_INIT, _CLIENT_STEP, _SERVER_INIT, _SERVER_STEP, _SAMPLING = range(5)
+
+
+class ClientDropout(Exception):
+    """Raised by (or on behalf of) a client that does not answer in a round.
+
+    The engine treats it like any other failure of a client step: under
+    ``on_client_error="skip"`` the client is left out of that round and the
+    event is recorded in ``Ledger.failures``.
+    """
+
+
+@dataclass
+class FederationResult:
+    """What :func:`run_federation` returns.
+
+    Attributes
+    ----------
+    server_state : object
+        The server's state after the last round.
+    client_states : list
+        Each client's local state after the last round (indexed like the
+        federation's clients). It never crossed to the server; an in-process
+        estimator keeps it to predict for seen clients.
+    ledger : Ledger
+        Every message that crossed.
+    n_rounds : int
+        Rounds actually run (fewer than asked if the algorithm converged).
+    participation : ndarray of shape (n_rounds, n_clients), dtype=bool
+        Which clients answered in which round.
+    """
+
+    server_state: object
+    client_states: list
+    ledger: Ledger
+    n_rounds: int
+    participation: np.ndarray
+
+
+def seed_entropy(random_state):
+    """Turn a scikit-learn ``random_state`` into the entropy of one SeedSequence.
+
+    ``None`` gives fresh entropy, an int is used as is, and a
+    ``numpy.random.RandomState`` or ``Generator`` is drawn from once.
+    """
+    if random_state is None:
+        return np.random.SeedSequence().entropy
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be non-negative, got {random_state}.")
+        return int(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(np.iinfo(np.int32).max))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(np.iinfo(np.int64).max))
+    raise ValueError(
+        "random_state must be None, an int, a numpy RandomState or Generator; "
+        f"got {random_state!r}."
+    )
+
+
+def round_rng(entropy, *key):
+    """Generator of the random stream named by ``key`` under ``entropy``.
+
+    Each client, round and role draws from its own stream, so results do not
+    depend on ``n_jobs``, thread scheduling or which other clients were
+    sampled, and a distributed run can rebuild the same streams on each node.
+    """
+    return np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=key))
+
+
+def _check_fraction(client_fraction):
+    if (
+        isinstance(client_fraction, bool)
+        or not isinstance(client_fraction, numbers.Real)
+        or not 0 < client_fraction <= 1
+    ):
+        raise ValueError(f"client_fraction must be in (0, 1], got {client_fraction!r}.")
+    return float(client_fraction)
+
+
+def _sample_clients(n_clients, client_fraction, rng):
+    """Indices of the clients asked in a round, sorted (without replacement)."""
+    if client_fraction >= 1.0:
+        return np.arange(n_clients)
+    m = max(1, math.ceil(client_fraction * n_clients - 1e-12))
+    return np.sort(rng.choice(n_clients, size=m, replace=False))
+
+
+def _run_client(algorithm, data, state, broadcast, rng):
+    """Plain-Python wrapper so joblib never has to pickle a numba dispatcher."""
+    try:
+        new_state, message = algorithm.client_step(data, state, broadcast, rng)
+        return True, new_state, check_message(message, sender=f"client {data.label!r}")
+    except Exception as exc:  # reported to the engine's failure policy
+        return False, state, exc
+
+
+def run_federation(
+    algorithm,
+    federation,
+    *,
+    n_rounds,
+    client_fraction=1.0,
+    n_jobs=None,
+    on_client_error="raise",
+    random_state=None,
+    ledger=None,
+    verbose=0,
+):
+    """Run rounds of client steps and server steps; only messages cross.
+
+    In each round the server's broadcast goes to each sampled client, every
+    sampled client runs ``algorithm.client_step`` on its own rows and state,
+    the ledger records both directions, and ``algorithm.server_step`` sees
+    only the messages of the clients that answered.
+
+    Parameters
+    ----------
+    algorithm : FederatedAlgorithm
+        The client and server steps.
+    federation : Federation
+        The clients and their rows.
+    n_rounds : int
+        Maximum number of rounds; the algorithm may stop earlier through
+        ``algorithm.converged``.
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients asked per round, drawn uniformly without
+        replacement (at least one; ``ceil(client_fraction * n_clients)``).
+    n_jobs : int or None, default=None
+        Client steps of a round run on this many joblib threads (numba
+        kernels release the GIL). Results do not depend on it.
+    on_client_error : {"raise", "skip"}, default="raise"
+        Policy for a client step that raises (or a client that does not
+        answer, :class:`ClientDropout`). ``"raise"`` re-raises the error with
+        a note naming the client and round; ``"skip"`` leaves that client out
+        of the round, keeps its previous state, records the failure in
+        ``ledger.failures`` and aggregates over the others. A round in which
+        no client answered is an error under both policies.
+    random_state : int, RandomState instance or None, default=None
+        Seed of every random stream (see :func:`round_rng`).
+    ledger : Ledger or None, default=None
+        Where to record messages; a new one if ``None``.
+    verbose : int, default=0
+        Print one line per round if positive.
+
+    Returns
+    -------
+    result : FederationResult
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.federated import FederatedAlgorithm, Federation, run_federation
+    >>> class Mean(FederatedAlgorithm):
+    ...     def client_step(self, data, state, broadcast, rng):
+    ...         return state, {"sum": data.y.sum(), "n": data.n_samples}
+    ...     def server_step(self, state, messages, rng):
+    ...         s = sum(m["sum"] for m in messages.values())
+    ...         n = sum(m["n"] for m in messages.values())
+    ...         return s / n, {"mean": s / n}
+    >>> fed = Federation.from_arrays(np.zeros((4, 1)), np.arange(4.0), [0, 0, 1, 1])
+    >>> result = run_federation(Mean(), fed, n_rounds=1, random_state=0)
+    >>> float(result.server_state), result.ledger.bytes_up
+    (1.5, 32)
+    """
+    if not isinstance(algorithm, FederatedAlgorithm):
+        raise TypeError(
+            f"algorithm must be a FederatedAlgorithm, got {type(algorithm).__name__}."
+        )
+    if on_client_error not in ON_CLIENT_ERROR:
+        raise ValueError(
+            f"on_client_error must be one of {ON_CLIENT_ERROR}, got {on_client_error!r}."
+        )
+    if isinstance(n_rounds, bool) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
+        raise ValueError(f"n_rounds must be a positive integer, got {n_rounds!r}.")
+    client_fraction = _check_fraction(client_fraction)
+    entropy = seed_entropy(random_state)
+    ledger = Ledger() if ledger is None else ledger
+    clients = federation.clients
+    n_clients = len(clients)
+    too_small = [c.label for c in clients if c.n_samples < algorithm.min_samples_per_client]
+    if too_small:
+        raise ValueError(
+            f"clients {too_small[:10]} have fewer than "
+            f"{algorithm.min_samples_per_client} rows, the minimum of this "
+            "estimator (groups)."
+        )
+
+    client_states = [
+        algorithm.client_init(c, round_rng(entropy, _CLIENT_INIT, c.index)) for c in clients
+    ]
+    server_state, broadcast = algorithm.server_init(round_rng(entropy, _SERVER_INIT))
+    broadcast = check_message(broadcast, sender="server")
+    parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+    participation = []
+
+    for rnd in range(n_rounds):
+        tic = time.perf_counter()
+        asked = _sample_clients(n_clients, client_fraction, round_rng(entropy, _SAMPLING, rnd))
+        for k in asked:
+            ledger.record(rnd, clients[k].label, "down", broadcast)
+        args = [
+            (
+                algorithm,
+                clients[k],
+                client_states[k],
+                broadcast,
+                round_rng(entropy, _CLIENT_STEP, clients[k].index, rnd),
+            )
+            for k in asked
+        ]
+        if n_jobs in (None, 1) or len(args) == 1:
+            outcomes = [_run_client(*a) for a in args]
+        else:
+            outcomes = parallel(delayed(_run_client)(*a) for a in args)
+        messages = {}
+        answered = np.zeros(n_clients, dtype=bool)
+        for k, (ok, state, payload) in zip(asked, outcomes):
+            label = clients[k].label
+            if not ok:
+                if on_client_error == "raise":
+                    if hasattr(payload, "add_note"):
+                        payload.add_note(f"(raised by the step of client {label!r} in round {rnd})")
+                    raise payload
+                ledger.record_failure(rnd, label, payload)
+                continue
+            client_states[k] = state
+            ledger.record(rnd, label, "up", payload)
+            messages[int(k)] = payload
+            answered[k] = True
+        if not messages:
+            raise RuntimeError(
+                f"no client answered in round {rnd}: "
+                + "; ".join(f[2] for f in ledger.failures if f[0] == rnd)
+            )
+        participation.append(answered)
+        server_state, broadcast = algorithm.server_step(
+            server_state, messages, round_rng(entropy, _SERVER_STEP, rnd)
+        )
+        broadcast = check_message(broadcast, sender="server")
+        if verbose:
+            print(
+                f"[skfed] round {rnd + 1}/{n_rounds}: {len(messages)}/{len(asked)} "
+                f"clients answered, {time.perf_counter() - tic:.3f}s"
+            )
+        if algorithm.converged(server_state):
+            break
+
+    return FederationResult(
+        server_state=server_state,
+        client_states=client_states,
+        ledger=ledger,
+        n_rounds=len(participation),
+        participation=np.array(participation, dtype=bool).reshape(-1, n_clients),
+    )

@@ -1,0 +1,219 @@
+"""The federated protocol: client data, messages and the algorithm interface.
+
+Every skfed estimator trains by rounds of a *client step* and a *server step*.
+Only :data:`Message` objects (flat mappings of names to numeric numpy arrays)
+cross between the two, so the same steps can run in-process (see
+:func:`run_federation`) or on a distributed engine such as Flower, where a
+message maps one-to-one onto an ``ArrayRecord``.
+"""
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from ..utils._validation import check_groups
+
+__all__ = ["ClientData", "Federation", "FederatedAlgorithm", "check_message"]
+
+
+@dataclass(frozen=True, eq=False)
+class ClientData:
+    """The rows held by one client; they never leave it.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, ...)
+        The client's covariates.
+    y : ndarray of shape (n_samples, ...) or None
+        The client's targets.
+    sample_weight : ndarray of shape (n_samples,) or None
+        Optional per-row weights.
+    label : object
+        The client's label as given in ``groups``.
+    index : int
+        The client's position in the sorted labels (``clients_``).
+    """
+
+    X: np.ndarray
+    y: np.ndarray | None
+    sample_weight: np.ndarray | None = None
+    label: object = 0
+    index: int = 0
+
+    @property
+    def n_samples(self):
+        """Number of rows held by this client."""
+        return self.X.shape[0]
+
+
+@dataclass(frozen=True, eq=False)
+class Federation:
+    """A set of clients, each holding only its own rows.
+
+    Build one with :meth:`from_arrays`. ``clients[k]`` holds the rows whose
+    label is ``labels[k]``; labels are sorted like ``classes_`` in
+    scikit-learn.
+
+    Parameters
+    ----------
+    clients : tuple of ClientData
+        One entry per client, in the order of ``labels``.
+    labels : ndarray of shape (n_clients,)
+        Sorted unique client labels.
+    row_index : tuple of ndarray
+        For client ``k``, the positions of its rows in the pooled arrays; used
+        only by the caller to scatter per-row results back, never sent.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.federated import Federation
+    >>> fed = Federation.from_arrays(np.eye(4), np.arange(4.0), ["a", "b", "a", "b"])
+    >>> fed.labels.tolist(), [c.n_samples for c in fed.clients]
+    (['a', 'b'], [2, 2])
+    """
+
+    clients: tuple
+    labels: np.ndarray
+    row_index: tuple = field(default=())
+
+    @classmethod
+    def from_arrays(cls, X, y=None, groups=None, sample_weight=None, min_samples=1):
+        """Split pooled arrays into one client per distinct label of ``groups``.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, ...)
+            Validated covariates.
+        y : ndarray of shape (n_samples, ...) or None
+            Validated targets.
+        groups : array-like of shape (n_samples,) or None
+            Client labels; ``None`` makes a single client.
+        sample_weight : ndarray of shape (n_samples,) or None
+            Optional per-row weights, split like ``X``.
+        min_samples : int, default=1
+            Fewest rows a client may hold; a smaller client is an error.
+
+        Returns
+        -------
+        federation : Federation
+        """
+        labels, client_index = check_groups(groups, X.shape[0])
+        order = np.argsort(client_index, kind="stable")
+        bounds = np.searchsorted(client_index[order], np.arange(len(labels) + 1))
+        clients, rows = [], []
+        for k, label in enumerate(labels.tolist()):  # plain Python labels
+            idx = order[bounds[k] : bounds[k + 1]]
+            if idx.size < min_samples:
+                raise ValueError(
+                    f"client {label!r} has {idx.size} row(s) but this estimator "
+                    f"needs at least {min_samples} per client (groups)."
+                )
+            clients.append(
+                ClientData(
+                    X=X[idx],
+                    y=None if y is None else y[idx],
+                    sample_weight=None if sample_weight is None else sample_weight[idx],
+                    label=label,
+                    index=k,
+                )
+            )
+            rows.append(idx)
+        return cls(clients=tuple(clients), labels=labels, row_index=tuple(rows))
+
+    @property
+    def n_clients(self):
+        """Number of clients."""
+        return len(self.clients)
+
+    @property
+    def n_samples(self):
+        """Rows per client, as an int array."""
+        return np.array([c.n_samples for c in self.clients], dtype=np.int64)
+
+
+class FederatedAlgorithm:
+    """Interface of a federated training algorithm: a client and a server step.
+
+    Subclasses hold hyperparameters only (plain Python values and arrays), so
+    that the same object can be rebuilt on every node of a distributed run.
+    All state lives in the values the methods pass around:
+
+    * ``client_init(data, rng) -> client_state``: local set-up; nothing is sent.
+    * ``server_init(rng) -> (server_state, broadcast)``: the first broadcast.
+    * ``client_step(data, state, broadcast, rng) -> (state, message)``: sees
+      only this client's rows, its own state and the broadcast.
+    * ``server_step(state, messages, rng) -> (state, broadcast)``: sees only
+      the messages of the clients that answered, keyed by client index.
+    * ``converged(server_state) -> bool``: optional early stop.
+
+    ``broadcast`` and ``message`` are :data:`Message` mappings: names to
+    numeric numpy arrays. Client state may be any picklable object; it stays
+    with the client. Steps must not mutate their inputs: return new state.
+    """
+
+    #: Fewest rows a client needs for this algorithm.
+    min_samples_per_client = 1
+
+    def client_init(self, data, rng):
+        """Return the initial local state of one client (default: ``None``)."""
+        return None
+
+    def server_init(self, rng):
+        """Return ``(server_state, first_broadcast)`` (default: empty)."""
+        return None, {}
+
+    def client_step(self, data, state, broadcast, rng):
+        """Run one local update; return ``(new_state, message)``."""
+        raise NotImplementedError
+
+    def server_step(self, state, messages, rng):
+        """Aggregate the messages; return ``(new_state, next_broadcast)``."""
+        raise NotImplementedError
+
+    def converged(self, server_state):
+        """Return True to stop before the round limit (default: never)."""
+        return False
+
+
+def check_message(message, *, sender="client"):
+    """Validate a message and return it as a read-only mapping of arrays.
+
+    A message is a flat mapping from ``str`` names to numeric numpy arrays
+    (booleans, integers, floats or complex). Python scalars are converted to
+    0-d arrays. Object, string and structured arrays are refused, so that
+    nothing but named numbers can cross between a client and the server.
+
+    Parameters
+    ----------
+    message : mapping of str to array-like
+        The message returned by a step.
+    sender : str
+        Who produced it, for error messages.
+
+    Returns
+    -------
+    message : mappingproxy of str to ndarray
+    """
+    if not hasattr(message, "items"):
+        raise TypeError(
+            f"a {sender} message must be a mapping of names to numpy arrays, got "
+            f"{type(message).__name__}."
+        )
+    out = {}
+    for name, value in message.items():
+        if not isinstance(name, str):
+            raise TypeError(f"{sender} message keys must be str, got {name!r}.")
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biufc":
+            raise TypeError(
+                f"{sender} message entry {name!r} has dtype {arr.dtype}; only "
+                "numeric arrays may cross between clients and server."
+            )
+        # a private read-only copy: later mutation by a step cannot change
+        # what was recorded as sent
+        arr = np.array(arr, copy=True)
+        arr.setflags(write=False)
+        out[name] = arr
+    return MappingProxyType(out)

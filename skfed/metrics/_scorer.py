@@ -1,0 +1,157 @@
+"""A scorer that sends the test rows' client labels to ``predict``."""
+
+from inspect import signature
+
+import numpy as np
+from sklearn.metrics import get_scorer
+from sklearn.utils.metadata_routing import _MetadataRequester
+
+__all__ = ["make_personalized_scorer"]
+
+RESPONSE_METHODS = ("predict", "predict_proba", "decision_function")
+
+
+class PersonalizedScorer(_MetadataRequester):
+    """Call ``estimator.<response_method>(X, groups=groups)`` and score the result.
+
+    scikit-learn's scorers call ``predict`` without metadata
+    (scikit-learn#27977), so a personalized model would be scored with its
+    population prediction. This scorer *consumes* ``groups`` (requested by
+    default for ``score``), so with metadata routing enabled ``GridSearchCV``
+    and ``cross_validate`` route the test rows' groups to it, and it passes
+    them on to the estimator's response method.
+
+    Build it with :func:`make_personalized_scorer`.
+    """
+
+    __metadata_request__score = {"groups": True}
+
+    def __init__(self, score_func, sign, kwargs, response_method):
+        self._score_func = score_func
+        self._sign = sign
+        self._kwargs = kwargs
+        self._response_method = response_method
+
+    def score(self, X, y, groups=None, sample_weight=None):
+        """Declare the metadata this scorer accepts (used by routing only)."""
+        raise NotImplementedError("call the scorer: scorer(estimator, X, y, groups=...)")
+
+    def _accept_sample_weight(self):
+        return "sample_weight" in signature(self._score_func).parameters
+
+    def __call__(self, estimator, X, y_true, groups=None, sample_weight=None):
+        """Score ``estimator`` on ``X``, personalized by ``groups``.
+
+        Parameters
+        ----------
+        estimator : estimator object
+            A fitted skfed estimator (or a pipeline ending in one).
+        X : array-like of shape (n_samples, n_features)
+            Test rows.
+        y_true : array-like of shape (n_samples,)
+            True targets.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each test row; ``None`` scores the population
+            prediction.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Passed to the metric.
+
+        Returns
+        -------
+        score : float
+            Signed so that greater is better.
+        """
+        method = getattr(estimator, self._response_method)
+        y_pred = method(X) if groups is None else method(X, groups=groups)
+        if self._response_method == "predict_proba" and y_pred.ndim == 2 and y_pred.shape[1] == 2:
+            y_pred = y_pred[:, 1]  # the positive class, as scikit-learn's binary scorers
+        kwargs = dict(self._kwargs)
+        if sample_weight is not None:
+            kwargs["sample_weight"] = sample_weight
+        return self._sign * self._score_func(y_true, y_pred, **kwargs)
+
+    def __repr__(self):
+        name = getattr(self._score_func, "__name__", repr(self._score_func))
+        sign = "" if self._sign > 0 else ", greater_is_better=False"
+        extra = "".join(f", {k}={v!r}" for k, v in self._kwargs.items())
+        return (
+            f"make_personalized_scorer({name}{sign}, "
+            f"response_method={self._response_method!r}{extra})"
+        )
+
+
+def make_personalized_scorer(
+    metric, *, response_method="predict", greater_is_better=True, **kwargs
+):
+    """Make a scorer that scores personalized (per-client) predictions.
+
+    Use it as ``scoring=`` in ``GridSearchCV``, ``cross_validate`` or
+    ``cross_val_score`` with ``sklearn.set_config(enable_metadata_routing=True)``
+    and ``params={"groups": groups}``: the test rows' groups then reach
+    ``estimator.predict(X, groups=...)``, also through a ``Pipeline``.
+    Without routing, or with ``groups=None``, it scores the population
+    prediction.
+
+    Parameters
+    ----------
+    metric : str or callable
+        A scikit-learn scorer name (``"r2"``, ``"neg_mean_squared_error"``,
+        ``"accuracy"``, ...) or a metric ``metric(y_true, y_pred, **kwargs)``.
+    response_method : {"predict", "predict_proba", "decision_function"}, \
+            default="predict"
+        Estimator method whose output is scored (callable ``metric`` only;
+        a scorer name brings its own).
+    greater_is_better : bool, default=True
+        Whether ``metric`` is a score (True) or a loss (False, then negated).
+        Callable ``metric`` only.
+    **kwargs : dict
+        Extra arguments for ``metric``.
+
+    Returns
+    -------
+    scorer : callable
+        ``scorer(estimator, X, y, groups=None, sample_weight=None)``.
+
+    Examples
+    --------
+    >>> import sklearn
+    >>> from sklearn.linear_model import Ridge
+    >>> from sklearn.model_selection import cross_validate
+    >>> from skfed.baselines import LocalEstimator
+    >>> from skfed.datasets import make_federated_regression
+    >>> from skfed.metrics import make_personalized_scorer
+    >>> from skfed.model_selection import WithinClientKFold
+    >>> X, y, groups = make_federated_regression(n_clients=4, random_state=0)
+    >>> with sklearn.config_context(enable_metadata_routing=True):
+    ...     cv = cross_validate(LocalEstimator(Ridge()), X, y, cv=WithinClientKFold(3),
+    ...                         scoring=make_personalized_scorer("r2"),
+    ...                         params={"groups": groups})
+    >>> cv["test_score"].shape
+    (3,)
+    """
+    if isinstance(metric, str):
+        scorer = get_scorer(metric)
+        try:
+            return PersonalizedScorer(
+                scorer._score_func,
+                scorer._sign,
+                {**scorer._kwargs, **kwargs},
+                _single_method(scorer._response_method),
+            )
+        except AttributeError:  # pragma: no cover - depends on scikit-learn internals
+            raise ValueError(f"scorer {metric!r} cannot be personalized; pass its metric.")
+    if not callable(metric):
+        raise ValueError(f"metric must be a scorer name or a callable, got {metric!r}.")
+    if response_method not in RESPONSE_METHODS:
+        raise ValueError(
+            f"response_method must be one of {RESPONSE_METHODS}, got {response_method!r}."
+        )
+    return PersonalizedScorer(metric, 1 if greater_is_better else -1, kwargs, response_method)
+
+
+def _single_method(response_method):
+    """scikit-learn may list alternatives (e.g. decision_function, predict_proba)."""
+    if isinstance(response_method, str):
+        return response_method
+    methods = list(np.atleast_1d(response_method))
+    return methods[0]

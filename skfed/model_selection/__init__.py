@@ -1,0 +1,5 @@
+"""Cross-validation splitters for federated data."""
+
+from ._split import WithinClientKFold
+
+__all__ = ["WithinClientKFold"]

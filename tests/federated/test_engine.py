@@ -1,0 +1,244 @@
+"""The in-process engine: ledger bytes, sampling, failures, determinism, privacy of rows."""
+
+import numpy as np
+import pytest
+
+from skfed.federated import (
+    ClientDropout,
+    FederatedAlgorithm,
+    Federation,
+    Ledger,
+    check_message,
+    run_federation,
+)
+
+
+class GradientMean(FederatedAlgorithm):
+    """Federated gradient descent on least squares: sends gradients, not rows."""
+
+    def __init__(self, n_features, lr=0.1, fail=(), noise=0.0):
+        self.n_features = n_features
+        self.lr = lr
+        self.fail = set(fail)
+        self.noise = noise
+
+    def client_init(self, data, rng):
+        return {"n_steps": 0}
+
+    def server_init(self, rng):
+        w = np.zeros(self.n_features)
+        return w, {"coef": w}
+
+    def client_step(self, data, state, broadcast, rng):
+        if data.label in self.fail:
+            raise ClientDropout(f"client {data.label} is offline")
+        resid = data.X @ broadcast["coef"] - data.y
+        grad = data.X.T @ resid / data.n_samples
+        grad = grad + self.noise * rng.standard_normal(grad.shape)
+        return {"n_steps": state["n_steps"] + 1}, {"grad": grad, "n": np.int64(data.n_samples)}
+
+    def server_step(self, state, messages, rng):
+        n = sum(int(m["n"]) for m in messages.values())
+        grad = sum(m["grad"] * int(m["n"]) for m in messages.values()) / n
+        w = state - self.lr * grad
+        return w, {"coef": w}
+
+
+@pytest.fixture
+def federation():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 3))
+    y = X @ np.array([1.0, -2.0, 0.5]) + 0.01 * rng.normal(size=90)
+    groups = np.repeat(["a", "b", "c"], 30)
+    return Federation.from_arrays(X, y, groups), X, y
+
+
+def test_federation_splits_rows_by_label(federation):
+    fed, X, y = federation
+    assert fed.labels.tolist() == ["a", "b", "c"]
+    assert fed.n_samples.tolist() == [30, 30, 30]
+    for client, rows in zip(fed.clients, fed.row_index):
+        np.testing.assert_array_equal(client.X, X[rows])
+        np.testing.assert_array_equal(client.y, y[rows])
+
+
+def test_ledger_counts_bytes_of_every_message(federation):
+    fed, _, _ = federation
+    result = run_federation(GradientMean(3), fed, n_rounds=4, random_state=0)
+    ledger = result.ledger
+    # down: coef (3 float64) to 3 clients; up: grad (3 float64) + n (int64)
+    assert ledger.bytes_down_per_round.tolist() == [3 * 24] * 4
+    assert ledger.bytes_up_per_round.tolist() == [3 * 32] * 4
+    assert ledger.bytes_up == 4 * 96 and ledger.bytes_down == 4 * 72
+    assert ledger.total_bytes == ledger.bytes_up + ledger.bytes_down
+    assert ledger.n_messages == 4 * 6
+    up = [r for r in ledger.records if r.direction == "up"]
+    assert up[0].names == ("grad", "n") and up[0].shapes == ((3,), ())
+    assert ledger.summary()["n_rounds"] == 4
+
+
+def test_training_converges(federation):
+    fed, _, _ = federation
+    result = run_federation(GradientMean(3, lr=0.5), fed, n_rounds=200, random_state=0)
+    np.testing.assert_allclose(result.server_state, [1.0, -2.0, 0.5], atol=0.02)
+    assert [s["n_steps"] for s in result.client_states] == [200, 200, 200]
+
+
+def test_client_sampling(federation):
+    fed, _, _ = federation
+    result = run_federation(
+        GradientMean(3), fed, n_rounds=30, client_fraction=0.5, random_state=1
+    )
+    # ceil(0.5 * 3) = 2 clients asked per round
+    assert result.participation.shape == (30, 3)
+    assert np.all(result.participation.sum(axis=1) == 2)
+    assert np.all(result.participation.any(axis=0))  # everybody is sampled sometime
+    assert all(len([r for r in result.ledger.records if r.round == t and r.direction == "up"]) == 2
+               for t in range(30))
+    again = run_federation(
+        GradientMean(3), fed, n_rounds=30, client_fraction=0.5, random_state=1
+    )
+    np.testing.assert_array_equal(result.participation, again.participation)
+
+
+def test_skip_policy_aggregates_over_the_rest(federation):
+    fed, _, _ = federation
+    result = run_federation(
+        GradientMean(3, fail={"b"}), fed, n_rounds=3, on_client_error="skip", random_state=0
+    )
+    assert result.participation[:, 1].sum() == 0
+    assert result.participation[:, [0, 2]].all()
+    assert [(f[0], f[1]) for f in result.ledger.failures] == [(0, "b"), (1, "b"), (2, "b")]
+    assert "offline" in result.ledger.failures[0][2]
+    assert result.client_states[1] == {"n_steps": 0}  # failed client keeps its state
+    assert not [r for r in result.ledger.records if r.client == "b" and r.direction == "up"]
+
+
+def test_raise_policy_names_client_and_round(federation):
+    fed, _, _ = federation
+    with pytest.raises(ClientDropout, match="offline") as info:
+        run_federation(GradientMean(3, fail={"c"}), fed, n_rounds=3, random_state=0)
+    assert "client 'c' in round 0" in " ".join(getattr(info.value, "__notes__", []))
+
+
+def test_no_client_answering_is_an_error(federation):
+    fed, _, _ = federation
+    with pytest.raises(RuntimeError, match="no client answered in round 0"):
+        run_federation(
+            GradientMean(3, fail={"a", "b", "c"}), fed, n_rounds=2, on_client_error="skip"
+        )
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2, 3])
+def test_results_do_not_depend_on_n_jobs(federation, n_jobs):
+    fed, _, _ = federation
+    kwargs = dict(n_rounds=5, client_fraction=0.7, random_state=3)
+    ref = run_federation(GradientMean(3, noise=0.1), fed, n_jobs=1, **kwargs)
+    res = run_federation(GradientMean(3, noise=0.1), fed, n_jobs=n_jobs, **kwargs)
+    np.testing.assert_array_equal(res.server_state, ref.server_state)
+    np.testing.assert_array_equal(res.participation, ref.participation)
+
+
+def test_random_state_controls_noise(federation):
+    fed, _, _ = federation
+    a = run_federation(GradientMean(3, noise=0.1), fed, n_rounds=3, random_state=0)
+    b = run_federation(GradientMean(3, noise=0.1), fed, n_rounds=3, random_state=0)
+    c = run_federation(GradientMean(3, noise=0.1), fed, n_rounds=3, random_state=1)
+    np.testing.assert_array_equal(a.server_state, b.server_state)
+    assert not np.array_equal(a.server_state, c.server_state)
+
+
+def test_raw_rows_never_cross(federation):
+    """The server step sees only messages, and no message holds a client's rows."""
+    fed, X, y = federation
+    seen_by_server = []
+
+    class Spy(GradientMean):
+        def server_step(self, state, messages, rng):
+            seen_by_server.append(messages)
+            return super().server_step(state, messages, rng)
+
+    ledger = Ledger(keep_payloads=True)
+    run_federation(Spy(3), fed, n_rounds=3, random_state=0, ledger=ledger)
+    for messages in seen_by_server:
+        for message in messages.values():
+            assert set(message) == {"grad", "n"}
+    assert len(ledger.payloads) == ledger.n_messages
+    for payload in ledger.payloads:
+        for arr in payload.values():
+            assert not _holds_rows(arr, X, y)
+
+
+def _holds_rows(arr, X, y):
+    """True if ``arr`` contains any row of ``X`` or the values of ``y`` in a run."""
+    flat = np.ravel(arr).astype(float)
+    for row in X:
+        if flat.size >= row.size and _contains_run(flat, row):
+            return True
+    return flat.size >= 3 and any(_contains_run(flat, y[i : i + 3]) for i in range(len(y) - 2))
+
+
+def _contains_run(flat, run):
+    windows = np.lib.stride_tricks.sliding_window_view(flat, run.size)
+    return bool(np.any(np.all(windows == run, axis=1)))
+
+
+def test_leaking_algorithm_would_be_caught(federation):
+    """The audit above is not vacuous: an algorithm that uploads X is detected."""
+    fed, X, y = federation
+
+    class Leaky(GradientMean):
+        def client_step(self, data, state, broadcast, rng):
+            state, msg = super().client_step(data, state, broadcast, rng)
+            return state, {**msg, "rows": data.X}
+
+    ledger = Ledger(keep_payloads=True)
+    run_federation(Leaky(3), fed, n_rounds=1, random_state=0, ledger=ledger)
+    assert any(_holds_rows(a, X, y) for p in ledger.payloads for a in p.values())
+
+
+def test_messages_must_be_numeric_arrays():
+    with pytest.raises(TypeError, match="only numeric arrays"):
+        check_message({"x": np.array(["a"])})
+    with pytest.raises(TypeError, match="mapping"):
+        check_message([np.zeros(2)])
+    with pytest.raises(TypeError, match="keys must be str"):
+        check_message({0: np.zeros(2)})
+    msg = check_message({"x": [1.0, 2.0], "n": 3})
+    assert msg["x"].dtype == float and not msg["x"].flags.writeable
+
+
+def test_bad_engine_arguments(federation):
+    fed, _, _ = federation
+    with pytest.raises(ValueError, match="client_fraction"):
+        run_federation(GradientMean(3), fed, n_rounds=1, client_fraction=0)
+    with pytest.raises(ValueError, match="on_client_error"):
+        run_federation(GradientMean(3), fed, n_rounds=1, on_client_error="ignore")
+    with pytest.raises(ValueError, match="n_rounds"):
+        run_federation(GradientMean(3), fed, n_rounds=0)
+    with pytest.raises(TypeError, match="FederatedAlgorithm"):
+        run_federation(object(), fed, n_rounds=1)
+
+
+def test_client_with_too_few_rows():
+    X = np.zeros((5, 2))
+    with pytest.raises(ValueError, match="client 'b' has 1 row"):
+        Federation.from_arrays(X, np.zeros(5), ["a", "a", "a", "a", "b"], min_samples=2)
+
+    class NeedsThree(GradientMean):
+        min_samples_per_client = 3
+
+    fed = Federation.from_arrays(X, np.zeros(5), ["a", "a", "a", "b", "b"])
+    with pytest.raises(ValueError, match=r"clients \['b'\] have fewer than 3 rows"):
+        run_federation(NeedsThree(2), fed, n_rounds=1)
+
+
+def test_early_stop(federation):
+    fed, _, _ = federation
+
+    class Stops(GradientMean):
+        def converged(self, server_state):
+            return True
+
+    result = run_federation(Stops(3), fed, n_rounds=10, random_state=0)
+    assert result.n_rounds == 1 and result.ledger.n_rounds == 1

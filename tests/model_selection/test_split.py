@@ -1,0 +1,46 @@
+import numpy as np
+import pytest
+from sklearn.model_selection import KFold
+
+from skfed.model_selection import WithinClientKFold
+
+
+def test_every_client_in_every_fold_and_partition():
+    groups = np.array(["a"] * 7 + ["b"] * 5 + ["c"] * 9)
+    X = np.zeros((groups.size, 2))
+    cv = WithinClientKFold(n_splits=3, shuffle=True, random_state=0)
+    tests = []
+    for train, test in cv.split(X, groups=groups):
+        assert set(groups[train]) == set(groups[test]) == {"a", "b", "c"}
+        assert np.intersect1d(train, test).size == 0
+        assert train.size + test.size == groups.size
+        tests.append(test)
+    np.testing.assert_array_equal(np.sort(np.concatenate(tests)), np.arange(groups.size))
+    # fold sizes per client differ by at most one
+    for g in "abc":
+        sizes = [np.sum(groups[t] == g) for t in tests]
+        assert max(sizes) - min(sizes) <= 1
+    assert cv.get_n_splits() == 3
+
+
+def test_deterministic_and_matches_kfold_for_one_client():
+    X = np.zeros((10, 1))
+    ours = [te.tolist() for _, te in WithinClientKFold(5).split(X)]
+    ref = [te.tolist() for _, te in KFold(5).split(X)]
+    assert ours == ref
+    a = [te.tolist() for _, te in WithinClientKFold(2, shuffle=True, random_state=3).split(X)]
+    b = [te.tolist() for _, te in WithinClientKFold(2, shuffle=True, random_state=3).split(X)]
+    assert a == b
+
+
+def test_client_with_fewer_rows_than_folds():
+    groups = np.array([0, 0, 0, 1, 1])
+    with pytest.raises(ValueError, match="client 1 has 2 row"):
+        list(WithinClientKFold(3).split(np.zeros((5, 1)), groups=groups))
+    with pytest.raises(ValueError, match="n_splits"):
+        list(WithinClientKFold(1).split(np.zeros((5, 1)), groups=groups))
+
+
+def test_requests_groups_by_default():
+    routing = WithinClientKFold().get_metadata_routing()
+    assert routing.split.requests["groups"] is True

@@ -1,0 +1,141 @@
+"""groups routed through Pipeline, GridSearchCV and cross_validate (metadata routing)."""
+
+import numpy as np
+import pytest
+import sklearn
+from sklearn.linear_model import Ridge
+from sklearn.metrics import r2_score
+from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, cross_validate
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skfed.baselines import LocalEstimator, PooledEstimator
+from skfed.datasets import make_federated_regression
+from skfed.metrics import make_personalized_scorer
+from skfed.model_selection import WithinClientKFold
+
+CALLS = []
+
+
+class SpyLocal(LocalEstimator):
+    """Records the client labels each method receives."""
+
+    def fit(self, X, y, groups=None, sample_weight=None):
+        CALLS.append(("fit", None if groups is None else sorted(set(np.asarray(groups).tolist()))))
+        return super().fit(X, y, groups=groups, sample_weight=sample_weight)
+
+    def predict(self, X, groups=None, return_std=False):
+        CALLS.append(("predict", None if groups is None else sorted(set(np.asarray(groups).tolist()))))
+        return super().predict(X, groups=groups, return_std=return_std)
+
+
+@pytest.fixture
+def data():
+    return make_federated_regression(n_clients=6, n_samples=30, heterogeneity=1.5, random_state=0)
+
+
+@pytest.fixture(autouse=True)
+def routing():
+    CALLS.clear()
+    with sklearn.config_context(enable_metadata_routing=True):
+        yield
+
+
+def test_grid_search_group_kfold_routes_groups_everywhere(data):
+    X, y, groups = data
+    pipe = make_pipeline(StandardScaler(), SpyLocal(Ridge()))
+    gs = GridSearchCV(pipe, {"spylocal__estimator__alpha": [0.1, 10.0]}, cv=GroupKFold(3))
+    gs.fit(X, y, groups=groups)
+    splits = list(GroupKFold(3).split(X, y, groups))
+    train_clients = [sorted(set(groups[tr].tolist())) for tr, _ in splits]
+    test_clients = [sorted(set(groups[te].tolist())) for _, te in splits]
+    fits = [c[1] for c in CALLS if c[0] == "fit"]
+    predicts = [c[1] for c in CALLS if c[0] == "predict"]
+    # every CV fit saw its training clients, every score its (unseen) test clients
+    assert fits[:3] == train_clients and fits[-1] == list(range(6))  # refit on all
+    assert predicts[:3] == test_clients
+    assert gs.best_estimator_[-1].clients_.tolist() == list(range(6))
+    assert np.isfinite(gs.best_score_)
+
+
+def test_within_client_cv_scores_personalized_predictions(data):
+    X, y, groups = data
+    pipe = make_pipeline(StandardScaler(), LocalEstimator(Ridge()))
+    cv = WithinClientKFold(3, shuffle=True, random_state=0)
+    scorer = make_personalized_scorer("neg_mean_squared_error")
+    res = cross_validate(pipe, X, y, cv=cv, scoring=scorer, params={"groups": groups})
+    expected = []
+    for train, test in cv.split(X, y, groups):
+        fitted = make_pipeline(StandardScaler(), LocalEstimator(Ridge())).fit(
+            X[train], y[train], groups=groups[train]
+        )
+        pred = fitted.predict(X[test], groups=groups[test])
+        expected.append(-np.mean((y[test] - pred) ** 2))
+        # every client is on both sides of the split
+        assert set(groups[train]) == set(groups[test]) == set(range(6))
+    np.testing.assert_allclose(res["test_score"], expected)
+    # the population prediction scores worse here: clients really differ
+    population = cross_validate(
+        pipe, X, y, cv=cv, scoring="neg_mean_squared_error", params={"groups": groups}
+    )
+    assert res["test_score"].mean() > population["test_score"].mean()
+
+
+def test_personalized_scorer_in_grid_search(data):
+    X, y, groups = data
+    gs = GridSearchCV(
+        SpyLocal(Ridge()),
+        {"estimator__alpha": [0.01, 100.0]},
+        cv=WithinClientKFold(3),
+        scoring={"r2": make_personalized_scorer(r2_score), "mse": "neg_mean_squared_error"},
+        refit="r2",
+    )
+    gs.fit(X, y, groups=groups)
+    predicts = [c[1] for c in CALLS if c[0] == "predict"]
+    assert list(range(6)) in predicts  # the personalized scorer passed groups
+    assert None in predicts  # the plain scikit-learn scorer did not
+    assert gs.best_params_ == {"estimator__alpha": 0.01}
+
+
+def test_default_scoring_uses_personalized_score(data):
+    X, y, groups = data
+    res = cross_validate(
+        SpyLocal(Ridge()), X, y, cv=KFold(3, shuffle=True, random_state=0),
+        params={"groups": groups},
+    )
+    assert all(c[1] is not None for c in CALLS if c[0] == "predict")
+    assert np.all(res["test_score"] > 0.5)
+
+
+def test_user_can_opt_out_of_routing(data):
+    X, y, groups = data
+    est = SpyLocal(Ridge()).set_fit_request(groups=False)
+    cross_validate(est, X, y, cv=GroupKFold(3), params={"groups": groups})
+    assert all(c[1] is None for c in CALLS if c[0] == "fit")
+
+
+def test_pooled_in_pipeline_grid_search(data):
+    X, y, groups = data
+    gs = GridSearchCV(
+        make_pipeline(StandardScaler(), PooledEstimator(Ridge())),
+        {"pooledestimator__estimator__alpha": [0.1, 1.0]},
+        cv=GroupKFold(3),
+    ).fit(X, y, groups=groups)
+    assert gs.best_estimator_[-1].clients_.tolist() == list(range(6))
+
+
+def test_scorer_without_groups_scores_population(data):
+    X, y, groups = data
+    model = LocalEstimator(Ridge()).fit(X, y, groups=groups)
+    scorer = make_personalized_scorer(r2_score)
+    assert scorer(model, X, y) == pytest.approx(r2_score(y, model.predict(X)))
+    assert scorer(model, X, y, groups=groups) == pytest.approx(
+        r2_score(y, model.predict(X, groups=groups))
+    )
+    loss = make_personalized_scorer(lambda a, b: np.mean((a - b) ** 2), greater_is_better=False)
+    assert loss(model, X, y, groups=groups) < 0
+    assert "greater_is_better=False" in repr(loss)
+    with pytest.raises(ValueError, match="response_method"):
+        make_personalized_scorer(r2_score, response_method="transform")
+    with pytest.raises(ValueError, match="metric"):
+        make_personalized_scorer(3)
