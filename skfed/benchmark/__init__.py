@@ -1,0 +1,11 @@
+"""The experiments of ``skfed benchmark`` and the code that runs them.
+
+Each experiment module registers an :class:`Experiment` on import; add a
+module per paper and import it here.
+"""
+
+from . import _federated_regression  # noqa: F401  (registers its experiment)
+from ._registry import MODES, Experiment, get_experiments, register
+from ._runner import run_benchmark, summarize
+
+__all__ = ["MODES", "Experiment", "get_experiments", "register", "run_benchmark", "summarize"]

@@ -1,0 +1,290 @@
+"""Run registered experiments over seeds; summarize; write report, CSV and figures."""
+
+import csv
+import os
+import platform
+import sys
+import time
+import warnings
+from collections import defaultdict
+
+import numpy as np
+from scipy import stats
+
+from ._registry import MODES
+
+__all__ = ["run_benchmark", "summarize", "format_table"]
+
+
+def _progress(total, enabled, stream):
+    """A tqdm bar if tqdm is installed (the ``bench`` extra), else plain lines."""
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, file=stream, unit="run", dynamic_ncols=True)
+    except ImportError:  # pragma: no cover - tqdm is in the bench extra
+        return None
+
+
+def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream=None):
+    """Run each experiment over its seeds and return the long-format results.
+
+    Parameters
+    ----------
+    experiments : list of Experiment
+        What to run.
+    mode : {"quick", "full"}, default="quick"
+        Problem sizes: small (minutes) or the papers' (hours).
+    n_seeds : int or None, default=None
+        Repetitions per experiment; ``None`` uses each experiment's own.
+    progress : bool, default=True
+        Show a progress bar.
+    stream : file-like or None, default=None
+        Where progress goes (``sys.stderr`` by default).
+
+    Returns
+    -------
+    rows : list of dict
+        One row per (experiment, setting, method, seed, metric) with keys
+        ``experiment, setting, method, seed, metric, value``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
+    stream = sys.stderr if stream is None else stream
+    plan = [
+        (exp, seed)
+        for exp in experiments
+        for seed in range(n_seeds if n_seeds is not None else exp.n_seeds[mode])
+    ]
+    bar = _progress(len(plan), progress, stream)
+    rows = []
+    for i, (exp, seed) in enumerate(plan):
+        if bar is not None:
+            bar.set_description(f"{exp.name} seed {seed}")
+        elif progress:
+            print(f"[{i + 1}/{len(plan)}] {exp.name} seed {seed}", file=stream, flush=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results = exp.run(seed, mode)
+        for result in results:
+            for metric in exp.metrics:
+                if metric in result:
+                    rows.append({
+                        "experiment": exp.name,
+                        "setting": result.get("setting", ""),
+                        "method": result["method"],
+                        "seed": seed,
+                        "metric": metric,
+                        "value": float(result[metric]),
+                    })
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return rows
+
+
+def summarize(rows, confidence=0.95):
+    """Mean and t-interval over seeds per (experiment, setting, method, metric).
+
+    Parameters
+    ----------
+    rows : list of dict
+        Output of :func:`run_benchmark`.
+    confidence : float, default=0.95
+        Coverage of the interval ``mean +/- t * sd / sqrt(n)``.
+
+    Returns
+    -------
+    summary : list of dict
+        Keys ``experiment, setting, method, metric, n, mean, low, high``; the
+        interval is NaN with a single seed.
+    """
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["experiment"], r["setting"], r["method"], r["metric"])].append(r["value"])
+    out = []
+    for (exp, setting, method, metric), values in groups.items():
+        v = np.asarray(values, dtype=float)
+        n = v.size
+        mean = float(np.mean(v))
+        if n > 1:
+            half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * np.std(v, ddof=1) / np.sqrt(n))
+        else:
+            half = float("nan")
+        out.append({
+            "experiment": exp, "setting": setting, "method": method, "metric": metric,
+            "n": n, "mean": mean, "low": mean - half, "high": mean + half,
+        })
+    return out
+
+
+def _fmt(x):
+    if not np.isfinite(x):
+        return "nan"
+    ax = abs(x)
+    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
+        return f"{x:.3g}"
+    return f"{x:.4f}" if ax < 10 else f"{x:.2f}"
+
+
+def _cell(s, paper=None):
+    text = _fmt(s["mean"])
+    if s["n"] > 1:
+        text += f" [{_fmt(s['low'])}, {_fmt(s['high'])}]"
+    if paper is not None:
+        text += f" (paper {_fmt(paper)})"
+    return text
+
+
+def _tables(experiment, summary):
+    """Per setting: header and rows (method x metric) of formatted cells."""
+    mine = [s for s in summary if s["experiment"] == experiment.name]
+    settings = list(dict.fromkeys(s["setting"] for s in mine))
+    metrics = [m for m in experiment.metrics if any(s["metric"] == m for s in mine)]
+    tables = []
+    for setting in settings:
+        cells = {(s["method"], s["metric"]): s for s in mine if s["setting"] == setting}
+        methods = list(dict.fromkeys(s["method"] for s in mine if s["setting"] == setting))
+        header = ["method"] + [f"{m} ({'↑' if experiment.metrics[m] == 'higher' else '↓'})"
+                               for m in metrics]
+        body = []
+        for method in methods:
+            row = [method]
+            for m in metrics:
+                s = cells.get((method, m))
+                paper = experiment.paper.get((setting, method, m))
+                row.append(_cell(s, paper) if s is not None else "")
+            body.append(row)
+        tables.append((setting, header, body))
+    return tables
+
+
+def format_table(header, body):
+    """Plain-text table with aligned columns."""
+    widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths))  # noqa: E731
+    return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body])
+
+
+def _markdown_table(header, body):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in body]
+    return "\n".join(out)
+
+
+def print_results(experiments, summary, stream=None):
+    """Print one table per experiment and setting."""
+    stream = sys.stdout if stream is None else stream
+    for exp in experiments:
+        print(f"\n== {exp.title} [{exp.name}] ==", file=stream)
+        for setting, header, body in _tables(exp, summary):
+            if setting:
+                print(f"-- {setting}", file=stream)
+            print(format_table(header, body), file=stream)
+
+
+def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None):
+    """Write ``report.md``, ``results.csv``, ``summary.csv`` and figures to ``out``."""
+    os.makedirs(out, exist_ok=True)
+    _write_csv(os.path.join(out, "results.csv"), rows,
+               ["experiment", "setting", "method", "seed", "metric", "value"])
+    _write_csv(os.path.join(out, "summary.csv"), summary,
+               ["experiment", "setting", "method", "metric", "n", "mean", "low", "high"])
+    figures = _write_figures(experiments, summary, os.path.join(out, "figures"))
+    from .. import __version__
+
+    lines = [
+        "# skfed benchmark report",
+        "",
+        f"skfed {__version__}, mode `{mode}`, Python {platform.python_version()}, "
+        f"{platform.machine()}, {os.cpu_count()} CPUs; ran in {elapsed:.1f} s.",
+        "Cells: mean [95% t-interval over seeds]; `(paper x)`: the published value.",
+        "",
+    ]
+    for exp in experiments:
+        seeds = n_seeds if n_seeds is not None else exp.n_seeds[mode]
+        lines += [f"## {exp.title}", "", f"Experiment `{exp.name}`, {seeds} seed(s)."]
+        if exp.reference:
+            lines += ["", f"Reproduces: {exp.reference}."]
+        if exp.description:
+            lines += ["", exp.description]
+        for setting, header, body in _tables(exp, summary):
+            lines += [""] + ([f"**{setting}**", ""] if setting else []) + [_markdown_table(header, body)]
+        if exp.name in figures:
+            lines += ["", f"![{exp.name}](figures/{os.path.basename(figures[exp.name])})"]
+        lines.append("")
+    path = os.path.join(out, "report.md")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines))
+    return path
+
+
+def _write_csv(path, rows, fields):
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _write_figures(experiments, summary, folder):
+    """One PNG per experiment: a panel per metric, bars per setting and method."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is in the bench extra
+        print("matplotlib is not installed: no figures (pip install 'skfed[bench]').",
+              file=sys.stderr)
+        return {}
+    os.makedirs(folder, exist_ok=True)
+    written = {}
+    for exp in experiments:
+        mine = [s for s in summary if s["experiment"] == exp.name]
+        metrics = [m for m in exp.metrics if any(s["metric"] == m for s in mine)]
+        if not metrics:
+            continue
+        settings = list(dict.fromkeys(s["setting"] for s in mine))
+        methods = list(dict.fromkeys(s["method"] for s in mine))
+        fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
+        width = 0.8 / max(len(methods), 1)
+        for ax, metric in zip(axes[0], metrics):
+            for j, method in enumerate(methods):
+                cells = {s["setting"]: s for s in mine if s["method"] == method and s["metric"] == metric}
+                x = [i + j * width for i, st in enumerate(settings) if st in cells]
+                means = [cells[st]["mean"] for st in settings if st in cells]
+                err = [
+                    (cells[st]["high"] - cells[st]["mean"]) if np.isfinite(cells[st]["high"]) else 0.0
+                    for st in settings if st in cells
+                ]
+                ax.bar(x, means, width, yerr=err, capsize=2, label=method)
+            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(settings))])
+            ax.set_xticklabels([s or "all" for s in settings], rotation=20, ha="right", fontsize=8)
+            ax.set_title(f"{metric} ({'higher' if exp.metrics[metric] == 'higher' else 'lower'} is better)",
+                         fontsize=9)
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle(exp.title, fontsize=10)
+        fig.tight_layout()
+        path = os.path.join(folder, f"{exp.name}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written[exp.name] = path
+    return written
+
+
+def main_benchmark(names=None, mode="quick", out="skfed-report", n_seeds=None, progress=True):
+    """Run, print, and write the report; return the summary rows."""
+    from ._registry import get_experiments
+
+    experiments = get_experiments(names)
+    tic = time.perf_counter()
+    rows = run_benchmark(experiments, mode=mode, n_seeds=n_seeds, progress=progress)
+    elapsed = time.perf_counter() - tic
+    summary = summarize(rows)
+    print_results(experiments, summary)
+    path = write_report(experiments, rows, summary, out, mode, elapsed, n_seeds)
+    print(f"\nReport: {path} (with results.csv, summary.csv, figures/); {elapsed:.1f} s.")
+    return summary
