@@ -1,0 +1,18 @@
+"""Differential privacy: the Gaussian mechanism, calibration and accountants.
+
+Generic pieces live here; each paper's own composition bound sits in a module
+of its own beside them.
+"""
+
+from ._accounting import ACCOUNTANTS, calibrate_noise_multiplier, epsilon_spent, gaussian_event
+from ._mechanisms import check_privacy_budget, classical_gaussian_sigma, gaussian_mechanism
+
+__all__ = [
+    "ACCOUNTANTS",
+    "calibrate_noise_multiplier",
+    "check_privacy_budget",
+    "classical_gaussian_sigma",
+    "epsilon_spent",
+    "gaussian_event",
+    "gaussian_mechanism",
+]
