@@ -1,0 +1,70 @@
+"""The ``skfed benchmark`` command and its summary statistics."""
+
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from skfed._cli import main
+from skfed.benchmark import Experiment, get_experiments, register, summarize
+
+
+def test_list(capsys):
+    assert main(["benchmark", "--list"]) == 0
+    assert "federated_regression" in capsys.readouterr().out
+
+
+def test_run_writes_report_csv_and_figures(tmp_path, capsys):
+    out = tmp_path / "report"
+    code = main(["benchmark", "--experiments", "federated_regression", "--seeds", "2",
+                 "--out", str(out), "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "Local (Ridge)" in printed and "Pooled (Ridge)" in printed and "rmse" in printed
+    report = (out / "report.md").read_text()
+    assert "| method |" in report and "federated_regression" in report
+    with open(out / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["seed"] for r in rows} == {"0", "1"}
+    assert {r["method"] for r in rows} == {"Local (Ridge)", "Pooled (Ridge)"}
+    with open(out / "summary.csv") as fh:
+        summary = list(csv.DictReader(fh))
+    assert all(int(r["n"]) == 2 for r in summary)
+    assert os.path.getsize(out / "figures" / "federated_regression.png") > 1000
+
+
+def test_errors_exit_with_code_2(tmp_path, capsys):
+    assert main(["benchmark", "--experiments", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown experiment" in capsys.readouterr().err
+    assert main(["benchmark", "--seeds", "0", "--out", str(tmp_path)]) == 2
+
+
+def test_python_dash_m_entry_point():
+    res = subprocess.run([sys.executable, "-m", "skfed", "benchmark", "--list"],
+                         capture_output=True, text=True, check=True)
+    assert "federated_regression" in res.stdout
+
+
+def test_summary_interval_is_the_t_interval():
+    values = [1.0, 2.0, 4.0, 7.0]
+    rows = [{"experiment": "e", "setting": "", "method": "m", "seed": i, "metric": "x",
+             "value": v} for i, v in enumerate(values)]
+    (s,) = summarize(rows)
+    low, high = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values),
+                                 scale=stats.sem(values))
+    assert s["mean"] == pytest.approx(3.5)
+    assert (s["low"], s["high"]) == pytest.approx((low, high))
+    (one,) = summarize(rows[:1])
+    assert np.isnan(one["low"]) and one["n"] == 1
+
+
+def test_registry_rejects_duplicates_and_bad_directions():
+    exp = get_experiments(["federated_regression"])[0]
+    with pytest.raises(ValueError, match="already registered"):
+        register(exp)
+    with pytest.raises(ValueError, match="higher"):
+        register(Experiment(name="tmp-bad", title="t", run=None, metrics={"x": "up"}))
