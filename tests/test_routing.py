@@ -17,15 +17,19 @@ from skfed.model_selection import WithinClientKFold
 CALLS = []
 
 
+def _labels(groups):
+    return None if groups is None else sorted(set(np.asarray(groups).tolist()))
+
+
 class SpyLocal(LocalEstimator):
     """Records the client labels each method receives."""
 
     def fit(self, X, y, groups=None, sample_weight=None):
-        CALLS.append(("fit", None if groups is None else sorted(set(np.asarray(groups).tolist()))))
+        CALLS.append(("fit", _labels(groups)))
         return super().fit(X, y, groups=groups, sample_weight=sample_weight)
 
     def predict(self, X, groups=None, return_std=False):
-        CALLS.append(("predict", None if groups is None else sorted(set(np.asarray(groups).tolist()))))
+        CALLS.append(("predict", _labels(groups)))
         return super().predict(X, groups=groups, return_std=return_std)
 
 

@@ -272,7 +272,8 @@ class LocalEstimator(_BaseWrapper):
 
     def _population_mean_std(self, X, return_std):
         if len(self.estimators_) == 1:
-            out = self.estimators_[0].predict(X, **self._predict_kwargs(self.estimators_[0], return_std))
+            model = self.estimators_[0]
+            out = model.predict(X, **self._predict_kwargs(model, return_std))
             return out if return_std else (out, None)
         w = self.client_weights_
         if not return_std:
@@ -303,7 +304,8 @@ class LocalEstimator(_BaseWrapper):
         return self.classes_[np.argmax(votes, axis=1)]
 
     def _population_proba(self, X):
-        return sum(wk * self._aligned_proba(m, X) for wk, m in zip(self.client_weights_, self.estimators_))
+        pairs = zip(self.client_weights_, self.estimators_)
+        return sum(wk * self._aligned_proba(m, X) for wk, m in pairs)
 
     @available_if(_inner_has("predict_proba"))
     def predict_proba(self, X, groups=None):

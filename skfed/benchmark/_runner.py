@@ -212,7 +212,8 @@ def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None):
         if exp.description:
             lines += ["", exp.description]
         for setting, header, body in _tables(exp, summary):
-            lines += [""] + ([f"**{setting}**", ""] if setting else []) + [_markdown_table(header, body)]
+            heading = [f"**{setting}**", ""] if setting else []
+            lines += [""] + heading + [_markdown_table(header, body)]
         if exp.name in figures:
             lines += ["", f"![{exp.name}](figures/{os.path.basename(figures[exp.name])})"]
         lines.append("")
@@ -253,18 +254,19 @@ def _write_figures(experiments, summary, folder):
         width = 0.8 / max(len(methods), 1)
         for ax, metric in zip(axes[0], metrics):
             for j, method in enumerate(methods):
-                cells = {s["setting"]: s for s in mine if s["method"] == method and s["metric"] == metric}
+                cells = {
+                    s["setting"]: s
+                    for s in mine
+                    if s["method"] == method and s["metric"] == metric
+                }
                 x = [i + j * width for i, st in enumerate(settings) if st in cells]
                 means = [cells[st]["mean"] for st in settings if st in cells]
-                err = [
-                    (cells[st]["high"] - cells[st]["mean"]) if np.isfinite(cells[st]["high"]) else 0.0
-                    for st in settings if st in cells
-                ]
+                half = [cells[st]["high"] - cells[st]["mean"] for st in settings if st in cells]
+                err = [h if np.isfinite(h) else 0.0 for h in half]
                 ax.bar(x, means, width, yerr=err, capsize=2, label=method)
             ax.set_xticks([i + 0.4 - width / 2 for i in range(len(settings))])
             ax.set_xticklabels([s or "all" for s in settings], rotation=20, ha="right", fontsize=8)
-            ax.set_title(f"{metric} ({'higher' if exp.metrics[metric] == 'higher' else 'lower'} is better)",
-                         fontsize=9)
+            ax.set_title(f"{metric} ({exp.metrics[metric]} is better)", fontsize=9)
         axes[0][0].legend(fontsize=7)
         fig.suptitle(exp.title, fontsize=10)
         fig.tight_layout()

@@ -11,7 +11,14 @@ from sklearn.utils.parallel import Parallel, delayed
 from ._ledger import Ledger
 from ._protocol import FederatedAlgorithm, check_message
 
-__all__ = ["ClientDropout", "FederationResult", "run_federation", "round_rng"]
+__all__ = [
+    "ClientDropout",
+    "FederationResult",
+    "InProcessTransport",
+    "round_rng",
+    "run_federation",
+    "seed_entropy",
+]
 
 ON_CLIENT_ERROR = ("raise", "skip")
 
@@ -114,6 +121,70 @@ def _run_client(algorithm, data, state, broadcast, rng):
         return False, state, exc
 
 
+class InProcessTransport:
+    """Reaches the clients of a :class:`Federation` in this process.
+
+    A transport is how the round loop of :func:`run_federation` reaches the
+    clients: ``labels`` names them, ``init`` sets up their local state, and
+    ``round(rnd, asked, broadcast)`` runs the client steps of the asked
+    clients and returns, per asked client, ``(ok, message_or_error)``. Client
+    state never passes through the round loop. This one runs the steps on
+    joblib threads; a distributed transport (e.g. Flower) sends the broadcast
+    over the network instead.
+
+    Parameters
+    ----------
+    algorithm : FederatedAlgorithm
+        The client steps to run.
+    federation : Federation
+        The clients and their rows.
+    entropy : int
+        Seed of the random streams (see :func:`round_rng`).
+    n_jobs : int or None
+        Number of joblib threads for the client steps of a round.
+    """
+
+    def __init__(self, algorithm, federation, entropy, n_jobs=None):
+        self.algorithm = algorithm
+        self.federation = federation
+        self.entropy = entropy
+        self.n_jobs = n_jobs
+        self.labels = [c.label for c in federation.clients]
+        self.states = None
+        self._parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+
+    def init(self):
+        """Run every client's ``client_init`` (local: nothing is sent)."""
+        self.states = [
+            self.algorithm.client_init(c, round_rng(self.entropy, _CLIENT_INIT, c.index))
+            for c in self.federation.clients
+        ]
+
+    def round(self, rnd, asked, broadcast):
+        """Run the asked clients' steps; keep their new state, return their messages."""
+        clients = self.federation.clients
+        args = [
+            (
+                self.algorithm,
+                clients[k],
+                self.states[k],
+                broadcast,
+                round_rng(self.entropy, _CLIENT_STEP, clients[k].index, rnd),
+            )
+            for k in asked
+        ]
+        if self.n_jobs in (None, 1) or len(args) == 1:
+            outcomes = [_run_client(*a) for a in args]
+        else:
+            outcomes = self._parallel(delayed(_run_client)(*a) for a in args)
+        results = []
+        for k, (ok, state, payload) in zip(asked, outcomes):
+            if ok:  # a failed client keeps its previous state
+                self.states[k] = state
+            results.append((ok, payload))
+        return results
+
+
 def run_federation(
     algorithm,
     federation,
@@ -195,9 +266,9 @@ def run_federation(
     client_fraction = _check_fraction(client_fraction)
     entropy = seed_entropy(random_state)
     ledger = Ledger() if ledger is None else ledger
-    clients = federation.clients
-    n_clients = len(clients)
-    too_small = [c.label for c in clients if c.n_samples < algorithm.min_samples_per_client]
+    too_small = [
+        c.label for c in federation.clients if c.n_samples < algorithm.min_samples_per_client
+    ]
     if too_small:
         raise ValueError(
             f"clients {too_small[:10]} have fewer than "
@@ -205,46 +276,51 @@ def run_federation(
             "estimator (groups)."
         )
 
-    client_states = [
-        algorithm.client_init(c, round_rng(entropy, _CLIENT_INIT, c.index)) for c in clients
-    ]
+    transport = InProcessTransport(algorithm, federation, entropy, n_jobs)
+    transport.init()
+    server_state, participation = _drive_rounds(
+        algorithm, transport, n_rounds, client_fraction, on_client_error, entropy, ledger,
+        verbose,
+    )
+    return FederationResult(
+        server_state=server_state,
+        client_states=transport.states,
+        ledger=ledger,
+        n_rounds=len(participation),
+        participation=participation,
+    )
+
+
+def _drive_rounds(algorithm, transport, n_rounds, client_fraction, on_client_error, entropy,
+                  ledger, verbose):
+    """The round semantics, shared by every transport.
+
+    Sampling, the failure policy, the ledger and early stopping live here, so
+    an in-process fit and a distributed one behave the same.
+    """
+    labels = transport.labels
+    n_clients = len(labels)
     server_state, broadcast = algorithm.server_init(round_rng(entropy, _SERVER_INIT))
     broadcast = check_message(broadcast, sender="server")
-    parallel = Parallel(n_jobs=n_jobs, prefer="threads")
     participation = []
-
     for rnd in range(n_rounds):
         tic = time.perf_counter()
         asked = _sample_clients(n_clients, client_fraction, round_rng(entropy, _SAMPLING, rnd))
         for k in asked:
-            ledger.record(rnd, clients[k].label, "down", broadcast)
-        args = [
-            (
-                algorithm,
-                clients[k],
-                client_states[k],
-                broadcast,
-                round_rng(entropy, _CLIENT_STEP, clients[k].index, rnd),
-            )
-            for k in asked
-        ]
-        if n_jobs in (None, 1) or len(args) == 1:
-            outcomes = [_run_client(*a) for a in args]
-        else:
-            outcomes = parallel(delayed(_run_client)(*a) for a in args)
+            ledger.record(rnd, labels[k], "down", broadcast)
         messages = {}
         answered = np.zeros(n_clients, dtype=bool)
-        for k, (ok, state, payload) in zip(asked, outcomes):
-            label = clients[k].label
+        for k, (ok, payload) in zip(asked, transport.round(rnd, asked, broadcast)):
             if not ok:
                 if on_client_error == "raise":
                     if hasattr(payload, "add_note"):
-                        payload.add_note(f"(raised by the step of client {label!r} in round {rnd})")
+                        payload.add_note(
+                            f"(raised by the step of client {labels[k]!r} in round {rnd})"
+                        )
                     raise payload
-                ledger.record_failure(rnd, label, payload)
+                ledger.record_failure(rnd, labels[k], payload)
                 continue
-            client_states[k] = state
-            ledger.record(rnd, label, "up", payload)
+            ledger.record(rnd, labels[k], "up", payload)
             messages[int(k)] = payload
             answered[k] = True
         if not messages:
@@ -264,11 +340,4 @@ def run_federation(
             )
         if algorithm.converged(server_state):
             break
-
-    return FederationResult(
-        server_state=server_state,
-        client_states=client_states,
-        ledger=ledger,
-        n_rounds=len(participation),
-        participation=np.array(participation, dtype=bool).reshape(-1, n_clients),
-    )
+    return server_state, np.array(participation, dtype=bool).reshape(-1, n_clients)

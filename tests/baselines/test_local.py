@@ -149,13 +149,13 @@ def test_communication_sends_only_counts(data):
 @pytest.mark.parametrize(
     "make_bad, match",
     [
-        (lambda X, y, g: (np.where(np.arange(X.size).reshape(X.shape) == 3, np.nan, X), y, g), "NaN"),
+        (lambda X, y, g: (np.where(X == X[0, 3], np.nan, X), y, g), "NaN"),
         (lambda X, y, g: (X, np.where(np.arange(y.size) == 2, np.inf, y), g), "infinity|inf"),
         (lambda X, y, g: (X, y, g[:-1]), "groups has"),
         (lambda X, y, g: (X[:, :, None], y, g), "dim 3"),
         (lambda X, y, g: (X, y[:-1], g), "inconsistent numbers of samples"),
         (lambda X, y, g: (X, y, np.c_[g, g]), "groups must be 1-D"),
-        (lambda X, y, g: (X, y, np.where(np.arange(g.size) == 0, np.nan, g.astype(float))), "groups contains NaN"),
+        (lambda X, y, g: (X, y, np.r_[np.nan, g[1:]]), "groups contains NaN"),
     ],
 )
 def test_bad_input_is_a_clear_error(data, Wrapper, make_bad, match):
