@@ -23,7 +23,7 @@ __all__ = [
 ON_CLIENT_ERROR = ("raise", "skip")
 
 # spawn keys of the random streams derived from one seed; see round_rng
-_CLIENT_INIT, _CLIENT_STEP, _SERVER_INIT, _SERVER_STEP, _SAMPLING = range(5)
+_CLIENT_INIT, _CLIENT_STEP, _SERVER_INIT, _SERVER_STEP, _SAMPLING, _CLIENT_FINAL = range(6)
 
 
 class ClientDropout(Exception):
@@ -112,9 +112,11 @@ def _sample_clients(n_clients, client_fraction, rng):
     return np.sort(rng.choice(n_clients, size=m, replace=False))
 
 
-def _run_client(algorithm, data, state, broadcast, rng):
+def _run_client(algorithm, data, state, broadcast, rng, final=False):
     """Plain-Python wrapper so joblib never has to pickle a numba dispatcher."""
     try:
+        if final:
+            return True, algorithm.client_finalize(data, state, broadcast, rng), {}
         new_state, message = algorithm.client_step(data, state, broadcast, rng)
         return True, new_state, check_message(message, sender=f"client {data.label!r}")
     except Exception as exc:  # reported to the engine's failure policy
@@ -160,16 +162,21 @@ class InProcessTransport:
             for c in self.federation.clients
         ]
 
-    def round(self, rnd, asked, broadcast):
-        """Run the asked clients' steps; keep their new state, return their messages."""
+    def round(self, rnd, asked, broadcast, final=False):
+        """Run the asked clients' steps; keep their new state, return their messages.
+
+        With ``final=True`` run ``client_finalize`` instead (empty replies).
+        """
         clients = self.federation.clients
+        key = _CLIENT_FINAL if final else _CLIENT_STEP
         args = [
             (
                 self.algorithm,
                 clients[k],
                 self.states[k],
                 broadcast,
-                round_rng(self.entropy, _CLIENT_STEP, clients[k].index, rnd),
+                round_rng(self.entropy, key, clients[k].index, rnd),
+                final,
             )
             for k in asked
         ]
@@ -308,21 +315,10 @@ def _drive_rounds(algorithm, transport, n_rounds, client_fraction, on_client_err
         asked = _sample_clients(n_clients, client_fraction, round_rng(entropy, _SAMPLING, rnd))
         for k in asked:
             ledger.record(rnd, labels[k], "down", broadcast)
-        messages = {}
+        messages = _collect(transport.round(rnd, asked, broadcast), asked, labels, rnd,
+                            on_client_error, ledger)
         answered = np.zeros(n_clients, dtype=bool)
-        for k, (ok, payload) in zip(asked, transport.round(rnd, asked, broadcast)):
-            if not ok:
-                if on_client_error == "raise":
-                    if hasattr(payload, "add_note"):
-                        payload.add_note(
-                            f"(raised by the step of client {labels[k]!r} in round {rnd})"
-                        )
-                    raise payload
-                ledger.record_failure(rnd, labels[k], payload)
-                continue
-            ledger.record(rnd, labels[k], "up", payload)
-            messages[int(k)] = payload
-            answered[k] = True
+        answered[list(messages)] = True
         if not messages:
             raise RuntimeError(
                 f"no client answered in round {rnd}: "
@@ -340,4 +336,29 @@ def _drive_rounds(algorithm, transport, n_rounds, client_fraction, on_client_err
             )
         if algorithm.converged(server_state):
             break
+    if algorithm.finalize_clients:
+        # the final broadcast reaches every client; nothing is sent back
+        final_round = len(participation)
+        everyone = np.arange(n_clients)
+        for k in everyone:
+            ledger.record(final_round, labels[k], "down", broadcast)
+        _collect(transport.round(final_round, everyone, broadcast, final=True), everyone,
+                 labels, final_round, on_client_error, ledger, replies=False)
     return server_state, np.array(participation, dtype=bool).reshape(-1, n_clients)
+
+
+def _collect(outcomes, asked, labels, rnd, on_client_error, ledger, replies=True):
+    """Apply the failure policy to one round's outcomes; record and return the replies."""
+    messages = {}
+    for k, (ok, payload) in zip(asked, outcomes):
+        if not ok:
+            if on_client_error == "raise":
+                if hasattr(payload, "add_note"):
+                    payload.add_note(f"(raised by the step of client {labels[k]!r} in round {rnd})")
+                raise payload
+            ledger.record_failure(rnd, labels[k], payload)
+            continue
+        if replies:
+            ledger.record(rnd, labels[k], "up", payload)
+            messages[int(k)] = payload
+    return messages

@@ -147,6 +147,11 @@ class FederatedAlgorithm:
     * ``server_step(state, messages, rng) -> (state, broadcast)``: sees only
       the messages of the clients that answered, keyed by client index.
     * ``converged(server_state) -> bool``: optional early stop.
+    * ``client_finalize(data, state, broadcast, rng) -> state``: optional last
+      local step on the final broadcast, with no reply (e.g. fitting a
+      personalized part given the final shared model). The engine calls it
+      on every client when ``finalize_clients`` is true; the final broadcast
+      is recorded in the ledger as round ``n_rounds``.
 
     ``broadcast`` and ``message`` are :data:`Message` mappings: names to
     numeric numpy arrays. Client state may be any picklable object; it stays
@@ -155,6 +160,9 @@ class FederatedAlgorithm:
 
     #: Fewest rows a client needs for this algorithm.
     min_samples_per_client = 1
+
+    #: Whether the final broadcast goes to every client's ``client_finalize``.
+    finalize_clients = False
 
     def client_init(self, data, rng):
         """Return the initial local state of one client (default: ``None``)."""
@@ -175,6 +183,10 @@ class FederatedAlgorithm:
     def converged(self, server_state):
         """Return True to stop before the round limit (default: never)."""
         return False
+
+    def client_finalize(self, data, state, broadcast, rng):
+        """Last local step on the final broadcast; return the new state."""
+        return state
 
 
 def check_message(message, *, sender="client"):

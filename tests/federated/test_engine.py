@@ -242,3 +242,39 @@ def test_early_stop(federation):
 
     result = run_federation(Stops(3), fed, n_rounds=10, random_state=0)
     assert result.n_rounds == 1 and result.ledger.n_rounds == 1
+
+
+def test_client_finalize_receives_final_broadcast(federation):
+    fed, _, _ = federation
+
+    class Finalizing(GradientMean):
+        finalize_clients = True
+
+        def client_finalize(self, data, state, broadcast, rng):
+            return {**state, "final_coef": broadcast["coef"]}
+
+    result = run_federation(Finalizing(3), fed, n_rounds=4, client_fraction=0.5, random_state=0)
+    for state in result.client_states:  # every client, sampled in the last round or not
+        np.testing.assert_array_equal(state["final_coef"], result.server_state)
+    ledger = result.ledger
+    assert result.n_rounds == 4 and ledger.n_rounds == 5
+    final = [r for r in ledger.records if r.round == 4]
+    assert len(final) == 3 and all(r.direction == "down" for r in final)
+    assert ledger.bytes_up_per_round[4] == 0
+
+
+def test_client_finalize_failure_follows_policy(federation):
+    fed, _, _ = federation
+
+    class BadFinal(GradientMean):
+        finalize_clients = True
+
+        def client_finalize(self, data, state, broadcast, rng):
+            if data.label == "a":
+                raise ClientDropout("gone")
+            return state
+
+    result = run_federation(BadFinal(3), fed, n_rounds=2, on_client_error="skip")
+    assert result.ledger.failures == [(2, "a", "ClientDropout: gone")]
+    with pytest.raises(ClientDropout):
+        run_federation(BadFinal(3), fed, n_rounds=2)
