@@ -1,5 +1,6 @@
 """Baselines with the skfed API, for drop-in benchmarking."""
 
+from ._fedavg import FedAvgRegressor
 from ._local import LocalEstimator, PooledEstimator
 
-__all__ = ["LocalEstimator", "PooledEstimator"]
+__all__ = ["FedAvgRegressor", "LocalEstimator", "PooledEstimator"]

@@ -1,0 +1,264 @@
+"""FedAvg for linear regression, with optional local fine-tuning (a pFL baseline)."""
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
+from ..federated import FederatedAlgorithm, Federation, run_federation
+from ..utils._validation import check_positive_int
+from ._kernels import sgd_squared_epochs
+
+__all__ = ["FedAvgRegressor"]
+
+
+def _local_sgd(X, y, coef, intercept, n_epochs, rng, learning_rate, alpha, batch_size,
+               fit_intercept):
+    """``n_epochs`` of mini-batch SGD from ``(coef, intercept)``; returns new arrays."""
+    order = np.stack([rng.permutation(X.shape[0]) for _ in range(n_epochs)]).astype(np.int64)
+    coef = np.array(coef, dtype=float)  # the kernel updates it in place
+    intercept = sgd_squared_epochs(
+        X, y, coef, float(intercept), order, learning_rate, alpha, batch_size, fit_intercept
+    )
+    return coef, intercept
+
+
+class _FedAvg(FederatedAlgorithm):
+    """FedAvg (McMahan et al., 2017): local SGD epochs, size-weighted averaging."""
+
+    def __init__(self, n_features, local_epochs, learning_rate, alpha, batch_size,
+                 fit_intercept, fine_tune_epochs):
+        self.n_features = n_features
+        self.local_epochs = local_epochs
+        self.learning_rate = learning_rate
+        self.alpha = alpha
+        self.batch_size = batch_size
+        self.fit_intercept = fit_intercept
+        self.fine_tune_epochs = fine_tune_epochs
+        self.finalize_clients = fine_tune_epochs > 0
+
+    def _step_size(self, X):
+        if self.learning_rate != "auto":
+            return self.learning_rate
+        # 1 / (a bound on the smoothness of any mini-batch loss): stable for any scaling
+        lipschitz = np.max(np.einsum("ij,ij->i", X, X)) + float(self.fit_intercept) + self.alpha
+        return 1.0 / max(lipschitz, 1e-12)
+
+    def _sgd(self, data, coef, intercept, n_epochs, rng):
+        return _local_sgd(data.X, data.y, coef, intercept, n_epochs, rng,
+                          self._step_size(data.X), self.alpha, self.batch_size,
+                          self.fit_intercept)
+
+    def server_init(self, rng):
+        coef, intercept = np.zeros(self.n_features), 0.0
+        return (coef, intercept), {"coef": coef, "intercept": intercept}
+
+    def client_step(self, data, state, broadcast, rng):
+        coef, intercept = self._sgd(data, broadcast["coef"], broadcast["intercept"],
+                                    self.local_epochs, rng)
+        return state, {"coef": coef, "intercept": intercept,
+                       "n_samples": np.int64(data.n_samples)}
+
+    def server_step(self, state, messages, rng):
+        n = np.array([m["n_samples"] for m in messages.values()], dtype=float)
+        w = n / n.sum()
+        coef = sum(wk * m["coef"] for wk, m in zip(w, messages.values()))
+        intercept = float(sum(wk * m["intercept"] for wk, m in zip(w, messages.values())))
+        if not (np.all(np.isfinite(coef)) and np.isfinite(intercept)):
+            raise FloatingPointError(
+                "FedAvg diverged (non-finite coefficients); lower learning_rate or "
+                "standardize X."
+            )
+        return (coef, intercept), {"coef": coef, "intercept": intercept}
+
+    def client_finalize(self, data, state, broadcast, rng):
+        # local fine-tuning of the final global model: the personalized model
+        return self._sgd(data, broadcast["coef"], broadcast["intercept"],
+                         self.fine_tune_epochs, rng)
+
+
+class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
+    """Federated averaging of linear least-squares models, optionally fine-tuned per client.
+
+    Each round, every sampled client runs ``local_epochs`` of mini-batch SGD
+    on ``0.5 * mean((X w + b - y)^2) + 0.5 * alpha * ||w||^2`` from the
+    current global model and sends its model and row count; the server
+    averages the models weighted by row counts (FedAvg, McMahan et al.,
+    2017). With ``fine_tune_epochs > 0`` each client then fine-tunes the final
+    global model on its own rows ("FedAvg + fine-tuning", a standard
+    personalized baseline); the fine-tuned models stay with the clients.
+
+    ``predict(X, groups)`` uses each row's fine-tuned client model, or the
+    global model for ``groups=None``, unseen clients (with
+    ``unknown_client="global"``) or when ``fine_tune_epochs=0``.
+
+    Parameters
+    ----------
+    n_rounds : int, default=50
+        Communication rounds.
+    local_epochs : int, default=1
+        Passes over its rows a client makes per round.
+    learning_rate : float or "auto", default="auto"
+        SGD step size. ``"auto"``: each client uses
+        ``1 / (max_i ||x_i||^2 + fit_intercept + alpha)`` computed on its own
+        rows, a step at which mini-batch SGD cannot diverge. A fixed step that
+        diverges raises an error.
+    batch_size : int, default=32
+        Rows per SGD step.
+    alpha : float, default=1e-4
+        L2 penalty on the coefficients.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept.
+    fine_tune_epochs : int, default=0
+        Local epochs of fine-tuning after the last round (0: no personalization).
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients sampled per round.
+    on_client_error : {"raise", "skip"}, default="raise"
+        Policy for a client step that fails (see :func:`skfed.federated.run_federation`).
+    unknown_client : {"global", "error"}, default="global"
+        Prediction for clients not seen in ``fit``.
+    n_jobs : int or None, default=None
+        Threads for the client steps of a round; results do not depend on it.
+    random_state : int, RandomState instance or None, default=None
+        Seed of client sampling and SGD row orders.
+    verbose : int, default=0
+        Print one line per round.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+        Global coefficients.
+    intercept_ : float
+        Global intercept.
+    client_coefs_ : ndarray of shape (n_clients, n_features)
+        Fine-tuned coefficients per client (the global ones without fine-tuning).
+    client_intercepts_ : ndarray of shape (n_clients,)
+        Fine-tuned intercepts per client.
+    clients_ : ndarray of shape (n_clients,)
+        Sorted unique client labels seen in ``fit``.
+    n_iter_ : int
+        Rounds run.
+    communication_ : Ledger
+        Messages exchanged during ``fit``.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+
+    Examples
+    --------
+    >>> from skfed.baselines import FedAvgRegressor
+    >>> from skfed.datasets import make_federated_regression
+    >>> X, y, groups = make_federated_regression(n_clients=4, heterogeneity=0.0,
+    ...                                          random_state=0)
+    >>> model = FedAvgRegressor(n_rounds=30, random_state=0).fit(X, y, groups=groups)
+    >>> round(model.score(X, y), 2)
+    0.98
+    """
+
+    def __init__(self, n_rounds=50, *, local_epochs=1, learning_rate="auto", batch_size=32,
+                 alpha=1e-4, fit_intercept=True, fine_tune_epochs=0, client_fraction=1.0,
+                 on_client_error="raise", unknown_client="global", n_jobs=None,
+                 random_state=None, verbose=0):
+        self.n_rounds = n_rounds
+        self.local_epochs = local_epochs
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.fine_tune_epochs = fine_tune_epochs
+        self.client_fraction = client_fraction
+        self.on_client_error = on_client_error
+        self.unknown_client = unknown_client
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _federated_algorithm(self, n_features):
+        """The client and server steps (also what a distributed run executes)."""
+        lr = self.learning_rate
+        if not (isinstance(lr, str) and lr == "auto") and (
+            isinstance(lr, bool) or not isinstance(lr, numbers.Real)
+            or not (np.isfinite(lr) and lr > 0)
+        ):
+            raise ValueError(f"learning_rate must be 'auto' or a finite number > 0, got {lr!r}.")
+        alpha = self.alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (
+            np.isfinite(alpha) and alpha >= 0
+        ):
+            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}.")
+        return _FedAvg(
+            n_features=n_features,
+            local_epochs=check_positive_int(self.local_epochs, "local_epochs"),
+            learning_rate=lr if isinstance(lr, str) else float(lr),
+            alpha=float(alpha),
+            batch_size=check_positive_int(self.batch_size, "batch_size"),
+            fit_intercept=bool(self.fit_intercept),
+            fine_tune_epochs=check_positive_int(self.fine_tune_epochs, "fine_tune_epochs",
+                                                minimum=0),
+        )
+
+    @transactional_fit
+    def fit(self, X, y, groups=None):
+        """Train the global model by federated averaging (then fine-tune per client).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training rows of all clients.
+        y : array-like of shape (n_samples,)
+            Targets.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` means one client.
+
+        Returns
+        -------
+        self : FedAvgRegressor
+            The fitted estimator.
+        """
+        X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64)
+        algorithm = self._federated_algorithm(X.shape[1])
+        n_rounds = check_positive_int(self.n_rounds, "n_rounds")
+        federation = Federation.from_arrays(X, y, groups)
+        result = run_federation(
+            algorithm, federation, n_rounds=n_rounds, client_fraction=self.client_fraction,
+            n_jobs=self.n_jobs, on_client_error=self.on_client_error,
+            random_state=self.random_state, verbose=self.verbose,
+        )
+        coef, intercept = result.server_state
+        if algorithm.finalize_clients:
+            personal = [s if s is not None else (coef, intercept) for s in result.client_states]
+        else:
+            personal = [(coef, intercept)] * federation.n_clients
+        self.coef_ = coef
+        self.intercept_ = intercept
+        self.client_coefs_ = np.array([c for c, _ in personal])
+        self.client_intercepts_ = np.array([b for _, b in personal], dtype=float)
+        self.clients_ = federation.labels
+        self.n_iter_ = result.n_rounds
+        self.communication_ = result.ledger
+        return self
+
+    def predict(self, X, groups=None):
+        """Predict with each row's client model (the global model for others).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` uses the global model.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        index = self._client_index(groups, X.shape[0])
+        return scatter_rows(
+            X.shape[0],
+            index,
+            lambda k, rows: X[rows] @ self.client_coefs_[k] + self.client_intercepts_[k],
+            lambda rows: X[rows] @ self.coef_ + self.intercept_,
+        )
