@@ -7,7 +7,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
-from ..federated import FederatedAlgorithm, Federation, run_federation
+from ..federated import FederatedAlgorithm, fit_federated
 from ..utils._validation import check_positive_int
 from ._kernels import sgd_squared_epochs
 
@@ -174,8 +174,18 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
-    def _federated_algorithm(self, n_features):
-        """The client and server steps (also what a distributed run executes)."""
+    def _engine_params(self):
+        return dict(
+            n_rounds=check_positive_int(self.n_rounds, "n_rounds"),
+            client_fraction=self.client_fraction,
+            on_client_error=self.on_client_error,
+            random_state=self.random_state,
+            n_jobs=self.n_jobs,
+            verbose=self.verbose,
+        )
+
+    def _federated_algorithm(self, setup):
+        """The client and server steps, built from the set-up summary only."""
         lr = self.learning_rate
         if not (isinstance(lr, str) and lr == "auto") and (
             isinstance(lr, bool) or not isinstance(lr, numbers.Real)
@@ -188,7 +198,7 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         ):
             raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}.")
         return _FedAvg(
-            n_features=n_features,
+            n_features=int(setup["n_features"]),
             local_epochs=check_positive_int(self.local_epochs, "local_epochs"),
             learning_rate=lr if isinstance(lr, str) else float(lr),
             alpha=float(alpha),
@@ -216,28 +226,34 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self : FedAvgRegressor
             The fitted estimator.
         """
-        X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64)
-        algorithm = self._federated_algorithm(X.shape[1])
-        n_rounds = check_positive_int(self.n_rounds, "n_rounds")
-        federation = Federation.from_arrays(X, y, groups)
-        result = run_federation(
-            algorithm, federation, n_rounds=n_rounds, client_fraction=self.client_fraction,
-            n_jobs=self.n_jobs, on_client_error=self.on_client_error,
-            random_state=self.random_state, verbose=self.verbose,
-        )
+        X, y = self._validate_site_data(X, y, reset=True)
+        result, setup, labels = fit_federated(self, X, y, groups)
+        self._set_federated_result(result, setup, labels)
+        return self
+
+    def _validate_site_data(self, X, y, reset=False):
+        """Validate one site's (or the pooled) training rows."""
+        return validate_data(self, X, y, reset=reset, y_numeric=True, dtype=np.float64)
+
+    def _set_federated_result(self, result, setup, labels):
+        """Copy the global model (and, when known, the clients' models) into attributes.
+
+        ``result.client_states`` is ``None`` on a distributed run: the
+        fine-tuned models then stay with the sites and the clients predict
+        with the global model here.
+        """
         coef, intercept = result.server_state
-        if algorithm.finalize_clients:
-            personal = [s if s is not None else (coef, intercept) for s in result.client_states]
-        else:
-            personal = [(coef, intercept)] * federation.n_clients
+        states = result.client_states
+        if states is None or not self.fine_tune_epochs:
+            states = [(coef, intercept)] * len(labels)
         self.coef_ = coef
         self.intercept_ = intercept
-        self.client_coefs_ = np.array([c for c, _ in personal])
-        self.client_intercepts_ = np.array([b for _, b in personal], dtype=float)
-        self.clients_ = federation.labels
+        self.client_coefs_ = np.array([c for c, _ in states])
+        self.client_intercepts_ = np.array([b for _, b in states], dtype=float)
+        self.clients_ = labels
+        self.n_features_in_ = int(setup["n_features"])
         self.n_iter_ = result.n_rounds
         self.communication_ = result.ledger
-        return self
 
     def predict(self, X, groups=None):
         """Predict with each row's client model (the global model for others).

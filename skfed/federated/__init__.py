@@ -8,6 +8,7 @@ in a :class:`Ledger`.
 """
 
 from ._engine import ClientDropout, FederationResult, round_rng, run_federation, seed_entropy
+from ._fit import client_summary, combine_summaries, fit_federated
 from ._ledger import Ledger, LedgerRecord
 from ._protocol import ClientData, FederatedAlgorithm, Federation, check_message
 
@@ -20,6 +21,9 @@ __all__ = [
     "Ledger",
     "LedgerRecord",
     "check_message",
+    "client_summary",
+    "combine_summaries",
+    "fit_federated",
     "round_rng",
     "run_federation",
     "seed_entropy",

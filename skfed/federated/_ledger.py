@@ -13,7 +13,9 @@ class LedgerRecord(NamedTuple):
     """One message between the server and one client.
 
     ``direction`` is ``"down"`` (server to client) or ``"up"`` (client to
-    server); ``client`` is the client's label; ``names``, ``shapes`` and
+    server); ``round`` is ``-1`` for the set-up exchange before the first
+    round (each client's row and feature counts); ``client`` is the
+    client's label; ``names``, ``shapes`` and
     ``dtypes`` describe the arrays and ``nbytes`` is their total size.
     """
 
@@ -87,7 +89,7 @@ class Ledger:
         )
         if self.keep_payloads:
             self.payloads.append(message)
-        self.n_rounds = max(self.n_rounds, int(round) + 1)
+        self.n_rounds = max(self.n_rounds, int(round) + 1)  # set-up (-1) is not a round
 
     def record_failure(self, round, client, error):
         """Note that a client's step failed in a round and was skipped."""
@@ -100,7 +102,7 @@ class Ledger:
     def _per_round(self, direction):
         out = np.zeros(self.n_rounds, dtype=np.int64)
         for r in self.records:
-            if r.direction == direction:
+            if r.direction == direction and r.round >= 0:
                 out[r.round] += r.nbytes
         return out
 
@@ -120,8 +122,13 @@ class Ledger:
         return self.bytes_up + self.bytes_down
 
     @property
+    def bytes_setup(self):
+        """Bytes of the set-up exchange (round -1), included in the totals."""
+        return sum(r.nbytes for r in self.records if r.round < 0)
+
+    @property
     def bytes_up_per_round(self):
-        """Bytes sent up in each round, shape ``(n_rounds,)``."""
+        """Bytes sent up in each round, shape ``(n_rounds,)`` (set-up excluded)."""
         return self._per_round("up")
 
     @property
@@ -141,6 +148,7 @@ class Ledger:
             "n_messages": self.n_messages,
             "bytes_up": self.bytes_up,
             "bytes_down": self.bytes_down,
+            "bytes_setup": self.bytes_setup,
             "total_bytes": self.total_bytes,
             "bytes_up_per_round": self.bytes_up_per_round.tolist(),
             "bytes_down_per_round": self.bytes_down_per_round.tolist(),

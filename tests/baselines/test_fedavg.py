@@ -73,8 +73,13 @@ def test_deterministic_across_n_jobs_and_sampling():
 def test_messages_hold_models_not_rows():
     X, y, groups = make_federated_regression(n_clients=3, random_state=0)
     model = FedAvgRegressor(n_rounds=2).fit(X, y, groups=groups)
-    up = {r.names for r in model.communication_.records if r.direction == "up"}
+    records = model.communication_.records
+    up = {r.names for r in records if r.direction == "up" and r.round >= 0}
     assert up == {("coef", "intercept", "n_samples")}
+    # the set-up exchange (round -1): each client's row and feature counts
+    setup = [r for r in records if r.round == -1]
+    assert len(setup) == 3 and {r.names for r in setup} == {("n_samples", "n_features")}
+    assert model.communication_.bytes_setup == 3 * 16
 
 
 @pytest.mark.parametrize(
