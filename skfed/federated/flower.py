@@ -1,0 +1,338 @@
+"""Run a skfed estimator on a Flower federation (SuperLink and SuperNodes).
+
+Install the extra: ``pip install "skfed[flower]"``. The core package does not
+import this module.
+
+:class:`FlowerFederation` turns an estimator factory and a per-site data
+loader into a Flower ``ServerApp`` and ``ClientApp`` that run the
+estimator's *own* client and server steps, unchanged, as Flower messages:
+every skfed message becomes an ``ArrayRecord`` of named arrays. The round
+semantics (client sampling, the failure policy, the ledger) are those of the
+in-process engine, shared code, so with the same ``random_state`` and data a
+Flower run and an in-process fit give the same fitted parameters and the
+same ``communication_`` totals.
+
+Client-local state (personalized parts, dual variables, noise streams) is
+kept in the SuperNode's ``context.state`` and never leaves the site.
+
+Message types: ``query.setup`` (each site validates its data and sends its
+row and feature counts), ``train.init`` (seed, client index and set-up
+summary: control values, not counted in the ledger), ``train`` (one round),
+``train.finalize`` (the final broadcast, when the algorithm asks for it).
+"""
+
+import pickle
+import time
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from ._engine import (
+    _CLIENT_FINAL,
+    _CLIENT_INIT,
+    _CLIENT_STEP,
+    ClientDropout,
+    FederationResult,
+    _check_fraction,
+    _drive_rounds,
+    round_rng,
+    seed_entropy,
+)
+from ._fit import client_summary, combine_summaries
+from ._ledger import Ledger
+from ._protocol import ClientData, check_message
+
+__all__ = ["FlowerFederation", "FlowerTransport", "supports_federation"]
+
+_CONTRACT = ("_federated_algorithm", "_engine_params", "_set_federated_result",
+             "_validate_site_data")
+_STATE_KEY = "skfed"
+
+
+def supports_federation(estimator):
+    """Whether ``estimator`` follows the contract of :func:`skfed.federated.fit_federated`."""
+    return all(hasattr(estimator, name) for name in _CONTRACT)
+
+
+def _to_record(message):
+    # np.ascontiguousarray would turn 0-d arrays into 1-d ones
+    return ArrayRecord({name: Array(np.require(arr, requirements="C"))
+                        for name, arr in message.items()})
+
+
+def _from_record(record):
+    return {name: record[name].numpy() for name in record}
+
+
+class FlowerTransport:
+    """Reaches the clients through a Flower ``Grid`` (one SuperNode per client).
+
+    Used by the ``ServerApp`` of :class:`FlowerFederation` in place of the
+    in-process transport; the round loop is the same.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        The run's grid.
+    node_ids : list of int
+        SuperNode id of each client, in client-index order.
+    labels : list
+        Client labels, in client-index order.
+    timeout : float
+        Seconds to wait for the replies of a round; a client that has not
+        answered by then did not answer (:class:`ClientDropout`).
+    """
+
+    def __init__(self, grid, node_ids, labels, timeout):
+        self.grid = grid
+        self.node_ids = list(node_ids)
+        self.labels = list(labels)
+        self.timeout = timeout
+
+    def _exchange(self, asked, message_type, arrays, config):
+        messages = [
+            Message(
+                RecordDict({"arrays": _to_record(arrays),
+                            "config": ConfigRecord({**config, "client-index": int(k)})}),
+                dst_node_id=self.node_ids[k],
+                message_type=message_type,
+            )
+            for k in asked
+        ]
+        replies = self.grid.send_and_receive(messages, timeout=self.timeout)
+        by_node = {r.metadata.src_node_id: r for r in replies}
+        outcomes = []
+        for k in asked:
+            reply = by_node.get(self.node_ids[k])
+            if reply is None:
+                outcomes.append((False, ClientDropout(
+                    f"client {self.labels[k]!r} (node {self.node_ids[k]}) did not answer "
+                    f"within {self.timeout} s")))
+            elif reply.has_error():
+                outcomes.append((False, ClientDropout(
+                    f"client {self.labels[k]!r} (node {self.node_ids[k]}) failed: "
+                    f"{reply.error.reason}")))
+            else:
+                outcomes.append((True, check_message(_from_record(reply.content["arrays"]),
+                                                     sender=f"client {self.labels[k]!r}")))
+        return outcomes
+
+    def round(self, rnd, asked, broadcast, final=False):
+        """Send the broadcast to the asked clients; return their replies."""
+        message_type = "train.finalize" if final else "train"
+        return self._exchange(asked, message_type, broadcast, {"round": int(rnd)})
+
+
+class FlowerFederation:
+    """Build a Flower ``ServerApp`` and ``ClientApp`` for a skfed estimator.
+
+    Parameters
+    ----------
+    make_estimator : callable
+        ``make_estimator(run_config) -> estimator``: an unfitted skfed
+        estimator (the same on the server and on every site). ``run_config``
+        is the run's Flower config (a dict).
+    load_data : callable
+        ``load_data(node_config) -> (X, y)``: the site's own rows, read on
+        the SuperNode from its node config (e.g. a file path).
+    client_key : str, default="client-id"
+        Node-config key holding the site's client label (falls back to
+        ``"partition-id"``).
+    min_nodes : int or None, default=None
+        SuperNodes to wait for before training (``run_config["min-nodes"]``
+        if ``None``; at least 1).
+    connect_timeout : float, default=120
+        Seconds to wait for ``min_nodes`` SuperNodes.
+    round_timeout : float, default=600
+        Seconds to wait for the replies of one round.
+
+    Attributes
+    ----------
+    server_app : flwr.serverapp.ServerApp
+    client_app : flwr.clientapp.ClientApp
+
+    Notes
+    -----
+    The fitted estimator is written with ``pickle`` to
+    ``run_config["output"]`` if given: an ordinary fitted skfed estimator
+    whose ``predict(X)`` is the population prediction. Personalized parts
+    stay on the sites.
+    """
+
+    def __init__(self, make_estimator, load_data, *, client_key="client-id", min_nodes=None,
+                 connect_timeout=120.0, round_timeout=600.0):
+        probe = make_estimator({})
+        if not supports_federation(probe):
+            raise TypeError(
+                f"{type(probe).__name__} does not support federation: it needs "
+                f"{', '.join(_CONTRACT)} (see skfed.federated.fit_federated)."
+            )
+        self.make_estimator = make_estimator
+        self.load_data = load_data
+        self.client_key = client_key
+        self.min_nodes = min_nodes
+        self.connect_timeout = connect_timeout
+        self.round_timeout = round_timeout
+        self.server_app = ServerApp()
+        self.server_app.main()(self._server_main)
+        self.client_app = ClientApp()
+        self.client_app.query("setup")(self._client_setup)
+        self.client_app.train("init")(self._client_init)
+        self.client_app.train()(self._client_round)
+        self.client_app.train("finalize")(self._client_finalize)
+
+    # ------------------------------------------------------------------ site side
+    def _site(self, context):
+        """The site's estimator and validated rows; errors name the site."""
+        config = dict(context.node_config)
+        label = config.get(self.client_key, config.get("partition-id"))
+        estimator = self.make_estimator(dict(context.run_config))
+        try:
+            X, y = self.load_data(config)
+            X, y = estimator._validate_site_data(X, y, reset=True)
+        except Exception as exc:
+            raise ValueError(f"site {label!r}: its data cannot be used: {exc}") from exc
+        return estimator, X, y, label
+
+    def _reply(self, msg, arrays):
+        return Message(RecordDict({"arrays": _to_record(arrays)}), reply_to=msg)
+
+    def _client_setup(self, msg, context):
+        estimator, X, y, label = self._site(context)
+        reply = Message(
+            RecordDict({"arrays": _to_record(client_summary(X)),
+                        "config": ConfigRecord({"label": label})}),
+            reply_to=msg,
+        )
+        return reply
+
+    def _load_state(self, context):
+        record = context.state[_STATE_KEY]
+        return pickle.loads(record["state"]), int(record["index"]), int(record["entropy"])
+
+    def _save_state(self, context, state, index, entropy, algorithm):
+        context.state[_STATE_KEY] = ConfigRecord({
+            "state": pickle.dumps(state), "index": index, "entropy": str(entropy),
+            "algorithm": pickle.dumps(algorithm),
+        })
+
+    def _client_init(self, msg, context):
+        estimator, X, y, label = self._site(context)
+        config = msg.content["config"]
+        index, entropy = int(config["client-index"]), int(config["entropy"])
+        setup = {"n_features": int(config["n-features"]),
+                 "n_samples": np.array(config["n-samples"], dtype=np.int64)}
+        algorithm = estimator._federated_algorithm(setup)
+        data = ClientData(X=X, y=y, label=label, index=index)
+        state = algorithm.client_init(data, round_rng(entropy, _CLIENT_INIT, index))
+        self._save_state(context, state, index, entropy, algorithm)
+        return self._reply(msg, {})
+
+    def _step(self, msg, context, final):
+        _, X, y, label = self._site(context)
+        state, index, entropy = self._load_state(context)
+        algorithm = pickle.loads(context.state[_STATE_KEY]["algorithm"])
+        rnd = int(msg.content["config"]["round"])
+        broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
+        data = ClientData(X=X, y=y, label=label, index=index)
+        if final:
+            state = algorithm.client_finalize(data, state, broadcast,
+                                              round_rng(entropy, _CLIENT_FINAL, index, rnd))
+            message = {}
+        else:
+            state, message = algorithm.client_step(data, state, broadcast,
+                                                   round_rng(entropy, _CLIENT_STEP, index, rnd))
+            message = check_message(message, sender=f"client {label!r}")
+        self._save_state(context, state, index, entropy, algorithm)
+        return self._reply(msg, message)
+
+    def _client_round(self, msg, context):
+        return self._step(msg, context, final=False)
+
+    def _client_finalize(self, msg, context):
+        return self._step(msg, context, final=True)
+
+    # ---------------------------------------------------------------- server side
+    def _wait_for_nodes(self, grid, min_nodes):
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            nodes = sorted(grid.get_node_ids())
+            if len(nodes) >= min_nodes:
+                return nodes
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"only {len(nodes)} of {min_nodes} SuperNodes connected within "
+                    f"{self.connect_timeout} s."
+                )
+            time.sleep(0.5)
+
+    def _server_main(self, grid: Grid, context: Context):
+        run_config = dict(context.run_config)
+        estimator = self.make_estimator(run_config)
+        params = estimator._engine_params()
+        min_nodes = self.min_nodes or int(run_config.get("min-nodes", 1))
+        nodes = self._wait_for_nodes(grid, max(1, min_nodes))
+
+        # set-up exchange: a site that cannot load or validate its data stops the run
+        messages = [Message(RecordDict({}), dst_node_id=n, message_type="query.setup")
+                    for n in nodes]
+        replies = {r.metadata.src_node_id: r
+                   for r in grid.send_and_receive(messages, timeout=self.round_timeout)}
+        sites = []
+        for node in nodes:
+            reply = replies.get(node)
+            if reply is None:
+                raise RuntimeError(f"SuperNode {node} did not answer the set-up query.")
+            if reply.has_error():
+                raise RuntimeError(f"SuperNode {node} failed the set-up: {reply.error.reason}")
+            summary = check_message(_from_record(reply.content["arrays"]))
+            sites.append((reply.content["config"]["label"], node, summary))
+        try:
+            sites.sort(key=lambda site: site[0])
+        except TypeError:
+            raise ValueError("client labels of the SuperNodes are not comparable: "
+                             f"{[s[0] for s in sites]}.") from None
+        labels = [s[0] for s in sites]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"two SuperNodes share a client label: {labels}.")
+        ledger = Ledger()
+        for label, _, summary in sites:
+            ledger.record(-1, label, "up", summary)
+        setup = combine_summaries(labels, [s[2] for s in sites])
+        algorithm = estimator._federated_algorithm(setup)
+        entropy = seed_entropy(params["random_state"])
+
+        init = [
+            Message(
+                RecordDict({"config": ConfigRecord({
+                    "client-index": k, "entropy": str(entropy),
+                    "n-features": int(setup["n_features"]),
+                    "n-samples": [int(n) for n in setup["n_samples"]],
+                })}),
+                dst_node_id=node, message_type="train.init",
+            )
+            for k, (_, node, _) in enumerate(sites)
+        ]
+        answered = {r.metadata.src_node_id: r
+                    for r in grid.send_and_receive(init, timeout=self.round_timeout)}
+        for label, node, _ in sites:
+            reply = answered.get(node)
+            if reply is None or reply.has_error():
+                reason = "no answer" if reply is None else reply.error.reason
+                raise RuntimeError(f"site {label!r} (node {node}) failed to start: {reason}")
+
+        transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout)
+        server_state, participation = _drive_rounds(
+            algorithm, transport, params["n_rounds"], _check_fraction(params["client_fraction"]),
+            params["on_client_error"], entropy, ledger, params.get("verbose", 0),
+        )
+        result = FederationResult(server_state=server_state, client_states=None, ledger=ledger,
+                                  n_rounds=len(participation), participation=participation)
+        estimator._set_federated_result(result, setup, np.array(labels))
+        output = run_config.get("output")
+        if output:
+            with open(output, "wb") as fh:
+                pickle.dump(estimator, fh)
+        return estimator

@@ -1,0 +1,177 @@
+"""Fixtures: a real local Flower federation (SuperLink + SuperNodes) for the tests."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(flwr_home):
+    env = dict(os.environ)
+    env["FLWR_HOME"] = str(flwr_home)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # superlink spawns flower-superexec
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def write_app(app_dir, module_source, config=None, name="skfedtestapp"):
+    """A Flower app directory whose components live in ``<name>/app.py``.
+
+    ``config`` declares the run-config keys (with defaults) the app accepts.
+    """
+    config = {"min-nodes": 1, "output": "", **(config or {})}
+    config_lines = "\n".join(f"{k} = {_toml_value(v)}" for k, v in config.items())
+    app_dir = Path(app_dir)
+    (app_dir / name).mkdir(parents=True, exist_ok=True)
+    (app_dir / name / "__init__.py").write_text("")
+    (app_dir / name / "app.py").write_text(textwrap.dedent(module_source))
+    (app_dir / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["hatchling"]
+        build-backend = "hatchling.build"
+
+        [project]
+        name = "{name}"
+        version = "0.1.0"
+        description = "skfed test app"
+        license = "BSD-3-Clause"
+        dependencies = []
+
+        [tool.hatch.build.targets.wheel]
+        packages = ["."]
+
+        [tool.flwr.app]
+        publisher = "skfed"
+
+        [tool.flwr.app.components]
+        serverapp = "{name}.app:server_app"
+        clientapp = "{name}.app:client_app"
+
+        [tool.flwr.app.config]
+        """) + config_lines + "\n")
+    return app_dir
+
+
+class LocalFederation:
+    """A SuperLink and SuperNodes on 127.0.0.1; stops every process it started."""
+
+    def __init__(self, workdir, node_configs, tls=None):
+        self.workdir = Path(workdir)
+        self.node_configs = node_configs
+        self.tls = tls
+        self.home = self.workdir / "flwr-home"
+        self.cli_home = self.workdir / "flwr-cli-home"
+        self.port = free_port()
+        self.procs = []
+        self.nodes = []
+
+    def _spawn(self, args, log_name):
+        log = open(self.workdir / log_name, "wb")
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                env=_env(self.home), start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def __enter__(self):
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.cli_home.mkdir(parents=True, exist_ok=True)
+        security = (["--ssl-certfile", str(self.tls["cert"]), "--ssl-keyfile",
+                     str(self.tls["key"]), "--ssl-ca-certfile", str(self.tls["ca"])]
+                    if self.tls else ["--insecure"])
+        self._spawn([str(BIN / "flower-superlink"), *security, "--host", "127.0.0.1",
+                     "--port", str(self.port), "--disable-runtime-dependency-installation"],
+                    "superlink.log")
+        self._wait_port(self.port)
+        node_security = (["--root-certificates", str(self.tls["ca"])] if self.tls
+                         else ["--insecure"])
+        for i, config in enumerate(self.node_configs):
+            node_port = free_port()
+            config_str = " ".join(f"{k}={_toml_value(v)}" for k, v in config.items())
+            self.nodes.append(self._spawn(
+                [str(BIN / "flower-supernode"), *node_security, "--superlink",
+                 f"127.0.0.1:{self.port}", "--port", str(node_port),
+                 "--node-config", config_str],
+                f"supernode-{i}.log"))
+        conn = {"address": f'"127.0.0.1:{self.port}"'}
+        if self.tls:
+            conn["root-certificates"] = f'"{self.tls["ca"]}"'
+        else:
+            conn["insecure"] = "true"
+        body = "\n".join(f"{k} = {v}" for k, v in conn.items())
+        (self.cli_home / "config.toml").write_text(
+            f'[superlink]\ndefault = "test"\n\n[superlink.test]\n{body}\n')
+        return self
+
+    def _wait_port(self, port, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"SuperLink did not open port {port}: "
+                           + (self.workdir / "superlink.log").read_text()[-2000:])
+
+    def run(self, app_dir, run_config, timeout=300):
+        """``flwr run`` the app on this federation; return the completed process."""
+        config = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
+        return subprocess.run(
+            [str(BIN / "flwr"), "run", str(app_dir), "test", "--stream", "--run-config", config],
+            env=_env(self.cli_home), capture_output=True, text=True, timeout=timeout,
+        )
+
+    def kill_node(self, i):
+        os.killpg(self.nodes[i].pid, signal.SIGTERM)
+
+    def __exit__(self, *exc):
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        return False
+
+    def logs(self):
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
+                         for p in sorted(self.workdir.glob("*.log")))
+
+
+def _toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    return f'"{v}"'
+
+
+@pytest.fixture
+def local_federation():
+    """The :class:`LocalFederation` class (a fixture: conftest modules are not importable)."""
+    return LocalFederation
+
+
+@pytest.fixture
+def flower_app():
+    """The :func:`write_app` helper."""
+    return write_app
