@@ -44,7 +44,7 @@ from ._fit import client_summary, combine_summaries
 from ._ledger import Ledger
 from ._protocol import ClientData, check_message
 
-__all__ = ["FlowerFederation", "FlowerTransport", "supports_federation"]
+__all__ = ["FlowerFederation", "FlowerTransport", "exchange", "supports_federation"]
 
 _CONTRACT = ("_federated_algorithm", "_engine_params", "_set_federated_result",
              "_validate_site_data")
@@ -64,6 +64,57 @@ def _to_record(message):
 
 def _from_record(record):
     return {name: record[name].numpy() for name in record}
+
+
+def exchange(grid, messages, timeout, poll=0.25):
+    """Send messages and collect replies, giving up early on SuperNodes that left.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+    messages : dict
+        Key (e.g. client index) to the message for it.
+    timeout : float
+        Seconds to wait for all replies.
+    poll : float, default=0.25
+        Seconds between pulls (``Grid.send_and_receive`` waits 3 s).
+
+    Returns
+    -------
+    replies : dict
+        Key to reply, for the replies that arrived.
+    lost : dict
+        Key to the reason there is no reply (``"is offline"``, or not within
+        the timeout).
+    """
+    online = set(grid.get_node_ids())
+    lost = {key: "is offline" for key, m in messages.items()
+            if m.metadata.dst_node_id not in online}
+    to_send = {key: m for key, m in messages.items() if key not in lost}
+    keys = list(to_send)
+    ids = list(grid.push_messages([to_send[key] for key in keys])) if keys else []
+    pending = dict(zip(ids, keys))
+    nodes = {key: to_send[key].metadata.dst_node_id for key in keys}
+    replies = {}
+    deadline = time.monotonic() + timeout
+    while pending:
+        for reply in grid.pull_messages(list(pending)):
+            key = pending.pop(reply.metadata.reply_to_message_id, None)
+            if key is not None:
+                replies[key] = reply
+        if not pending:
+            break
+        online = set(grid.get_node_ids())
+        for msg_id, key in list(pending.items()):
+            if nodes[key] not in online:  # left during the round (e.g. SIGTERM)
+                lost[key] = "went offline before answering"
+                del pending[msg_id]
+        if time.monotonic() > deadline:
+            for key in pending.values():
+                lost[key] = f"did not answer within {timeout} s"
+            break
+        time.sleep(poll)
+    return replies, lost
 
 
 class FlowerTransport:
@@ -92,28 +143,24 @@ class FlowerTransport:
         self.timeout = timeout
 
     def _exchange(self, asked, message_type, arrays, config):
-        messages = [
-            Message(
+        messages = {
+            int(k): Message(
                 RecordDict({"arrays": _to_record(arrays),
                             "config": ConfigRecord({**config, "client-index": int(k)})}),
                 dst_node_id=self.node_ids[k],
                 message_type=message_type,
             )
             for k in asked
-        ]
-        replies = self.grid.send_and_receive(messages, timeout=self.timeout)
-        by_node = {r.metadata.src_node_id: r for r in replies}
+        }
+        replies, lost = exchange(self.grid, messages, self.timeout)
         outcomes = []
         for k in asked:
-            reply = by_node.get(self.node_ids[k])
+            where = f"client {self.labels[k]!r} (node {self.node_ids[k]})"
+            reply = replies.get(int(k))
             if reply is None:
-                outcomes.append((False, ClientDropout(
-                    f"client {self.labels[k]!r} (node {self.node_ids[k]}) did not answer "
-                    f"within {self.timeout} s")))
+                outcomes.append((False, ClientDropout(f"{where} {lost[int(k)]}")))
             elif reply.has_error():
-                outcomes.append((False, ClientDropout(
-                    f"client {self.labels[k]!r} (node {self.node_ids[k]}) failed: "
-                    f"{reply.error.reason}")))
+                outcomes.append((False, ClientDropout(f"{where} failed: {reply.error.reason}")))
             else:
                 outcomes.append((True, check_message(_from_record(reply.content["arrays"]),
                                                      sender=f"client {self.labels[k]!r}")))
@@ -276,15 +323,14 @@ class FlowerFederation:
         nodes = self._wait_for_nodes(grid, max(1, min_nodes))
 
         # set-up exchange: a site that cannot load or validate its data stops the run
-        messages = [Message(RecordDict({}), dst_node_id=n, message_type="query.setup")
-                    for n in nodes]
-        replies = {r.metadata.src_node_id: r
-                   for r in grid.send_and_receive(messages, timeout=self.round_timeout)}
+        messages = {n: Message(RecordDict({}), dst_node_id=n, message_type="query.setup")
+                    for n in nodes}
+        replies, lost = exchange(grid, messages, self.round_timeout)
         sites = []
         for node in nodes:
             reply = replies.get(node)
             if reply is None:
-                raise RuntimeError(f"SuperNode {node} did not answer the set-up query.")
+                raise RuntimeError(f"SuperNode {node} {lost[node]} at set-up.")
             if reply.has_error():
                 raise RuntimeError(f"SuperNode {node} failed the set-up: {reply.error.reason}")
             summary = check_message(_from_record(reply.content["arrays"]))
@@ -304,8 +350,8 @@ class FlowerFederation:
         algorithm = estimator._federated_algorithm(setup)
         entropy = seed_entropy(params["random_state"])
 
-        init = [
-            Message(
+        init = {
+            k: Message(
                 RecordDict({"config": ConfigRecord({
                     "client-index": k, "entropy": str(entropy),
                     "n-features": int(setup["n_features"]),
@@ -314,13 +360,12 @@ class FlowerFederation:
                 dst_node_id=node, message_type="train.init",
             )
             for k, (_, node, _) in enumerate(sites)
-        ]
-        answered = {r.metadata.src_node_id: r
-                    for r in grid.send_and_receive(init, timeout=self.round_timeout)}
-        for label, node, _ in sites:
-            reply = answered.get(node)
+        }
+        answered, lost = exchange(grid, init, self.round_timeout)
+        for k, (label, node, _) in enumerate(sites):
+            reply = answered.get(k)
             if reply is None or reply.has_error():
-                reason = "no answer" if reply is None else reply.error.reason
+                reason = lost[k] if reply is None else reply.error.reason
                 raise RuntimeError(f"site {label!r} (node {node}) failed to start: {reason}")
 
         transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout)

@@ -126,13 +126,23 @@ class LocalFederation:
         raise RuntimeError(f"SuperLink did not open port {port}: "
                            + (self.workdir / "superlink.log").read_text()[-2000:])
 
-    def run(self, app_dir, run_config, timeout=300):
-        """``flwr run`` the app on this federation; return the completed process."""
+    def _run_args(self, app_dir, run_config):
         config = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
-        return subprocess.run(
-            [str(BIN / "flwr"), "run", str(app_dir), "test", "--stream", "--run-config", config],
-            env=_env(self.cli_home), capture_output=True, text=True, timeout=timeout,
-        )
+        return [str(BIN / "flwr"), "run", str(app_dir), "test", "--stream",
+                "--run-config", config]
+
+    def run(self, app_dir, run_config, timeout=600):
+        """``flwr run`` the app on this federation; return the completed process."""
+        return subprocess.run(self._run_args(app_dir, run_config), env=_env(self.cli_home),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start_run(self, app_dir, run_config):
+        """``flwr run`` in the background (stdout and stderr merged, text)."""
+        proc = subprocess.Popen(self._run_args(app_dir, run_config), env=_env(self.cli_home),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        self.procs.append(proc)
+        return proc
 
     def kill_node(self, i):
         os.killpg(self.nodes[i].pid, signal.SIGTERM)

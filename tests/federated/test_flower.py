@@ -1,5 +1,6 @@
 """A skfed estimator on a real Flower federation: SuperLink + 3 SuperNodes on 127.0.0.1."""
 
+import os
 import pickle
 
 import numpy as np
@@ -65,3 +66,57 @@ def test_flower_run_equals_in_process_fit(sites, local_federation, flower_app):
     a, b = remote.communication_, local.communication_
     assert (a.bytes_up, a.bytes_down, a.bytes_setup) == (b.bytes_up, b.bytes_down, b.bytes_setup)
     assert a.bytes_up_per_round.tolist() == b.bytes_up_per_round.tolist()
+
+
+def _run_and_kill_one_node(fed, app, run_config, node, after_rounds, timeout=600):
+    """Start ``flwr run``; SIGTERM ``node`` once it answered ``after_rounds`` rounds."""
+    import subprocess
+    import time
+
+    proc = fed.start_run(app, run_config)
+    log = fed.workdir / f"supernode-{node}.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.read_text().count("Sending: train message") >= after_rounds:
+            fed.kill_node(node)
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return proc.returncode, out
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SKFED_FLOWER_KILL_TESTS"),
+    reason="unfinished (issue 6): on a loaded 2-core machine a reply of a surviving node was "
+    "lost after another node was killed; opt in with SKFED_FLOWER_KILL_TESTS=1",
+)
+@pytest.mark.parametrize("policy", ["skip", "raise"])
+def test_killed_supernode_follows_the_failure_policy(sites, local_federation, flower_app,
+                                                     tmp_path, policy):
+    root, X, y, groups, configs = sites
+    app = flower_app(tmp_path / "app", APP, {"n-rounds": 4, "policy": policy})
+    output = tmp_path / "fitted.pkl"
+    with local_federation(tmp_path, configs) as fed:
+        code, out = _run_and_kill_one_node(
+            fed, app, {"output": str(output), "min-nodes": 3, "n-rounds": 4, "policy": policy},
+            node=2, after_rounds=2)
+        logs = fed.logs()
+    if policy == "skip":
+        assert output.exists(), out + logs
+        with open(output, "rb") as fh:
+            model = pickle.load(fh)
+        failed = {(label, rnd) for rnd, label, _ in model.communication_.failures}
+        assert failed and {label for label, _ in failed} == {2}
+        # it answered round 0; a reply sent just before SIGTERM may be lost with the node
+        assert min(rnd for _, rnd in failed) >= 1
+        assert {rnd for _, rnd in failed} >= {2, 3}  # offline for the rest of the run
+        assert np.all(np.isfinite(model.coef_))
+    else:
+        assert not output.exists()  # no partial estimator
+        assert "ClientDropout" in out and "client 2" in out, out
