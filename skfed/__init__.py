@@ -6,7 +6,8 @@ server steps (:mod:`skfed.federated`).
 """
 
 from .baselines import LocalEstimator, PooledEstimator
+from .tensor import PersonalizedTensorRegressor
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["LocalEstimator", "PooledEstimator", "__version__"]
+__all__ = ["LocalEstimator", "PersonalizedTensorRegressor", "PooledEstimator", "__version__"]

@@ -5,6 +5,7 @@ module per paper and import it here.
 """
 
 from . import _federated_regression  # noqa: F401  (registers its experiment)
+from . import _tensor_regression  # noqa: F401  (registers its experiments)
 from ._registry import MODES, Experiment, get_experiments, register
 from ._runner import run_benchmark, summarize
 

@@ -6,6 +6,7 @@ of its own beside them.
 
 from ._accounting import ACCOUNTANTS, calibrate_noise_multiplier, epsilon_spent, gaussian_event
 from ._mechanisms import check_privacy_budget, classical_gaussian_sigma, gaussian_mechanism
+from ._pftr_bound import pftr_noise_multiplier, pftr_noise_std, pftr_privacy_spent
 
 __all__ = [
     "ACCOUNTANTS",
@@ -15,4 +16,7 @@ __all__ = [
     "epsilon_spent",
     "gaussian_event",
     "gaussian_mechanism",
+    "pftr_noise_multiplier",
+    "pftr_noise_std",
+    "pftr_privacy_spent",
 ]

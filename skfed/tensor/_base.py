@@ -1,0 +1,218 @@
+"""Input handling shared by the tensor regressors: shapes, validation, prediction."""
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..base import FederatedEstimatorMixin, scatter_rows
+from ._tucker import check_tucker_rank
+
+__all__ = ["_TensorRegressorBase", "check_shape", "check_positive_float"]
+
+
+def check_shape(shape, name):
+    """``None`` or a tuple of positive ints."""
+    if shape is None:
+        return None
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise ValueError(
+            f"{name} must be None or a tuple of positive ints, got {shape!r}."
+        ) from None
+    if (
+        not shape
+        or not all(
+            isinstance(s, numbers.Integral) and not isinstance(s, bool) and (s >= 1 or s == -1)
+            for s in shape
+        )
+        or sum(s == -1 for s in shape) > 1
+    ):
+        raise ValueError(
+            f"{name} must be None or a tuple of positive ints (at most one -1, inferred "
+            f"from the number of columns), got {shape!r}."
+        )
+    return tuple(int(s) for s in shape)
+
+
+def resolve_shape(shape, size, name, what):
+    """Fill a ``-1`` entry of ``shape`` (numpy ``reshape`` rule) and check the size."""
+    known = int(np.prod([s for s in shape if s != -1]))
+    if -1 in shape:
+        if known == 0 or size % known:
+            raise ValueError(
+                f"{what} has {size} columns, which {name}={shape} cannot reshape "
+                f"(not a multiple of {known})."
+            )
+        shape = tuple(size // known if s == -1 else s for s in shape)
+    if int(np.prod(shape)) != size:
+        raise ValueError(
+            f"{what} has {size} columns but {name}={shape} has {int(np.prod(shape))} "
+            f"entries; each row must be one tensor flattened in C order ({name})."
+        )
+    return shape
+
+
+def check_positive_float(value, name, *, allow_zero=False, allow_none=False):
+    """Return ``value`` as float if it is a finite number > 0 (or >= 0)."""
+    if value is None and allow_none:
+        return None
+    ok = (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and np.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}.")
+    return float(value)
+
+
+class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
+    """Tensor covariates given as 2-D ``X`` plus ``tensor_shape`` (or as n-D ``X``).
+
+    Subclasses set, in ``fit``, ``shared_coef_``-style coefficient tensors and
+    implement ``_coef_for_client(k)`` (``k = -1``: population).
+    """
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        return tags
+
+    # -- input ------------------------------------------------------------------
+
+    def _flatten_X(self, X):
+        """n-D ``X`` (n, p_1, ..., p_d) -> 2-D, remembering the tensor shape."""
+        if isinstance(X, np.ndarray) and X.ndim > 2:
+            return X.reshape(X.shape[0], -1), tuple(X.shape[1:])
+        return X, None
+
+    def _validate_fit_data(self, X, y):
+        tensor_shape = check_shape(self.tensor_shape, "tensor_shape")
+        output_shape = check_shape(self.output_shape, "output_shape")
+        X, nd_shape = self._flatten_X(X)
+        if nd_shape is not None:
+            if tensor_shape is not None and resolve_shape(
+                tensor_shape, int(np.prod(nd_shape)), "tensor_shape", "X"
+            ) != nd_shape:
+                raise ValueError(
+                    f"X has tensor rows of shape {nd_shape} but tensor_shape={tensor_shape}."
+                )
+            tensor_shape = nd_shape
+        y_nd = None
+        if isinstance(y, np.ndarray) and y.ndim > 2:
+            y_nd = tuple(y.shape[1:])
+            y = y.reshape(y.shape[0], -1)
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True)
+        p = X.shape[1]
+        if tensor_shape is None:
+            tensor_shape = (p,)
+        else:
+            tensor_shape = resolve_shape(tensor_shape, p, "tensor_shape", "X")
+        if y.ndim == 1:
+            if output_shape is not None and output_shape != (1,):
+                raise ValueError(
+                    f"y is 1-D (a scalar response) but output_shape={output_shape} (output_shape)."
+                )
+            resp_shape, y_layout = (), "scalar"
+            Ym = y.reshape(-1, 1)
+        else:
+            q = y.shape[1]
+            if y_nd is not None:
+                if output_shape is not None and resolve_shape(
+                    output_shape, q, "output_shape", "y"
+                ) != y_nd:
+                    raise ValueError(
+                        f"y has tensor rows of shape {y_nd} but output_shape={output_shape}."
+                    )
+                output_shape, y_layout = y_nd, "tensor"
+            else:
+                y_layout = "matrix"
+            if output_shape is None:
+                output_shape = (q,)
+            else:
+                output_shape = resolve_shape(output_shape, q, "output_shape", "y")
+            resp_shape = output_shape
+            Ym = y
+        self.tensor_shape_ = tensor_shape
+        self.output_shape_ = resp_shape
+        self.coef_shape_ = tuple(resp_shape) + tuple(tensor_shape)
+        self._y_layout = y_layout
+        return np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(Ym, dtype=float)
+
+    def _check_rank_param(self, rank, name="rank"):
+        if isinstance(rank, str):
+            if rank != "auto":
+                raise ValueError(f"{name} must be 'auto', an int or a tuple of ints, got {rank!r}.")
+            return "auto"
+        return check_tucker_rank(rank, self.coef_shape_, name)
+
+    def _init_rows(self):
+        """Rows of the matricization used by the ADMM initializer's norms."""
+        if self.init_unfolding not in ("auto", "response"):
+            raise ValueError(
+                f"init_unfolding must be 'auto' or 'response', got {self.init_unfolding!r}."
+            )
+        if self.output_shape_ or self.init_unfolding == "response":
+            return None
+        return self.tensor_shape_[0]
+
+    def _validate_predict_X(self, X):
+        check_is_fitted(self)
+        X, nd_shape = self._flatten_X(X)
+        if nd_shape is not None and nd_shape != self.tensor_shape_:
+            raise ValueError(
+                f"X has tensor rows of shape {nd_shape}, the model was fitted on "
+                f"{self.tensor_shape_}."
+            )
+        return validate_data(self, X, reset=False)
+
+    # -- prediction ---------------------------------------------------------------
+
+    def _predict_with(self, Xm, coef):
+        q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
+        return Xm @ np.asarray(coef).reshape(q, -1).T
+
+    def _format_output(self, Y):
+        if self._y_layout == "scalar":
+            return Y[:, 0]
+        if self._y_layout == "tensor":
+            return Y.reshape(Y.shape[0], *self.output_shape_)
+        return Y
+
+    def predict(self, X, groups=None):
+        """Predict ``<A_k, X>`` with each row's client tensor.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, prod(tensor_shape)) or (n_samples, *tensor_shape)
+            Covariate tensors, flattened in C order (or as an n-D array).
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` (and, with
+            ``unknown_client="global"``, clients not seen in ``fit``) uses the
+            population coefficient tensor.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,), (n_samples, q) or (n_samples, *output_shape)
+            Predictions, laid out like the ``y`` given to ``fit``.
+        """
+        Xm = self._validate_predict_X(X)
+        index = self._client_index(groups, Xm.shape[0])
+        q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
+        Y = scatter_rows(
+            Xm.shape[0],
+            index,
+            lambda k, rows: self._predict_with(Xm[rows], self._coef_for_client(k)),
+            lambda rows: self._predict_with(Xm[rows], self._coef_for_client(-1)),
+            out_shape=(q,),
+        )
+        return self._format_output(Y)

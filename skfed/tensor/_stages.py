@@ -1,0 +1,360 @@
+"""The two stages of personalized federated tensor regression, and the initializer.
+
+Inside these steps a client's covariates are the matrix ``Xm`` of shape
+``(n_k, p)`` (rows ``vec(X_i)``), its responses ``Ym`` of shape ``(n_k, q)``
+and a coefficient tensor ``A`` of shape ``output_shape + tensor_shape`` is
+used as the ``(q, p)`` matrix ``A.reshape(q, p)``, so that
+``<A, X_i> = A.reshape(q, p) @ vec(X_i)``. Losses use the paper's scaling
+``(1 / (2 n_k)) sum_i ||Y_i - <A, X_i>||_F^2``.
+"""
+
+import math
+
+import numpy as np
+
+from ..federated import FederatedAlgorithm
+from ..privacy import gaussian_mechanism, pftr_noise_std
+from ._kernels import fista_lasso_gram
+from ._rank import make_feasible, ratio_rank, vote_ranks
+from ._tucker import retract, tangent_project, tangent_project_surrogate
+
+__all__ = [
+    "admm_init",
+    "fit_deviation",
+    "local_stage_one",
+    "clip_rows",
+    "InitAlgorithm",
+    "StageOne",
+    "StageTwo",
+]
+
+
+# ----------------------------------------------------------------------------
+# local computations
+
+
+def clip_rows(M, tau):
+    """Scale every row of ``M`` to Frobenius norm ``<= tau`` (``T_tau`` row-wise)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", M, M))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(norms > tau, tau / norms, 1.0)
+    return M * scale[:, None]
+
+
+def _svt(M, threshold):
+    U, s, Vt = np.linalg.svd(M, full_matrices=False)
+    return (U * np.maximum(s - threshold, 0.0)) @ Vt
+
+
+def _clip_singular_values(M, bound):
+    U, s, Vt = np.linalg.svd(M, full_matrices=False)
+    return (U * np.minimum(s, bound)) @ Vt
+
+
+def _soft(M, threshold):
+    return np.sign(M) * np.maximum(np.abs(M) - threshold, 0.0)
+
+
+def admm_init(Xm, Ym, lam=0.02, omega=0.005, zeta=0.5, rho=1.0, max_iter=150, tol=1e-4,
+              rows=None):
+    """Preliminary low-rank + sparse estimate of one client (spec section 3.1).
+
+    Solves ``min_{A, D} (1/(2n)) sum ||y_i - (A + D) x_i||^2 + lam ||A||_*
+    + omega ||D||_1`` subject to ``||D||_op <= zeta`` by ADMM. The nuclear and
+    operator norms are those of the ``(q, p)`` matricization (the paper's
+    ``[S_X]``), or, with ``rows``, of the C-order reshape of the ``(q, p)``
+    matrix to ``rows`` rows (for a scalar response, ``rows = p_1`` gives the
+    first covariate mode's unfolding, where the ``1 x p`` matricization would
+    reduce the nuclear norm to a ridge penalty).
+
+    Returns
+    -------
+    A, D : ndarray of shape (q, p)
+    n_iter : int
+    """
+    n, p = Xm.shape
+    q = Ym.shape[1]
+    mat = (q, p) if rows is None else (int(rows), q * p // int(rows))
+
+    def svt(M, t):
+        return _svt(M.reshape(mat), t).reshape(q, p)
+
+    def clip_op(M, b):
+        return _clip_singular_values(M.reshape(mat), b).reshape(q, p)
+
+    # Ghat = X^T X / n + rho I is well conditioned (rho > 0); its inverse is reused
+    Ghat_inv = np.linalg.inv(Xm.T @ Xm / n + rho * np.eye(p))
+    C = Ym.T @ Xm / n
+    A = np.zeros((q, p))
+    D = np.zeros((q, p))
+    Z = np.zeros((q, p))
+    V = np.zeros((q, p))
+    U = np.zeros((q, p))
+    UZ = np.zeros((q, p))
+    UV = np.zeros((q, p))
+    it = 0
+    for it in range(1, max_iter + 1):
+        A_old, D_old, Z_old, V_old = A, D, Z, V
+        B = (C + rho * (A + D - U)) @ Ghat_inv
+        Z = svt(A + UZ, lam / rho)
+        V = clip_op(D + UV, zeta)
+        A = 0.5 * ((B - D + U) + (Z - UZ))
+        D = _soft(0.5 * ((B - A + U) + (V - UV)), omega / (2.0 * rho))
+        U = U + B - A - D
+        UZ = UZ + A - Z
+        UV = UV + D - V
+        primal = max(np.linalg.norm(B - A - D), np.linalg.norm(A - Z), np.linalg.norm(D - V))
+        dual = max(
+            rho * np.linalg.norm((A - A_old) + (D - D_old)),
+            rho * np.linalg.norm(Z - Z_old),
+            rho * np.linalg.norm(V - V_old),
+        )
+        if primal <= tol and dual <= tol:
+            break
+    return A, D, it
+
+
+def lipschitz(Xm):
+    """``||X^T X / n||_op``: the Lipschitz constant of the Stage-II gradient."""
+    n = Xm.shape[0]
+    if not Xm.size:
+        return 0.0
+    return float(np.linalg.svd(Xm, compute_uv=False)[0] ** 2 / n)
+
+
+def stage_two_penalty(alpha, n_samples, n_coef, lip, scaling="adaptive"):
+    """``omega_k``: ``alpha`` itself, or ``alpha sqrt(log(max(qp, 2)) / n_k) sqrt(L_k)``."""
+    if scaling == "none":
+        return float(alpha)
+    return float(alpha) * math.sqrt(math.log(max(n_coef, 2)) / n_samples) * math.sqrt(lip)
+
+
+def fit_deviation(Xm, R0, alpha, n_iter, scaling="adaptive"):
+    """Stage II of one client: the lasso (7) for ``B_k`` by FISTA, shared part fixed.
+
+    Parameters
+    ----------
+    Xm : ndarray of shape (n, p)
+    R0 : ndarray of shape (n, q)
+        Residuals ``Y - <A_0, X>`` of the fixed shared part.
+    alpha : float
+        Penalty scale (see :func:`stage_two_penalty`).
+    n_iter : int
+        FISTA iterations.
+
+    Returns
+    -------
+    B : ndarray of shape (q, p)
+    omega : float
+        The l1 weight used.
+    """
+    n, p = Xm.shape
+    q = R0.shape[1]
+    gram = np.ascontiguousarray(Xm.T @ Xm / n)
+    lip = lipschitz(Xm)
+    omega = stage_two_penalty(alpha, n, q * p, lip, scaling)
+    if lip <= 0:
+        return np.zeros((q, p)), omega
+    c = np.ascontiguousarray(R0.T @ Xm / n)
+    B = fista_lasso_gram(gram, c, np.zeros((q, p)), 1.0 / lip, omega, int(n_iter))
+    return B, omega
+
+
+def _gradient(Xm, Ym, Am):
+    """``-(1/n) R^T X`` with ``R = Y - X A^T``: the gradient of the paper's loss."""
+    R = Ym - Xm @ Am.T
+    return -(R.T @ Xm) / Xm.shape[0]
+
+
+def local_stage_one(Xm, Ym, A_init, rank, step_size, n_iter, tangent="exact",
+                    retraction="st_hosvd"):
+    """Single-client Stage I (S1): Riemannian gradient descent, no clipping or noise.
+
+    Returns ``(A, core, factors)`` with ``A`` of the coefficient shape.
+    """
+    shape = A_init.shape
+    q, p = Ym.shape[1], Xm.shape[1]
+    if step_size == "auto":
+        lip = lipschitz(Xm)
+        step_size = 1.0 / lip if lip > 0 else 1.0
+    A, core, factors = retract(A_init, rank, retraction)
+    for it in range(int(n_iter)):
+        _check_finite(A, it)
+        G = _gradient(Xm, Ym, A.reshape(q, p)).reshape(shape)
+        if tangent == "exact":
+            G = tangent_project(G, core, factors)
+        else:
+            G = tangent_project_surrogate(G, rank, retraction)
+        A, core, factors = retract(A - step_size * G, rank, retraction)
+    return A, core, factors
+
+
+def _check_finite(A, it):
+    if not np.all(np.isfinite(A)):
+        raise FloatingPointError(
+            f"Stage I diverged (non-finite shared tensor after {it} steps); lower "
+            "step_size or standardize X."
+        )
+
+
+# ----------------------------------------------------------------------------
+# federated algorithms
+
+
+def _factor_broadcast(A, core, factors):
+    msg = {"coef": A, "core": core}
+    for j, U in enumerate(factors):
+        msg[f"factor_{j}"] = U
+    return msg
+
+
+def _factors_from(broadcast):
+    n = sum(1 for key in broadcast if key.startswith("factor_"))
+    return [np.asarray(broadcast[f"factor_{j}"]) for j in range(n)]
+
+
+class InitAlgorithm(FederatedAlgorithm):
+    """Initialization (spec 3.1) and optional rank vote (spec 3.2); two rounds.
+
+    Round 0: every client computes its preliminary (ADMM) estimate locally and
+    sends its row count and, for ``rank="auto"``, its locally selected ranks.
+    Round 1: the largest client (first on ties) sends its preliminary
+    estimate of the shared part, unperturbed (outside the DP guarantee).
+    """
+
+    def __init__(self, coef_shape, rank, admm_params, rank_scale=1.0, max_rank=None):
+        self.coef_shape = tuple(coef_shape)
+        self.rank = rank
+        self.admm_params = dict(admm_params)
+        self.rank_scale = rank_scale
+        self.max_rank = max_rank
+
+    def client_step(self, data, state, broadcast, rng):
+        if state is None:
+            A, D, _ = admm_init(data.X, data.y, **self.admm_params)
+            A = A.reshape(self.coef_shape)
+            message = {"n_samples": np.int64(data.n_samples)}
+            if isinstance(self.rank, str):
+                message["rank"] = np.array(
+                    ratio_rank(A, data.n_samples, self.rank_scale, self.max_rank)
+                )
+            return {"A": A, "D": D.reshape(self.coef_shape)}, message
+        if int(broadcast["k_star"]) == data.index:
+            return state, {"coef": state["A"]}
+        return state, {}
+
+    def server_step(self, state, messages, rng):
+        if state is None:
+            keys = sorted(messages)
+            sizes = np.array([int(messages[k]["n_samples"]) for k in keys])
+            k_star = keys[int(np.argmax(sizes))]
+            if isinstance(self.rank, str):
+                rank = make_feasible(
+                    vote_ranks([messages[k]["rank"] for k in keys]), self.coef_shape
+                )
+                local = {k: tuple(int(r) for r in messages[k]["rank"]) for k in keys}
+            else:
+                rank, local = tuple(self.rank), {}
+            state = {"k_star": k_star, "rank": rank, "local_ranks": local}
+            return state, {"k_star": np.int64(k_star), "rank": np.array(rank)}
+        coef = [m["coef"] for m in messages.values() if "coef" in m]
+        if not coef:
+            raise RuntimeError("the largest client did not send its initial estimate.")
+        return {**state, "init": np.array(coef[0])}, {}
+
+
+class StageOne(FederatedAlgorithm):
+    """Stage I (spec 2.1): DP Riemannian gradient rounds for the shared part ``A_0``.
+
+    Each round a client clips its covariates and residuals row-wise, forms
+    its gradient, adds Gaussian noise of the paper's standard deviation,
+    projects it on the tangent space at the broadcast ``A_0`` and sends it
+    with its row count. The server averages with weights ``n_k / n`` and
+    retracts to the Tucker rank.
+    """
+
+    def __init__(self, coef_shape, rank, init, *, step_size, n_rounds, epsilon, delta,
+                 tau_x=None, tau_e=None, clip_quantile=0.9, tangent="exact",
+                 retraction="st_hosvd"):
+        self.coef_shape = tuple(coef_shape)
+        self.rank = tuple(rank)
+        self.init = init
+        self.step_size = step_size
+        self.n_rounds = n_rounds
+        self.epsilon = epsilon
+        self.delta = delta
+        self.tau_x = tau_x
+        self.tau_e = tau_e
+        self.clip_quantile = clip_quantile
+        self.tangent = tangent
+        self.retraction = retraction
+
+    def client_init(self, data, rng):
+        norms = np.linalg.norm(data.X, axis=1)
+        if self.tau_x is None:
+            tau_x = float(np.quantile(norms, self.clip_quantile))
+        else:
+            tau_x = float(self.tau_x)
+        return {"X": clip_rows(data.X, tau_x), "tau_x": tau_x, "tau_e": [], "sigma": []}
+
+    def server_init(self, rng):
+        A, core, factors = retract(self.init, self.rank, self.retraction)
+        state = {"coef": A, "core": core, "factors": factors, "grad_norm": []}
+        return state, _factor_broadcast(A, core, factors)
+
+    def client_step(self, data, state, broadcast, rng):
+        A = np.asarray(broadcast["coef"])
+        q, p = data.y.shape[1], data.X.shape[1]
+        R = data.y - data.X @ A.reshape(q, p).T
+        if self.tau_e is None:
+            tau_e = float(np.quantile(np.linalg.norm(R, axis=1), self.clip_quantile))
+        else:
+            tau_e = float(self.tau_e)
+        grad = -(clip_rows(R, tau_e).T @ state["X"]) / data.n_samples
+        sigma = pftr_noise_std(
+            tau_e, state["tau_x"], data.n_samples, self.n_rounds, self.epsilon, self.delta
+        )
+        noisy = gaussian_mechanism(grad.reshape(self.coef_shape), sigma, rng)
+        if self.tangent == "exact":
+            sent = tangent_project(noisy, np.asarray(broadcast["core"]), _factors_from(broadcast))
+        else:
+            sent = tangent_project_surrogate(noisy, self.rank, self.retraction)
+        new_state = {**state, "tau_e": state["tau_e"] + [tau_e],
+                     "sigma": state["sigma"] + [sigma]}
+        return new_state, {"grad": sent, "n_samples": np.int64(data.n_samples)}
+
+    def server_step(self, state, messages, rng):
+        sizes = np.array([float(m["n_samples"]) for m in messages.values()])
+        weights = sizes / sizes.sum()
+        G = sum(w * np.asarray(m["grad"]) for w, m in zip(weights, messages.values()))
+        _check_finite(state["coef"] - self.step_size * G, len(state["grad_norm"]) + 1)
+        A, core, factors = retract(state["coef"] - self.step_size * G, self.rank, self.retraction)
+        state = {"coef": A, "core": core, "factors": factors,
+                 "grad_norm": state["grad_norm"] + [float(np.linalg.norm(G))]}
+        return state, _factor_broadcast(A, core, factors)
+
+
+class StageTwo(FederatedAlgorithm):
+    """Stage II (spec 2.2): one broadcast of ``A_0``; each client fits ``B_k`` locally.
+
+    Nothing is sent back (an empty message acknowledges the round).
+    """
+
+    def __init__(self, shared_coef, alpha, n_iter, scaling="adaptive"):
+        self.shared_coef = shared_coef
+        self.alpha = alpha
+        self.n_iter = n_iter
+        self.scaling = scaling
+
+    def server_init(self, rng):
+        return None, {"coef": self.shared_coef}
+
+    def client_step(self, data, state, broadcast, rng):
+        A = np.asarray(broadcast["coef"])
+        q, p = data.y.shape[1], data.X.shape[1]
+        R0 = data.y - data.X @ A.reshape(q, p).T
+        B, omega = fit_deviation(data.X, R0, self.alpha, self.n_iter, self.scaling)
+        return {"deviation": B.reshape(A.shape), "omega": omega}, {}
+
+    def server_step(self, state, messages, rng):
+        return state, {}

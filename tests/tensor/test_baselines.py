@@ -1,0 +1,102 @@
+"""Baselines: single-client two-stage, Fed-Common, Fed-Avg, the tensorly wrapper."""
+
+import numpy as np
+import pytest
+from sklearn.model_selection import cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skfed.baselines import LocalEstimator, PooledEstimator
+from skfed.datasets import make_tensor_regression
+from skfed.tensor import (
+    FedAvgTensorRegressor,
+    FedCommonTensorRegressor,
+    LocalTwoStageTensorRegressor,
+    PersonalizedTensorRegressor,
+    TensorlyTuckerRegressor,
+)
+from skfed.tensor._stages import local_stage_one
+
+
+@pytest.fixture
+def data():
+    return make_tensor_regression(
+        n_clients=3, n_samples=[50, 60, 70], tensor_shape=(5, 4), output_shape=None,
+        rank=(2, 2), n_nonzero=2, noise=0.05, return_truth=True, random_state=0,
+    )
+
+
+def test_local_two_stage_uses_only_own_rows(data):
+    X, y, groups, truth = data
+    model = LocalTwoStageTensorRegressor(tensor_shape=(5, 4), rank=(2, 2), n_iter=50)
+    model.fit(X, y, groups=groups)
+    alone = LocalTwoStageTensorRegressor(tensor_shape=(5, 4), rank=(2, 2), n_iter=50)
+    alone.fit(X[groups == 1], y[groups == 1])
+    np.testing.assert_allclose(model.coef_[1], alone.coef_[0])
+    up = [r for r in model.communication_.records if r.direction == "up"]
+    assert {n for r in up for n in r.names} == {"n_samples"}
+    pop = np.tensordot(model.client_weights_, model.coef_, axes=1)
+    np.testing.assert_allclose(model.predict(X[:3]), X[:3] @ pop.ravel())
+    err = [np.linalg.norm(model.coef_[k] - truth.coef[k]) for k in range(3)]
+    assert max(err) < 0.5
+
+
+def test_local_stage_one_is_riemannian_descent_to_a_noiseless_truth():
+    rng = np.random.default_rng(0)
+    A = np.outer(rng.standard_normal(6), rng.standard_normal(5))[None]  # (1, 6, 5), rank 1
+    X = rng.standard_normal((200, 30))
+    y = X @ A.reshape(1, 30).T
+    A_hat, core, factors = local_stage_one(X, y, np.zeros_like(A) + 0.1 * A, (1, 1, 1), "auto", 300)
+    np.testing.assert_allclose(A_hat, A, atol=1e-8)
+
+
+def test_fed_avg_and_fed_common(data):
+    X, y, groups, _ = data
+    avg = FedAvgTensorRegressor(tensor_shape=(5, 4), rank=(2, 2), n_iter=30)
+    avg.fit(X, y, groups=groups)
+    np.testing.assert_allclose(avg.average_coef_, avg.coef_.mean(axis=0))
+    np.testing.assert_allclose(avg.predict(X[:4], groups=groups[:4]),
+                               X[:4] @ avg.average_coef_.ravel())
+    w = FedAvgTensorRegressor(tensor_shape=(5, 4), rank=(2, 2), n_iter=30, weights="n_samples")
+    w.fit(X, y, groups=groups)
+    expected = np.tensordot([50 / 180, 60 / 180, 70 / 180], w.coef_, 1)
+    np.testing.assert_allclose(w.average_coef_, expected)
+    with pytest.raises(ValueError, match="weights"):
+        FedAvgTensorRegressor(weights="median").fit(X, y, groups=groups)
+    common = FedCommonTensorRegressor(tensor_shape=(5, 4), rank=(2, 2), n_rounds=5, random_state=0)
+    common.fit(X, y, groups=groups)
+    full = PersonalizedTensorRegressor(tensor_shape=(5, 4), rank=(2, 2), n_rounds=5, random_state=0)
+    full.fit(X, y, groups=groups)
+    np.testing.assert_allclose(common.shared_coef_, full.shared_coef_)
+    np.testing.assert_allclose(common.predict(X[:4], groups=groups[:4]), full.predict(X[:4]))
+
+
+def test_tensorly_wrapper_in_pipeline_cv_and_federated_wrappers(data):
+    X, y, groups, truth = data
+    est = TensorlyTuckerRegressor(tensor_shape=(5, 4), weight_ranks=(2, 2), random_state=0)
+    scores = cross_val_score(make_pipeline(StandardScaler(), est), X, y, cv=3)
+    assert scores.shape == (3,) and np.all(scores > 0.5)
+    local = LocalEstimator(est).fit(X, y, groups=groups)
+    assert local.predict(X[:2], groups=groups[:2]).shape == (2,)
+    pooled = PooledEstimator(est).fit(X, y, groups=groups)
+    assert pooled.estimator_.coef_.shape == (5, 4)
+    with pytest.raises(ValueError, match="weight_ranks"):
+        TensorlyTuckerRegressor(tensor_shape=(5, 4), weight_ranks=(6, 1)).fit(X, y)
+    with pytest.raises(ValueError, match="tensor_shape"):
+        TensorlyTuckerRegressor(tensor_shape=(3, 3)).fit(X, y)
+
+
+def test_admm_initializer_unfolding_for_scalar_response():
+    from skfed.tensor._stages import admm_init
+
+    rng = np.random.default_rng(0)
+    W = np.outer(rng.standard_normal(8), rng.standard_normal(6))  # rank-1 image
+    X = rng.standard_normal((300, 48))
+    y = X @ W.ravel() + 0.05 * rng.standard_normal(300)
+    A_resp, _, _ = admm_init(X, y[:, None], lam=0.05, omega=1.0, max_iter=300)
+    A_mode, _, _ = admm_init(X, y[:, None], lam=0.05, omega=1.0, max_iter=300, rows=8)
+    sv_mode = np.linalg.svd(A_mode.reshape(8, 6), compute_uv=False)
+    sv_resp = np.linalg.svd(A_resp.reshape(8, 6), compute_uv=False)
+    # the nuclear norm of the 8 x 6 unfolding shrinks the spurious singular values
+    assert sv_mode[1] / sv_mode[0] < 0.05
+    assert sv_mode[1] / sv_mode[0] < sv_resp[1] / sv_resp[0]
