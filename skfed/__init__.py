@@ -6,8 +6,11 @@ server steps (:mod:`skfed.federated`).
 """
 
 from .baselines import LocalEstimator, PooledEstimator
+from .linear_model import DPFedDROClassifier
 from .tensor import PersonalizedTensorRegressor
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["LocalEstimator", "PersonalizedTensorRegressor", "PooledEstimator", "__version__"]
+__all__ = [
+    "DPFedDROClassifier",
+    "LocalEstimator", "PersonalizedTensorRegressor", "PooledEstimator", "__version__"]

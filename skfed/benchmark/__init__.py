@@ -4,6 +4,7 @@ Each experiment module registers an :class:`Experiment` on import; add a
 module per paper and import it here.
 """
 
+from . import _dp_fed_dro  # noqa: F401  (registers its experiments)
 from . import _federated_regression  # noqa: F401  (registers its experiment)
 from . import _tensor_regression  # noqa: F401  (registers its experiments)
 from ._registry import MODES, Experiment, get_experiments, register

@@ -1,9 +1,17 @@
 """Data generators that reproduce federated simulation settings."""
 
+from ._faults import dirichlet_client_split, flip_labels, make_correlated_faults, make_pump_faults
 from ._regression import make_federated_regression
 from ._tensor import make_tensor_image_regression, make_tensor_regression
+from ._uci import available_uci, load_uci
 
 __all__ = [
+    "available_uci",
+    "dirichlet_client_split",
+    "flip_labels",
+    "load_uci",
+    "make_correlated_faults",
+    "make_pump_faults",
     "make_federated_regression",
     "make_tensor_image_regression",
     "make_tensor_regression",

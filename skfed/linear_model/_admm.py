@@ -1,0 +1,615 @@
+"""The math of DP-Fed DRO: losses, subgradients, step sizes, local solves, steps.
+
+Notation follows the paper: ``coef`` is the local model ``M_g`` (K x P), ``lam``
+the DRO dual variable ``lambda_g``, ``tau`` the multiplier of the norm
+constraint ``phi(M_g) <= lambda_g`` (penalty ``gamma``), ``mu`` the scaled ADMM
+dual of the consensus constraint ``M_g = M`` and ``rho`` its penalty.
+"""
+
+import math
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
+
+from ..federated import FederatedAlgorithm
+from ._kernels import dro_cs_pass
+
+DUAL_NORM = {"linf": "l1", "l1": "linf", "l2": "l2"}
+
+
+# --------------------------------------------------------------------------
+# losses and subgradients
+# --------------------------------------------------------------------------
+
+
+def dual_norm(v, dual):
+    """``||v||_*`` along the last axis for ``dual`` in {"l1", "linf", "l2"}."""
+    if dual == "l1":
+        return np.abs(v).sum(axis=-1)
+    if dual == "linf":
+        return np.abs(v).max(axis=-1)
+    return np.sqrt((v * v).sum(axis=-1))
+
+
+def phi(coef, dual):
+    """``phi(M) = max_{i,j} ||M_i - M_j||_*`` (Lipschitz constant of the CS loss in x)."""
+    diff = coef[:, None, :] - coef[None, :, :]
+    return float(dual_norm(diff, dual).max())
+
+
+def phi_subgradient(coef, dual):
+    """``phi(M)`` and one subgradient ``(e_i - e_j) s^T`` (first maximising pair)."""
+    diff = coef[:, None, :] - coef[None, :, :]
+    norms = dual_norm(diff, dual)
+    i, j = np.unravel_index(np.argmax(norms), norms.shape)
+    d = diff[i, j]
+    value = float(norms[i, j])
+    grad = np.zeros_like(coef)
+    if value == 0.0:
+        return value, grad
+    if dual == "l1":
+        s = np.sign(d)
+    elif dual == "linf":
+        s = np.zeros_like(d)
+        p = int(np.argmax(np.abs(d)))
+        s[p] = np.sign(d[p])
+    else:
+        s = d / value
+    grad[i] += s
+    grad[j] -= s
+    return value, grad
+
+
+def dro_cs_pass_numpy(X, y, coef, lam, kappa):
+    """Plain numpy reference of :func:`._kernels.dro_cs_pass` (same tie rules)."""
+    n, k = X.shape[0], coef.shape[0]
+    scores = X @ coef.T
+    rows = np.arange(n)
+    # l(j) = max(0, max_{c != j} s_c + 1 - s_j) for every label j
+    order = np.argsort(-scores, axis=1, kind="stable")
+    i1, i2 = order[:, 0], order[:, 1]
+    top1, top2 = scores[rows, i1], scores[rows, i2]
+    other = np.where(np.arange(k)[None, :] == i1[:, None], top2[:, None], top1[:, None])
+    per_label = np.maximum(0.0, other + 1.0 - scores)
+    loss_true = per_label[rows, y]
+    flipped = per_label.copy()
+    flipped[rows, y] = -np.inf
+    j_flip = np.argmax(flipped, axis=1)
+    best_flip = flipped[rows, j_flip]
+    loss_flip = best_flip - kappa * lam
+    use_true = loss_true >= loss_flip
+    active = np.where(use_true, y, j_flip)
+    active_loss = np.where(use_true, loss_true, best_flip)
+    masked = scores.copy()
+    masked[rows, active] = -np.inf
+    c = np.argmax(masked, axis=1)
+    on = active_loss > 0
+    weights = np.zeros((n, k))
+    np.add.at(weights, (rows[on], c[on]), 1.0)
+    np.add.at(weights, (rows[on], active[on]), -1.0)
+    grad = weights.T @ X
+    loss_sum = float(np.where(use_true, loss_true, loss_flip).sum())
+    grad_lam_sum = float(-kappa * np.count_nonzero(~use_true))
+    return loss_sum, grad_lam_sum, grad
+
+
+def local_terms(X, y, coef, lam, tau, kappa, gamma, dual):
+    """Pieces of ``f`` at ``(coef, lam)``: the DRO loss mean, the penalty, and subgradients.
+
+    Returns
+    -------
+    loss_mean, penalty : float
+        ``(1/N) sum_n L_n`` and ``R(M, lambda; tau)``.
+    grad_coef : ndarray of shape (K, P)
+        ``d_M f``.
+    grad_lam : float
+        ``d_lambda f``.
+    """
+    n = X.shape[0]
+    grad = np.empty_like(coef)
+    loss_sum, grad_lam_sum = dro_cs_pass(X, y, coef, float(lam), float(kappa), grad)
+    phi_value, phi_grad = phi_subgradient(coef, dual)
+    p = max(0.0, tau + gamma * (phi_value - lam))
+    penalty = (p * p - tau * tau) / (2.0 * gamma)
+    grad_coef = grad / n + p * phi_grad
+    grad_lam = grad_lam_sum / n - p
+    return loss_sum / n, penalty, grad_coef, grad_lam
+
+
+def prox_linear_update(coef_tilde, lam_tilde, grad_coef, grad_lam, center, mu, *, rho,
+                       eta, nu, radius, project_lambda=False):
+    """Closed-form minimiser of the linearised proximal surrogate (Algorithm 2).
+
+    ``M = (M~/eta + rho (center - mu) - G_M) / (rho + 1/eta)`` and
+    ``lambda = lambda~ - nu (r + G_lambda)`` (optionally projected on >= 0).
+    """
+    coef = (coef_tilde / eta + rho * (center - mu) - grad_coef) / (rho + 1.0 / eta)
+    lam = lam_tilde - nu * (radius + grad_lam)
+    if project_lambda:
+        lam = max(lam, 0.0)
+    return coef, float(lam)
+
+
+# --------------------------------------------------------------------------
+# step sizes, sensitivities, noise
+# --------------------------------------------------------------------------
+
+
+def step_sizes(n_samples, *, n_rounds, n_classes, n_features, norm_bound, C, V, radius,
+               kappa, epsilon_M, epsilon_lambda, delta, c_M, c_lambda):
+    """``eta_g`` and ``nu_g`` of Theorem 3 (held constant across rounds)."""
+    S = max(radius, kappa - radius)
+    L = norm_bound
+    log_term = math.log(1.25 / delta)
+    eta = c_M / math.sqrt(
+        n_rounds * (2.0 * (L + C) ** 2 + 16.0 * n_classes * n_features * L * L * log_term
+                    / (n_samples ** 2 * epsilon_M ** 2))
+    )
+    nu = c_lambda / math.sqrt(
+        n_rounds * ((S + V) ** 2 + 2.0 * kappa * kappa * log_term
+                    / (n_samples ** 2 * epsilon_lambda ** 2))
+    )
+    return eta, nu
+
+
+def sensitivities(n_samples, *, norm_bound, rho, eta, kappa, nu):
+    """L2 sensitivities of ``M_g^t`` (Lemma 1) and ``lambda_g^t`` (Lemma 2), replace-one."""
+    delta_M = 2.0 * math.sqrt(2.0) * norm_bound / (n_samples * (rho + 1.0 / eta))
+    delta_lam = kappa * nu / n_samples
+    return delta_M, delta_lam
+
+
+# --------------------------------------------------------------------------
+# exact local solves (Algorithm 1) by linear programming
+# --------------------------------------------------------------------------
+
+
+def _cs_constraints(X, y, n_classes, lam_col, s_start, kappa):
+    """Sparse rows ``x.(m_c - m_j) - kappa lam [j != y_n] - s_n <= -1`` for c != j."""
+    n, p = X.shape
+    k = n_classes
+    jj, cc = np.nonzero(~np.eye(k, dtype=bool))  # all ordered pairs j != c
+    n_pairs = jj.size
+    n_rows = n * n_pairs
+    row = np.arange(n_rows)
+    nn = np.repeat(np.arange(n), n_pairs)
+    j = np.tile(jj, n)
+    c = np.tile(cc, n)
+    feat = np.arange(p)
+    rows = np.concatenate([
+        np.repeat(row, p), np.repeat(row, p), row, row,
+    ])
+    cols = np.concatenate([
+        (c[:, None] * p + feat[None, :]).ravel(),
+        (j[:, None] * p + feat[None, :]).ravel(),
+        np.full(n_rows, lam_col),
+        s_start + nn,
+    ])
+    xv = X[nn].ravel()
+    flip = (j != y[nn]).astype(float)
+    vals = np.concatenate([xv, -xv, -kappa * flip, -np.ones(n_rows)])
+    return rows, cols, vals, np.full(n_rows, -1.0)
+
+
+def _dual_norm_constraints(blocks, lam_col, aux_start, dual):
+    """Rows ``||D_q m||_* <= lambda`` for each block ``q`` (LP: dual in {"l1", "linf"}).
+
+    ``blocks`` is a list of (cols, signs) describing ``d_q[p] = sum sign * m[col]``
+    as arrays of shape (P, n_terms).
+    """
+    rows, cols, vals, rhs = [], [], [], []
+    r = 0
+    aux = aux_start
+    for bcols, bsigns in blocks:
+        p = bcols.shape[0]
+        if dual == "linf":
+            for sgn in (1.0, -1.0):
+                for q in range(p):
+                    rows += [r] * (bcols.shape[1] + 1)
+                    cols += list(bcols[q]) + [lam_col]
+                    vals += list(sgn * bsigns[q]) + [-1.0]
+                    rhs.append(0.0)
+                    r += 1
+        else:  # l1: u_q >= +-d_q, sum u_q <= lambda
+            for sgn in (1.0, -1.0):
+                for q in range(p):
+                    rows += [r] * (bcols.shape[1] + 1)
+                    cols += list(bcols[q]) + [aux + q]
+                    vals += list(sgn * bsigns[q]) + [-1.0]
+                    rhs.append(0.0)
+                    r += 1
+            rows += [r] * (p + 1)
+            cols += list(range(aux, aux + p)) + [lam_col]
+            vals += [1.0] * p + [-1.0]
+            rhs.append(0.0)
+            r += 1
+            aux += p
+    return np.array(rows), np.array(cols), np.array(vals, dtype=float), np.array(rhs), aux
+
+
+try:  # HiGHS's own Python interface, as bundled with scipy (see _HighsCuts)
+    from scipy.optimize._highspy import _core as _highs_core
+except ImportError:  # pragma: no cover - other scipy builds
+    _highs_core = None
+
+
+class _LinprogCuts:
+    """Cutting-plane LPs re-solved from scratch by the public ``scipy.optimize.linprog``."""
+
+    def __init__(self, c, A_ub, b_ub, bounds):
+        self.c, self.bounds = c, bounds
+        self.rows, self.rhs = [A_ub.tocsr()], [np.asarray(b_ub, dtype=float)]
+
+    def add_rows(self, indptr, indices, data, b, n_cols):
+        self.rows.append(sparse.csr_matrix((data, indices, indptr),
+                                           shape=(indptr.size - 1, n_cols)))
+        self.rhs.append(b)
+
+    def solve(self):
+        res = linprog(self.c, A_ub=sparse.vstack(self.rows).tocsr(),
+                      b_ub=np.concatenate(self.rhs), bounds=self.bounds, method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"local LP failed: {res.message}")
+        return res.x
+
+
+class _HighsCuts:
+    """The same LPs kept in one HiGHS instance: added cuts are warm-started.
+
+    scipy's ``linprog`` rebuilds the model for every call; keeping it in HiGHS
+    and adding rows lets the dual simplex restart from the last basis, about
+    10x faster for the local problems here. It uses the HiGHS bindings that
+    scipy ships (``scipy.optimize._highspy``, not a public scipy API), so
+    :class:`_LinprogCuts` is the fallback when they are missing.
+    """
+
+    def __init__(self, c, A_ub, b_ub, bounds):
+        core = _highs_core
+        self.h = h = core._Highs()
+        h.setOptionValue("output_flag", False)
+        self.inf = inf = h.getInfinity()
+        n = c.size
+        lp = core.HighsLp()
+        lp.num_col_, lp.num_row_ = n, A_ub.shape[0]
+        lp.col_cost_ = np.asarray(c, dtype=float)
+        lp.col_lower_ = np.array([-inf if lo is None else lo for lo, _ in bounds], dtype=float)
+        lp.col_upper_ = np.array([inf if up is None else up for _, up in bounds], dtype=float)
+        lp.row_lower_ = np.full(A_ub.shape[0], -inf)
+        lp.row_upper_ = np.asarray(b_ub, dtype=float)
+        A = sparse.csc_matrix(A_ub)
+        lp.a_matrix_.format_ = core.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = A.indices.astype(np.int32)
+        lp.a_matrix_.value_ = A.data.astype(float)
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, A_ub.shape[0]
+        h.passModel(lp)
+
+    def add_rows(self, indptr, indices, data, b, n_cols):
+        k = indptr.size - 1
+        self.h.addRows(k, np.full(k, -self.inf), np.asarray(b, dtype=float), data.size,
+                       indptr[:-1].astype(np.int32), indices.astype(np.int32),
+                       data.astype(float))
+
+    def solve(self):
+        self.h.run()
+        status = self.h.getModelStatus()
+        if status != _highs_core.HighsModelStatus.kOptimal:
+            raise RuntimeError(f"local LP failed: {self.h.modelStatusToString(status)}")
+        return np.array(self.h.getSolution().col_value)
+
+
+def solve_prox_lp(c, A_ub, b_ub, bounds, quad_cols, center, rho, warm=None, tol=1e-7,
+                  max_iter=500, backend="auto"):
+    """``min c.z + (rho/2) ||z[quad_cols] - center||^2`` s.t. ``A_ub z <= b_ub`` by LPs.
+
+    The separable quadratic gets one epigraph variable per coordinate and is
+    approximated from below by tangent cuts; every iteration solves a linear
+    program with HiGHS and adds a cut at each coordinate whose epigraph gap
+    exceeds ``tol``. At the stopping point the objective is within
+    ``tol * len(quad_cols)`` of the optimum (the LP value is a lower bound),
+    so the quadratic coordinates are within ``sqrt(2 tol len(quad_cols) / rho)``
+    of the minimiser. ``rho = 0`` is a single LP.
+
+    Parameters
+    ----------
+    backend : {"auto", "highs", "linprog"}, default="auto"
+        ``"highs"`` keeps one HiGHS model and warm-starts after each cut
+        (:class:`_HighsCuts`); ``"linprog"`` re-solves with
+        ``scipy.optimize.linprog(method="highs")``; ``"auto"`` prefers the first.
+
+    Returns
+    -------
+    z : ndarray
+        The minimiser (without the epigraph variables).
+    n_lp : int
+        Number of LPs solved.
+    """
+    n_base = c.size
+    q = len(quad_cols)
+    use_highs = backend == "highs" or (backend == "auto" and _highs_core is not None)
+    Solver = _HighsCuts if use_highs else _LinprogCuts
+    if rho == 0:
+        return Solver(c, A_ub, b_ub, bounds).solve(), 1
+    c_full = np.concatenate([c, np.ones(q)])
+    bounds_full = list(bounds) + [(0.0, None)] * q
+    A_base = sparse.hstack([A_ub, sparse.csr_matrix((A_ub.shape[0], q))]).tocsr()
+    solver = Solver(c_full, A_base, b_ub, bounds_full)
+    tcol = n_base + np.arange(q)
+    qcols = np.asarray(quad_cols)
+    scale = max(1.0, float(np.abs(center).max()) if q else 1.0)
+    points = [center + scale / rho, center - scale / rho]
+    if warm is not None:
+        # a fan of cuts around the previous solution: ADMM iterates move
+        # little between late rounds, so the optimum is often bracketed at once
+        warm = np.asarray(warm, dtype=float)
+        points += [warm] + [warm + h * scale for h in (0.1, -0.1, 0.01, -0.01, 1e-3, -1e-3)]
+
+    def add_cuts(a, which):
+        # tangent of (rho/2)(m - v)^2 at a: rho (a - v) m - t <= (rho/2)(a^2 - v^2)
+        k = which.size
+        cols = np.column_stack([qcols[which], tcol[which]]).ravel()
+        vals = np.column_stack([rho * (a[which] - center[which]), -np.ones(k)]).ravel()
+        solver.add_rows(np.arange(0, 2 * k + 1, 2), cols, vals,
+                        0.5 * rho * (a[which] ** 2 - center[which] ** 2), n_base + q)
+
+    every = np.arange(q)
+    for a in points:
+        add_cuts(a, every)
+    for it in range(1, max_iter + 1):
+        z = solver.solve()
+        m = z[qcols]
+        gap = 0.5 * rho * (m - center) ** 2 - z[tcol]
+        bad = np.flatnonzero(gap > tol)
+        if bad.size == 0:
+            return z[:n_base], it
+        add_cuts(m, bad)
+    raise RuntimeError(f"local QP did not reach tol={tol} in {max_iter} LPs")
+
+
+def cs_dro_local_lp(X, y, n_classes, *, radius, kappa, dual):
+    """LP data of the local problem of Proposition 1 without the rho term.
+
+    Variables ``z = [vec(M) (K*P), lambda, s (N), aux]``.
+    """
+    if dual not in ("l1", "linf"):
+        raise ValueError(
+            "exact local solves are linear programs only for feature_norm in "
+            f"('linf', 'l1'); got the dual norm {dual!r} (feature_norm='l2')."
+        )
+    n, p = X.shape
+    k = n_classes
+    lam_col = k * p
+    s_start = lam_col + 1
+    aux_start = s_start + n
+    r1, c1, v1, b1 = _cs_constraints(X, y, k, lam_col, s_start, kappa)
+    blocks = []
+    feat = np.arange(p)
+    for i in range(k):
+        for j in range(i + 1, k):
+            cols = np.stack([i * p + feat, j * p + feat], axis=1)
+            signs = np.tile([1.0, -1.0], (p, 1))
+            blocks.append((cols, signs))
+    r2, c2, v2, b2, n_vars = _dual_norm_constraints(blocks, lam_col, aux_start, dual)
+    rows = np.concatenate([r1, r2 + b1.size])
+    cols = np.concatenate([c1, c2])
+    vals = np.concatenate([v1, v2])
+    A = sparse.csr_matrix((vals, (rows, cols)), shape=(b1.size + b2.size, n_vars))
+    b = np.concatenate([b1, b2])
+    c = np.zeros(n_vars)
+    c[lam_col] = radius
+    c[s_start:aux_start] = 1.0 / n
+    bounds = [(None, None)] * (k * p) + [(0.0, None)] * (1 + n) + [(0.0, None)] * (
+        n_vars - aux_start
+    )
+    return c, A, b, bounds, np.arange(k * p), lam_col
+
+
+def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual, warm=None,
+                       tol=1e-7):
+    """Exact solve of Proposition 1: the client problem of Algorithm 1.
+
+    Minimises ``lambda r + (1/N) sum_n L_n(M, lambda) + (rho/2)||M - center||_F^2``
+    subject to ``lambda >= phi(M)``, with ``center = M - mu``; ``rho = 0`` is
+    the centralized DRO problem.
+
+    Returns
+    -------
+    coef : ndarray of shape (K, P)
+    lam : float
+    """
+    c, A, b, bounds, quad_cols, lam_col = cs_dro_local_lp(
+        X, y, n_classes, radius=radius, kappa=kappa, dual=dual
+    )
+    z, _ = solve_prox_lp(
+        c, A, b, bounds, quad_cols, np.ravel(center), rho,
+        warm=None if warm is None else np.ravel(warm), tol=tol,
+    )
+    p = X.shape[1]
+    return z[: n_classes * p].reshape(n_classes, p), float(z[lam_col])
+
+
+def cs_dro_objective(X, y, coef, lam, *, radius, kappa):
+    """``lambda r + (1/N) sum_n L_n(M, lambda)`` (no constraint check)."""
+    grad = np.empty_like(coef)
+    loss_sum, _ = dro_cs_pass(X, y, np.ascontiguousarray(coef, dtype=float), float(lam),
+                              float(kappa), grad)
+    return lam * radius + loss_sum / X.shape[0]
+
+
+def solve_binary_dro_local(X, y_pm, center, *, radius, kappa, rho, dual, warm=None,
+                           tol=1e-7):
+    """Exact solve of the binary (hinge) federated DRO client problem (OvA baseline).
+
+    ``min lambda r + (1/N) sum s_n + (rho/2)||w - center||^2`` s.t.
+    ``s_n >= 1 - y_n w.x_n``, ``s_n >= 1 + y_n w.x_n - kappa lambda``,
+    ``s_n >= 0``, ``||w||_* <= lambda``.
+    """
+    if dual not in ("l1", "linf"):
+        raise ValueError("exact local solves need feature_norm in ('linf', 'l1').")
+    n, p = X.shape
+    lam_col = p
+    s_start = p + 1
+    aux_start = s_start + n
+    yx = y_pm[:, None] * X
+    row = np.arange(n)
+    feat = np.arange(p)
+    rows = np.concatenate([np.repeat(row, p), row, np.repeat(row + n, p), row + n, row + n])
+    cols = np.concatenate([
+        np.tile(feat, n), s_start + row, np.tile(feat, n), s_start + row,
+        np.full(n, lam_col),
+    ])
+    vals = np.concatenate([-yx.ravel(), -np.ones(n), yx.ravel(), -np.ones(n),
+                           np.full(n, -kappa)])
+    blocks = [(feat[:, None], np.ones((p, 1)))]
+    r2, c2, v2, b2, n_vars = _dual_norm_constraints(blocks, lam_col, aux_start, dual)
+    A = sparse.csr_matrix(
+        (np.concatenate([vals, v2]), (np.concatenate([rows, r2 + 2 * n]),
+                                      np.concatenate([cols, c2]))),
+        shape=(2 * n + b2.size, n_vars),
+    )
+    b = np.concatenate([-np.ones(2 * n), b2])
+    c = np.zeros(n_vars)
+    c[lam_col] = radius
+    c[s_start:aux_start] = 1.0 / n
+    bounds = [(None, None)] * p + [(0.0, None)] * (n_vars - p)
+    z, _ = solve_prox_lp(c, A, b, bounds, np.arange(p), np.asarray(center, float), rho,
+                         warm=warm, tol=tol)
+    return z[:p], float(z[lam_col])
+
+
+# --------------------------------------------------------------------------
+# federated algorithms
+# --------------------------------------------------------------------------
+
+
+class _ConsensusServer:
+    """Server side shared by the ADMM algorithms: Proposition 2 and the mu mirror.
+
+    ``M^t = sum_g alpha_g (M~_g^t + mu_g^{t-1})`` then
+    ``mu_g^t = mu_g^{t-1} + M~_g^t - M^t``; mu is a function of released
+    models only, so the server can mirror it without extra messages.
+    """
+
+    def server_init(self, rng):
+        coef = np.zeros(self.coef_shape)
+        state = {
+            "coef": coef,
+            "mu": {},
+            "round": 0,
+            "sum_coef": np.zeros(self.coef_shape),
+            "sum_client": {},
+            "consensus": [],
+        }
+        return state, {"coef": coef}
+
+    def server_step(self, state, messages, rng):
+        alpha = np.asarray(self.alpha, dtype=float)
+        mu_old = state["mu"]
+        new = np.zeros(self.coef_shape)
+        for k, msg in messages.items():
+            new += alpha[k] * (msg["coef"] + mu_old.get(k, 0.0))
+        # clients that did not answer keep their previous contribution
+        for k in range(len(alpha)):
+            if k not in messages and k in state.get("last", {}):
+                new += alpha[k] * (state["last"][k] + mu_old.get(k, 0.0))
+        last = dict(state.get("last", {}))
+        for k, msg in messages.items():
+            last[k] = np.array(msg["coef"])
+        mu = {k: mu_old.get(k, 0.0) + last[k] - new for k in last}
+        t = state["round"] + 1
+        sum_coef = state["sum_coef"] + new
+        sum_client = {k: state["sum_client"].get(k, 0.0) + last[k] for k in last}
+        # consensus violation of the running averages (Theorem 3 / Fig. 2)
+        violation = sum(
+            alpha[k] * np.linalg.norm(sum_client[k] / t - sum_coef / t) for k in sum_client
+        )
+        state = {
+            "coef": new,
+            "mu": mu,
+            "last": last,
+            "round": t,
+            "sum_coef": sum_coef,
+            "sum_client": sum_client,
+            "consensus": state["consensus"] + [float(violation)],
+        }
+        return state, {"coef": new}
+
+
+class DPFedDROAlgorithm(_ConsensusServer, FederatedAlgorithm):
+    """Algorithm 2 (DP-Fed DRO) as client and server steps; Algorithm 1 if not private.
+
+    Hyperparameters only: per-client arrays are indexed by ``data.index``.
+    Only the (noisy) local model ``coef`` is sent up; ``M^t`` is broadcast.
+    """
+
+    min_samples_per_client = 2
+
+    def __init__(self, *, n_classes, n_features, alpha, radius, kappa, rho, gamma, dual,
+                 private, eta=None, nu=None, sigma_M=None, sigma_lambda=None,
+                 project_lambda=False, lp_tol=1e-7):
+        self.n_classes = n_classes
+        self.n_features = n_features
+        self.coef_shape = (n_classes, n_features)
+        self.alpha = alpha
+        self.radius = radius
+        self.kappa = kappa
+        self.rho = rho
+        self.gamma = gamma
+        self.dual = dual
+        self.private = private
+        self.eta = eta
+        self.nu = nu
+        self.sigma_M = sigma_M
+        self.sigma_lambda = sigma_lambda
+        self.project_lambda = project_lambda
+        self.lp_tol = lp_tol
+
+    def client_init(self, data, rng):
+        zeros = np.zeros(self.coef_shape)
+        return {
+            "coef": zeros,  # M~_g (noisy) in Algorithm 2, exact M_g in Algorithm 1
+            "lam": 0.0,
+            "mu": zeros,
+            "tau": 0.0,
+            "round": 0,
+            "objective": [],
+            "lam_history": [],
+            "tau_history": [],
+        }
+
+    def client_step(self, data, state, broadcast, rng):
+        g = data.index
+        center = np.asarray(broadcast["coef"], dtype=float)
+        mu = state["mu"]
+        if state["round"] > 0:
+            mu = mu + state["coef"] - center
+        r_g = float(self.radius[g])
+        if not self.private:
+            coef, lam = solve_cs_dro_local(
+                data.X, data.y, self.n_classes, center - mu, radius=r_g, kappa=self.kappa,
+                rho=self.rho, dual=self.dual, warm=state["coef"], tol=self.lp_tol,
+            )
+            objective = cs_dro_objective(data.X, data.y, coef, lam, radius=r_g,
+                                         kappa=self.kappa)
+            new = dict(state, coef=coef, lam=lam, mu=mu, round=state["round"] + 1,
+                       objective=state["objective"] + [objective],
+                       lam_history=state["lam_history"] + [lam])
+            return new, {"coef": coef}
+        tau = state["tau"]
+        loss, penalty, grad_coef, grad_lam = local_terms(
+            data.X, data.y, state["coef"], state["lam"], tau, self.kappa, self.gamma, self.dual
+        )
+        objective = state["lam"] * r_g + loss + penalty  # h_g^t at the noisy iterate
+        coef, lam = prox_linear_update(
+            state["coef"], state["lam"], grad_coef, grad_lam, center, mu, rho=self.rho,
+            eta=self.eta[g], nu=self.nu[g], radius=r_g, project_lambda=self.project_lambda,
+        )
+        coef_noisy = coef + self.sigma_M[g] * rng.standard_normal(self.coef_shape)
+        lam_noisy = lam + self.sigma_lambda[g] * rng.standard_normal()
+        tau = max(0.0, tau + self.gamma * (phi(coef_noisy, self.dual) - lam_noisy))
+        new = dict(state, coef=coef_noisy, lam=float(lam_noisy), mu=mu, tau=tau,
+                   round=state["round"] + 1, objective=state["objective"] + [objective],
+                   lam_history=state["lam_history"] + [float(lam_noisy)],
+                   tau_history=state["tau_history"] + [tau])
+        return new, {"coef": coef_noisy}

@@ -1,0 +1,476 @@
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from sklearn.preprocessing import Normalizer
+
+from skfed import DPFedDROClassifier
+from skfed.federated import Federation, Ledger, run_federation
+from skfed.linear_model._admm import (
+    DPFedDROAlgorithm,
+    dro_cs_pass_numpy,
+    local_terms,
+    phi,
+    prox_linear_update,
+    sensitivities,
+    solve_binary_dro_local,
+    solve_cs_dro_local,
+    step_sizes,
+)
+from skfed.linear_model._kernels import dro_cs_pass
+from skfed.privacy import dpfeddro_epsilon, dpfeddro_per_round_epsilon, split_round_budget
+
+
+def _unit_rows(rng, n, p):
+    X = rng.standard_normal((n, p))
+    return X / np.linalg.norm(X, axis=1, keepdims=True) * rng.uniform(0.2, 1.0, (n, 1))
+
+
+def _blobs(rng, n=240, k=3, p=4, noise=0.15):
+    y = rng.integers(0, k, n)
+    centers = np.eye(k, p) if k <= p else rng.standard_normal((k, p))
+    X = centers[y] + noise * rng.standard_normal((n, p))
+    return Normalizer().fit_transform(X), y
+
+
+# ---------------------------------------------------------------- kernel
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_kernel_matches_numpy(k):
+    rng = np.random.default_rng(k)
+    X = rng.standard_normal((300, 6))
+    y = rng.integers(0, k, 300)
+    coef = 0.5 * rng.standard_normal((k, 6))
+    for lam in (0.0, 0.4, 3.0):
+        grad = np.empty_like(coef)
+        loss, glam = dro_cs_pass(X, y, coef, lam, 0.7, grad)
+        loss_ref, glam_ref, grad_ref = dro_cs_pass_numpy(X, y, coef, lam, 0.7)
+        assert loss == pytest.approx(loss_ref, abs=1e-10)
+        assert glam == pytest.approx(glam_ref, abs=1e-12)
+        np.testing.assert_allclose(grad, grad_ref, atol=1e-12)
+
+
+def test_kernel_ties_match_numpy():
+    # integer scores create ties everywhere; both must follow the same rule
+    rng = np.random.default_rng(0)
+    X = rng.integers(-1, 2, (200, 3)).astype(float)
+    y = rng.integers(0, 4, 200)
+    coef = rng.integers(-1, 2, (4, 3)).astype(float)
+    grad = np.empty_like(coef)
+    loss, glam = dro_cs_pass(X, y, coef, 1.0, 1.0, grad)
+    loss_ref, glam_ref, grad_ref = dro_cs_pass_numpy(X, y, coef, 1.0, 1.0)
+    assert (loss, glam) == pytest.approx((loss_ref, glam_ref))
+    np.testing.assert_array_equal(grad, grad_ref)
+
+
+def test_subgradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    X = _unit_rows(rng, 40, 3)
+    y = rng.integers(0, 3, 40)
+    coef = rng.standard_normal((3, 3))
+    lam, tau, kappa, gamma = 0.3, 0.2, 0.5, 0.1
+
+    def f(c, l):
+        loss, pen, _, _ = local_terms(X, y, c.reshape(3, 3), l, tau, kappa, gamma, "l1")
+        return loss + pen
+
+    _, _, g_coef, g_lam = local_terms(X, y, coef, lam, tau, kappa, gamma, "l1")
+    h = 1e-7  # a generic point: f is differentiable there
+    num = np.array([(f(coef.ravel() + h * e, lam) - f(coef.ravel() - h * e, lam)) / (2 * h)
+                    for e in np.eye(9)])
+    np.testing.assert_allclose(g_coef.ravel(), num, atol=1e-5)
+    assert g_lam == pytest.approx((f(coef.ravel(), lam + h) - f(coef.ravel(), lam - h)) / (2 * h),
+                                  abs=1e-5)
+
+
+def test_closed_form_update_minimises_linearised_objective():
+    rng = np.random.default_rng(2)
+    k, p = 3, 4
+    coef_t, center, mu, g_coef = (rng.standard_normal((k, p)) for _ in range(4))
+    lam_t, g_lam = 0.4, -0.3
+    rho, eta, nu, r = 0.8, 0.05, 0.3, 0.1
+
+    def surrogate(z):
+        m, lam = z[:-1].reshape(k, p), z[-1]
+        return (lam * r + np.sum(g_coef * (m - coef_t)) + g_lam * (lam - lam_t)
+                + rho / 2 * np.sum((m - center + mu) ** 2)
+                + np.sum((m - coef_t) ** 2) / (2 * eta) + (lam - lam_t) ** 2 / (2 * nu))
+
+    res = minimize(surrogate, np.zeros(k * p + 1), method="BFGS", options={"gtol": 1e-10})
+    coef, lam = prox_linear_update(coef_t, lam_t, g_coef, g_lam, center, mu, rho=rho,
+                                   eta=eta, nu=nu, radius=r)
+    np.testing.assert_allclose(coef.ravel(), res.x[:-1], atol=1e-6)
+    assert lam == pytest.approx(res.x[-1], abs=1e-6)
+
+
+# ---------------------------------------------------------------- exact local solve
+
+
+def _exact_objective(X, y, coef, *, radius, kappa, rho, center, dual):
+    """min over lambda >= phi(M) of the Prop. 1 objective, by enumerating breakpoints."""
+    coef = coef.reshape(center.shape)
+    lo = phi(coef, dual)
+    scores = X @ coef.T
+    rows = np.arange(X.shape[0])
+    k = coef.shape[0]
+    per = np.empty_like(scores)
+    for j in range(k):  # l(j) = max(0, max_{c != j} s_c + 1 - s_j)
+        per[:, j] = np.maximum(0.0, np.delete(scores, j, axis=1).max(axis=1) + 1 - scores[:, j])
+    a = per[rows, y]
+    per[rows, y] = -np.inf
+    b = per.max(axis=1)
+    # L_n is piecewise linear in lambda with a kink where the flipped branch stops binding
+    lams = np.maximum(lo, np.r_[lo, (b - a) / kappa])
+    vals = lams * radius + np.maximum(a[None, :], b[None, :] - kappa * lams[:, None]).mean(1)
+    return vals.min() + rho / 2 * np.sum((coef - center) ** 2)
+
+
+@pytest.mark.parametrize("dual", ["l1", "linf"])
+def test_lp_local_solve_matches_brute_force(dual):
+    rng = np.random.default_rng(3)
+    X = _unit_rows(rng, 12, 2)
+    y = rng.integers(0, 3, 12)
+    center = 0.3 * rng.standard_normal((3, 2))
+    kw = dict(radius=0.05, kappa=0.5, rho=0.8)
+    coef, lam = solve_cs_dro_local(X, y, 3, center, dual=dual, **kw)
+    assert lam >= phi(coef, dual) - 1e-7
+    ours = _exact_objective(X, y, coef, center=center, dual=dual, **kw)
+    best = np.inf
+    # the problem is convex: no descent from our solution means it is the optimum
+    for start in [coef.ravel(), center.ravel(), coef.ravel() + 0.1 * rng.standard_normal(6)]:
+        res = minimize(lambda m: _exact_objective(X, y, m, center=center, dual=dual, **kw),
+                       start, method="Nelder-Mead",
+                       options={"xatol": 1e-9, "fatol": 1e-11, "maxiter": 4000})
+        best = min(best, res.fun)
+    assert ours <= best + 1e-6
+    assert ours == pytest.approx(best, abs=1e-4)
+
+
+def test_binary_lp_local_solve_matches_brute_force():
+    rng = np.random.default_rng(4)
+    X = _unit_rows(rng, 15, 2)
+    y = np.where(rng.random(15) < 0.5, -1.0, 1.0)
+    center = np.array([0.2, -0.1])
+    w, lam = solve_binary_dro_local(X, y, center, radius=0.05, kappa=0.5, rho=0.8, dual="l1")
+
+    def obj(w):
+        lo = np.abs(w).sum()
+        m = y * (X @ w)
+        cands = [lo] + [max(lo, (1 + mm - max(1 - mm, 0)) / 0.5) for mm in m]
+        vals = [lam_ * 0.05 + np.mean(np.maximum.reduce([1 - m, 1 + m - 0.5 * lam_,
+                                                         np.zeros_like(m)]))
+                for lam_ in cands]
+        return min(vals) + 0.4 * np.sum((w - center) ** 2)
+
+    best = min(minimize(obj, s, method="Nelder-Mead",
+                        options={"xatol": 1e-10, "fatol": 1e-12}).fun
+               for s in [center, np.zeros(2), np.ones(2), -np.ones(2)])
+    assert obj(w) <= best + 1e-6
+
+
+# ---------------------------------------------------------------- step sizes, noise
+
+
+def test_step_sizes_and_sigmas_match_worked_values():
+    # spec 3.4 worked values for the pump setting (N_g=400, K=4, P=13, T=150)
+    expected = {0.05: (0.0277, 0.322, 0.0209, 0.191), 0.10: (0.0479, 0.342, 0.0177, 0.101),
+                0.20: (0.0676, 0.348, 0.0123, 0.0515)}
+    for eps, (eta_ref, nu_ref, sM_ref, sl_ref) in expected.items():
+        e_M, e_l = split_round_budget(eps)
+        eta, nu = step_sizes(400, n_rounds=150, n_classes=4, n_features=13, norm_bound=1.0,
+                             C=0.4, V=1.0, radius=0.1, kappa=0.5, epsilon_M=e_M,
+                             epsilon_lambda=e_l, delta=1e-6, c_M=2.0, c_lambda=6.0)
+        d_M, d_l = sensitivities(400, norm_bound=1.0, rho=0.8, eta=eta, kappa=0.5, nu=nu)
+        z = math.sqrt(2 * math.log(1.25e6))
+        assert eta == pytest.approx(eta_ref, rel=2e-2)
+        assert nu == pytest.approx(nu_ref, rel=2e-2)
+        assert d_M * z / e_M == pytest.approx(sM_ref, rel=2e-2)
+        assert d_l * z / e_l == pytest.approx(sl_ref, rel=2e-2)
+
+
+def test_noise_std_matches_sigma():
+    rng = np.random.default_rng(5)
+    X, y = _blobs(rng, n=40)
+    data = Federation.from_arrays(X, y, None).clients[0]
+    kw = dict(n_classes=3, n_features=4, alpha=np.ones(1), radius=np.array([0.1]), kappa=0.5,
+              rho=0.8, gamma=0.1, dual="l1", private=True, eta=np.array([0.05]),
+              nu=np.array([0.3]))
+    noisy = DPFedDROAlgorithm(sigma_M=np.array([0.7]), sigma_lambda=np.array([0.2]), **kw)
+    exact = DPFedDROAlgorithm(sigma_M=np.zeros(1), sigma_lambda=np.zeros(1), **kw)
+    state = noisy.client_init(data, None)
+    bc = {"coef": np.zeros((3, 4))}
+    ref_state, ref = exact.client_step(data, state, bc, np.random.default_rng(0))
+    diffs, lam_diffs = [], []
+    for seed in range(1500):
+        new, msg = noisy.client_step(data, state, bc, np.random.default_rng(seed))
+        diffs.append(msg["coef"] - ref["coef"])
+        lam_diffs.append(new["lam"] - ref_state["lam"])
+    diffs = np.array(diffs)
+    assert diffs.std() == pytest.approx(0.7, rel=0.02)
+    assert abs(diffs.mean()) < 0.01
+    assert np.std(lam_diffs) == pytest.approx(0.2, rel=0.06)
+
+
+# ---------------------------------------------------------------- accountant
+
+
+def test_paper_totals():
+    assert dpfeddro_epsilon(50, *split_round_budget(0.5), 1e-6) == pytest.approx(3.7299, abs=1e-4)
+    assert dpfeddro_epsilon(120, *split_round_budget(0.2), 1e-8) == pytest.approx(2.2421,
+                                                                               abs=1e-4)
+    # the paper's own form of the second term
+    e_M, e_l = split_round_budget(0.5)
+    a = 50 * (e_M**2 + e_l**2)
+    ref = a / (4 * math.log(1.25e6)) + math.sqrt(a * math.log(1e6) / math.log(1.25e6))
+    assert dpfeddro_epsilon(50, e_M, e_l, 1e-6) == pytest.approx(ref, rel=1e-12)
+    assert dpfeddro_per_round_epsilon(3.7299, 50, 1e-6) == pytest.approx(0.5, abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def small_problem():
+    rng = np.random.default_rng(6)
+    X, y = _blobs(rng, n=160)
+    return X, y, rng.integers(0, 4, X.shape[0])
+
+
+def test_estimator_reports_paper_total(small_problem):
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(epsilon=0.5, delta=1e-6, n_rounds=50, random_state=0)
+    clf.fit(X, y, groups=groups)
+    assert clf.privacy_spent_ == pytest.approx((3.7299, 1e-6), abs=1e-4)
+    assert clf.privacy_unit_ == "record"
+    z = math.sqrt(2 * math.log(1.25e6))
+    e_M, e_l = split_round_budget(0.5)
+    assert clf.noise_multiplier_ == pytest.approx((z / e_M, z / e_l))
+    np.testing.assert_allclose(clf.noise_sigma_M_, clf.sensitivity_M_ * z / e_M)
+    np.testing.assert_allclose(clf.noise_sigma_lambda_, clf.sensitivity_lambda_ * z / e_l)
+    np.testing.assert_allclose(
+        clf.sensitivity_M_,
+        2 * math.sqrt(2) / (np.bincount(groups) * (0.8 + 1 / clf.eta_)),
+    )
+
+
+def test_rdp_accountant_matches_dp_accounting(small_problem):
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(epsilon=0.5, delta=1e-6, n_rounds=20, accountant="rdp",
+                             random_state=0).fit(X, y, groups=groups)
+    z_M, z_l = clf.noise_multiplier_
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.GaussianDpEvent(z_M), 20)
+    acc.compose(dp_accounting.GaussianDpEvent(z_l), 20)
+    assert clf.privacy_spent_[0] == pytest.approx(acc.get_epsilon(1e-6), rel=1e-9)
+    paper = dpfeddro_epsilon(20, *split_round_budget(0.5), 1e-6)
+    assert clf.privacy_spent_[0] < paper  # RDP is tighter than the closed form
+
+
+@pytest.mark.parametrize("accountant", ["paper", "rdp"])
+def test_target_epsilon_is_spent(small_problem, accountant):
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(target_epsilon=2.0, target_delta=1e-5, n_rounds=10,
+                             accountant=accountant, random_state=0).fit(X, y, groups=groups)
+    assert clf.privacy_spent_[0] == pytest.approx(2.0, rel=1e-4)
+    assert clf.privacy_spent_[0] <= 2.0 + 1e-9
+    assert clf.privacy_spent_[1] == 1e-5
+
+
+# ---------------------------------------------------------------- protocol, ledger
+
+
+def test_only_noisy_models_cross(small_problem):
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(epsilon=0.5, n_rounds=5, random_state=0).fit(X, y, groups=groups)
+    ups = [r for r in clf.communication_.records if r.direction == "up"]
+    assert len(ups) == 5 * 4
+    assert all(r.names == ("coef",) and r.shapes == ((3, 4),) for r in ups)
+    # the payloads are the noisy models, not the noiseless updates or any rows
+    fed = Federation.from_arrays(X, y, groups, min_samples=2)
+    ledger = Ledger(keep_payloads=True)
+    kw = dict(n_classes=3, n_features=4, alpha=np.full(4, 0.25), radius=np.full(4, 0.1),
+              kappa=0.5, rho=0.8, gamma=0.1, dual="l1", private=True, eta=clf.eta_,
+              nu=clf.nu_)
+    noisy = DPFedDROAlgorithm(sigma_M=clf.noise_sigma_M_, sigma_lambda=clf.noise_sigma_lambda_,
+                              **kw)
+    result = run_federation(noisy, fed, n_rounds=3, random_state=0, ledger=ledger)
+    last_up = {rec.client: pay for rec, pay in zip(ledger.records, ledger.payloads)
+               if rec.direction == "up" and rec.round == 2}
+    for state, label in zip(result.client_states, fed.labels):
+        np.testing.assert_array_equal(last_up[label]["coef"], state["coef"])
+    exact = DPFedDROAlgorithm(sigma_M=np.zeros(4), sigma_lambda=np.zeros(4), **kw)
+    _, msg = exact.client_step(fed.clients[0], exact.client_init(fed.clients[0], None),
+                               {"coef": np.zeros((3, 4))}, np.random.default_rng(0))
+    first_up = next(p for r, p in zip(ledger.records, ledger.payloads) if r.direction == "up")
+    assert not np.allclose(first_up["coef"], msg["coef"])
+
+
+def test_reproducible_and_independent_of_n_jobs(small_problem):
+    X, y, groups = small_problem
+    a = DPFedDROClassifier(n_rounds=5, random_state=3).fit(X, y, groups=groups)
+    b = DPFedDROClassifier(n_rounds=5, random_state=3, n_jobs=2).fit(X, y, groups=groups)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    c = DPFedDROClassifier(n_rounds=5, random_state=4).fit(X, y, groups=groups)
+    assert not np.array_equal(a.coef_, c.coef_)
+
+
+# ---------------------------------------------------------------- learning
+
+
+def test_separable_data_is_separated():
+    rng = np.random.default_rng(7)
+    X, y = _blobs(rng, n=400, noise=0.05)
+    groups = rng.integers(0, 2, 400)
+    private = DPFedDROClassifier(epsilon=0.9, delta=1e-5, c_M=2.0, n_rounds=40,
+                                 random_state=0).fit(X, y, groups=groups)
+    assert private.score(X, y) == 1.0
+    exact = DPFedDROClassifier(epsilon=None, n_rounds=8, rho=0.5, radius=1e-3,
+                               kappa=0.5).fit(X[:120], y[:120], groups=groups[:120])
+    assert exact.score(X, y) == 1.0
+    assert exact.privacy_spent_ is None
+    assert exact.history_["objective"].shape == (8,)
+
+
+def test_non_private_admm_reaches_consensus():
+    rng = np.random.default_rng(8)
+    X, y = _blobs(rng, n=36, noise=0.4)
+    groups = np.repeat([0, 1, 2], 12)
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=8, rho=0.5, radius=1e-2, kappa=0.5)
+    clf.fit(X, y, groups=groups)
+    spread = np.abs(clf.client_coefs_ - clf.coef_[None]).max()
+    assert spread < 0.05 * max(1.0, np.abs(clf.coef_).max())
+
+
+def test_history_shapes_and_output_models(small_problem):
+    X, y, groups = small_problem
+    last = DPFedDROClassifier(n_rounds=6, random_state=0).fit(X, y, groups=groups)
+    avg = DPFedDROClassifier(n_rounds=6, random_state=0, output_model="average").fit(
+        X, y, groups=groups)
+    assert last.n_iter_ == 6
+    for key in ("objective", "consensus_violation", "convergence_metric"):
+        assert last.history_[key].shape == (6,)
+    assert last.history_["lambda"].shape == last.history_["tau"].shape == (4, 6)
+    assert last.client_coefs_.shape == (4, 3, 4)
+    assert not np.allclose(last.coef_, avg.coef_)
+
+
+def test_string_labels_binary_and_intercept():
+    rng = np.random.default_rng(9)
+    X, y = _blobs(rng, n=200, k=2, p=3, noise=0.1)
+    X *= 0.7  # leave room for the constant feature below the bound
+    labels = np.array(["no", "yes"])[y]
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=4, fit_intercept=True).fit(X, labels)
+    assert clf.classes_.tolist() == ["no", "yes"]
+    assert clf.decision_function(X).shape == (200,)
+    assert clf.intercept_.shape == (2,)
+    assert set(clf.predict(X)) <= {"no", "yes"}
+    assert clf.score(X, labels) > 0.95
+    dp = DPFedDROClassifier(fit_intercept=True, n_rounds=3, random_state=0).fit(X, labels)
+    z = math.sqrt(2 * math.log(1.25e6)) / split_round_budget(0.5)[0]
+    n = 200
+    expected = 2 * math.sqrt(2) * math.sqrt(2.0) / (n * (0.8 + 1 / dp.eta_[0])) * z
+    assert dp.noise_sigma_M_[0] == pytest.approx(expected)
+
+
+def test_normalizer_rows_pass_the_norm_check():
+    rng = np.random.default_rng(10)
+    X = Normalizer().fit_transform(rng.uniform(0, 1e3, (50, 7)))
+    y = rng.integers(0, 3, 50)
+    DPFedDROClassifier(n_rounds=2).fit(X, y)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        (dict(epsilon=0.0), "epsilon"),
+        (dict(epsilon=-1.0), "epsilon"),
+        (dict(delta=0.0), "delta"),
+        (dict(delta=1.0), "delta"),
+        (dict(target_epsilon=1.0), "target_delta"),
+        (dict(target_epsilon=-1.0, target_delta=1e-5), "target_epsilon"),
+        (dict(accountant="moments"), "accountant"),
+        (dict(feature_norm="l3"), "feature_norm"),
+        (dict(budget_split=1.0), "budget_split"),
+        (dict(radius=[0.1, 0.2]), "radius"),
+        (dict(alpha=[0.5, 0.6, 0.0, 0.0]), "alpha"),
+        (dict(n_rounds=0), "n_rounds"),
+    ],
+)
+def test_bad_parameters(small_problem, params, match):
+    X, y, groups = small_problem
+    with pytest.raises(ValueError, match=match):
+        DPFedDROClassifier(**params).fit(X, y, groups=groups)
+
+
+def test_bad_data():
+    rng = np.random.default_rng(11)
+    X, y = _blobs(rng, n=30)
+    clf = DPFedDROClassifier(n_rounds=2)
+    with pytest.raises(ValueError, match="1 class"):
+        clf.fit(X, np.zeros(30))
+    with pytest.raises(ValueError, match="norm_bound"):
+        clf.fit(X * 1.01, y)
+    groups = np.r_[np.zeros(29), 1]
+    with pytest.raises(ValueError, match="at least 2"):
+        clf.fit(X, y, groups=groups)
+    Xn = X.copy()
+    Xn[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        clf.fit(Xn, y)
+    with pytest.raises(ValueError):
+        clf.fit(np.array([["a", "b"]] * 30), y)
+    with pytest.raises(ValueError, match="l2"):
+        DPFedDROClassifier(epsilon=None, feature_norm="l2").fit(X, y)
+
+
+def test_failed_fit_keeps_previous_model():
+    rng = np.random.default_rng(12)
+    X, y = _blobs(rng, n=30)
+    clf = DPFedDROClassifier(n_rounds=2, random_state=0).fit(X, y)
+    coef = clf.coef_.copy()
+    with pytest.raises(ValueError):
+        clf.fit(X * 2, y)
+    np.testing.assert_array_equal(clf.coef_, coef)
+
+
+def test_predict_uses_global_model_and_checks_groups(small_problem):
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(n_rounds=3, random_state=0, unknown_client="error")
+    clf.fit(X, y, groups=groups)
+    np.testing.assert_array_equal(clf.predict(X, groups=groups), clf.predict(X))
+    with pytest.raises(ValueError, match="not seen"):
+        clf.predict(X[:2], groups=[99, 99])
+
+
+def test_highs_and_linprog_backends_agree():
+    from skfed.linear_model._admm import cs_dro_local_lp, solve_prox_lp
+
+    rng = np.random.default_rng(13)
+    X = _unit_rows(rng, 40, 4)
+    y = rng.integers(0, 3, 40)
+    c, A, b, bounds, quad, _ = cs_dro_local_lp(X, y, 3, radius=0.01, kappa=0.5, dual="linf")
+    center = rng.standard_normal(12)
+    z1, _ = solve_prox_lp(c, A, b, bounds, quad, center, 0.5, backend="highs")
+    z2, _ = solve_prox_lp(c, A, b, bounds, quad, center, 0.5, backend="linprog")
+    def objective(z):
+        return c @ z + 0.25 * np.sum((z[quad] - center) ** 2)
+
+    # both stop within tol * 12 of the optimum, so within sqrt(2 * 12 * tol / rho)
+    assert objective(z1) == pytest.approx(objective(z2), abs=2 * 12 * 1e-7)
+    np.testing.assert_allclose(z1[quad], z2[quad], atol=math.sqrt(2 * 12 * 1e-7 / 0.5) * 2)
+
+
+def test_grouped_rows_are_not_copied_and_give_the_same_model(small_problem):
+    from skfed.linear_model._base import make_federation
+
+    X, y, groups = small_problem
+    order = np.argsort(groups, kind="stable")
+    Xs, ys, gs = X[order], y[order], groups[order]
+    fed = make_federation(Xs, ys, gs)
+    assert all(np.shares_memory(c.X, Xs) for c in fed.clients)
+    a = DPFedDROClassifier(n_rounds=4, random_state=0).fit(X, y, groups=groups)
+    b = DPFedDROClassifier(n_rounds=4, random_state=0).fit(Xs, ys, groups=gs)
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-10)
