@@ -110,11 +110,13 @@ class Federation:
                     f"client {label!r} has {idx.size} row(s) but this estimator "
                     f"needs at least {min_samples} per client (groups)."
                 )
+            # rows already grouped by client are taken as (read-only) views, not copies
+            take = slice(idx[0], idx[-1] + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
             clients.append(
                 ClientData(
-                    X=X[idx],
-                    y=None if y is None else y[idx],
-                    sample_weight=None if sample_weight is None else sample_weight[idx],
+                    X=_rows(X, take),
+                    y=_rows(y, take),
+                    sample_weight=_rows(sample_weight, take),
                     label=label,
                     index=k,
                 )
@@ -131,6 +133,15 @@ class Federation:
     def n_samples(self):
         """Rows per client, as an int array."""
         return np.array([c.n_samples for c in self.clients], dtype=np.int64)
+
+
+def _rows(a, take):
+    if a is None:
+        return None
+    part = a[take]
+    if isinstance(take, slice):
+        part.flags.writeable = False  # a step must not write into the caller's arrays
+    return part
 
 
 class FederatedAlgorithm:

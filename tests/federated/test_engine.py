@@ -278,3 +278,11 @@ def test_client_finalize_failure_follows_policy(federation):
     assert result.ledger.failures == [(2, "a", "ClientDropout: gone")]
     with pytest.raises(ClientDropout):
         run_federation(BadFinal(3), fed, n_rounds=2)
+
+
+def test_grouped_rows_are_views_not_copies():
+    X = np.arange(12.0).reshape(6, 2)
+    fed = Federation.from_arrays(X, np.zeros(6), [0, 0, 0, 1, 1, 1])
+    assert all(np.shares_memory(c.X, X) and not c.X.flags.writeable for c in fed.clients)
+    shuffled = Federation.from_arrays(X, np.zeros(6), [0, 1, 0, 1, 0, 1])
+    np.testing.assert_array_equal(shuffled.clients[1].X, X[[1, 3, 5]])
