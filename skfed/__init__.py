@@ -6,6 +6,7 @@ server steps (:mod:`skfed.federated`).
 """
 
 from .baselines import LocalEstimator, PooledEstimator
+from .gaussian_process import PFedHGPRegressor
 from .linear_model import DPFedDROClassifier
 from .tensor import PersonalizedTensorRegressor
 
@@ -13,4 +14,9 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "DPFedDROClassifier",
-    "LocalEstimator", "PersonalizedTensorRegressor", "PooledEstimator", "__version__"]
+    "LocalEstimator",
+    "PFedHGPRegressor",
+    "PersonalizedTensorRegressor",
+    "PooledEstimator",
+    "__version__",
+]

@@ -1,0 +1,119 @@
+"""Performance of PFedHGPRegressor (issue 4): cost of a round and scaling.
+
+Measures, in one run:
+
+* the time of one training round (``optimizer="cavi"`` and ``"paper"``) with
+  T clients x n rows, d=2, M=50 global and M_i=20 local inducing inputs,
+  against the time of forming every client's ``K(X_i, Z)`` and
+  ``K(Z, X_i) K(X_i, Z)`` once (the floor of any sparse-GP round);
+* fit time against rows per client and against the number of clients (log-log
+  slopes; close to 1 means linear);
+* a single-client fit (deviation and local off) against scikit-learn's exact
+  ``GaussianProcessRegressor`` (time and test NLL).
+
+The GPyTorch comparison of the issue is not included: torch is not installed
+in this environment.
+
+Usage: ``python benchmarks/bench_pfedhgp.py [--quick] [--plot out.png]``
+"""
+
+import argparse
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from skfed import PFedHGPRegressor
+from skfed.gaussian_process._kernels import kernel_matrix
+from skfed.metrics import gaussian_nll
+
+
+def make(T, n, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 1, (T * n, d))
+    groups = np.repeat(np.arange(T), n)
+    y = np.sin(6 * X[:, 0]) + np.cos(4 * X[:, 1]) + 0.2 * rng.normal(size=T)[groups] + 0.1 * rng.normal(size=T * n)
+    return X, y, groups
+
+
+def floor_time(X, groups, M=50):
+    Z = np.random.default_rng(0).uniform(0, 1, (M, X.shape[1]))
+    ls = np.full(X.shape[1], 0.3)
+    tic = time.perf_counter()
+    with threadpool_limits(1, "blas"):
+        for k in np.unique(groups):
+            K = kernel_matrix(X[groups == k], Z, ls, 1.0, 0)
+            _ = K.T @ K
+    return time.perf_counter() - tic
+
+
+def round_time(X, y, groups, optimizer, n_rounds=2, **kw):
+    """Marginal time of one training round: (fit(1 + n_rounds) - fit(1)) / n_rounds.
+
+    The difference removes validation, the set-up round and storing the result.
+    """
+    times = []
+    for rounds in (1, 1 + n_rounds):
+        model = PFedHGPRegressor(optimizer=optimizer, n_rounds=rounds, n_inducing_global=50,
+                                 n_inducing_local=20, init_lengthscale_global=0.3,
+                                 init_lengthscale_local=0.1, random_state=0, **kw)
+        tic = time.perf_counter()
+        model.fit(X, y, groups=groups)
+        times.append(time.perf_counter() - tic)
+    return max(times[1] - times[0], 1e-9) / n_rounds, model
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", default=None)
+    args = parser.parse_args()
+    T, n = (10, 500) if args.quick else (100, 2000)
+    X, y, groups = make(T, n)
+    kernel_matrix(X[:2], X[:2], np.ones(2), 1.0, 0)  # compile
+    floor = floor_time(X, groups)
+    for opt, steps in (("cavi", 1), ("paper", 1)):
+        t, _ = round_time(X, y, groups, opt, local_steps=steps)
+        print(f"{opt:5s} T={T} n={n}: {t:.3f} s per round (local_steps={steps}), "
+              f"floor K(X,Z), K^T K: {floor:.3f} s, ratio {t / floor:.1f}")
+    sizes = [250, 500, 1000, 2000] if not args.quick else [100, 200, 400]
+    times = [round_time(*make(5, m), "cavi", n_rounds=2, local_steps=1)[0] for m in sizes]
+    slope_n = np.polyfit(np.log(sizes), np.log(times), 1)[0]
+    print("rows per client", sizes, "s/round", np.round(times, 3), f"log-log slope {slope_n:.2f}")
+    clients = [5, 10, 20, 40] if not args.quick else [3, 6, 12]
+    ctimes = [round_time(*make(c, 300), "cavi", n_rounds=2, local_steps=1)[0] for c in clients]
+    slope_t = np.polyfit(np.log(clients), np.log(ctimes), 1)[0]
+    print("clients", clients, "s/round", np.round(ctimes, 3), f"log-log slope {slope_t:.2f}")
+
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+    from sklearn.gaussian_process.kernels import ConstantKernel as C
+
+    n_single = 1000 if not args.quick else 300
+    Xa, ya, _ = make(1, n_single + 500, seed=1)
+    Xs, ys, Xt, yt = Xa[:n_single], ya[:n_single], Xa[n_single:], ya[n_single:]
+    tic = time.perf_counter()
+    gpr = GaussianProcessRegressor(C(1.0) * RBF(0.3) + WhiteKernel(0.01)).fit(Xs, ys)
+    t_sk = time.perf_counter() - tic
+    mu, sd = gpr.predict(Xt, return_std=True)
+    tic = time.perf_counter()
+    ours = PFedHGPRegressor(components=("global",), optimizer="cavi", n_rounds=20,
+                            n_inducing_global=50, init_lengthscale_global=0.3, random_state=0).fit(Xs, ys)
+    t_ours = time.perf_counter() - tic
+    mu2, sd2 = ours.predict(Xt, return_std=True)
+    print(f"exact sklearn GPR: {t_sk:.2f} s, NLL {gaussian_nll(yt, mu, sd):.3f}; "
+          f"pFedHGP global-only M=50 (cavi, 20 rounds): {t_ours:.2f} s, NLL {gaussian_nll(yt, mu2, sd2):.3f}")
+    if args.plot:
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(1, 2, figsize=(8, 3.5))
+        ax[0].loglog(sizes, times, "o-")
+        ax[0].set(xlabel="rows per client", ylabel="s per round")
+        ax[1].loglog(clients, ctimes, "o-")
+        ax[1].set(xlabel="clients", ylabel="s per round")
+        fig.tight_layout()
+        fig.savefig(args.plot)
+
+
+if __name__ == "__main__":
+    main()

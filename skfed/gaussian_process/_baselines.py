@@ -1,0 +1,168 @@
+"""The paper's pFedGP baseline (adapted, spec 5.4): client GPs with FedAvg'd kernels."""
+
+import numpy as np
+from sklearn.utils.validation import validate_data
+
+from ..base import transactional_fit
+from ..utils._validation import check_positive_int
+from ._elbo import ModelConfig
+from ._kernels import KERNEL_KINDS
+from ._pfedhgp import DEFAULT_LOCAL_STEPS, OPTIMIZERS, PFedHGPRegressor, _check_positive
+from ._steps import _PFedHGPSteps
+
+__all__ = ["PFedGPRegressor"]
+
+
+class PFedGPRegressor(PFedHGPRegressor):
+    """pFedGP as adapted in the pFedHGP paper: a sparse GP per client, shared kernel.
+
+    Each client keeps its own sparse variational GP (its own inducing inputs
+    and ``q(u)``); there is no global/deviation/local decomposition. Every
+    round each client runs ``local_steps`` optimizer steps on its ELBO and
+    sends only its kernel hyperparameters (softplus pre-images); the server
+    averages them (FedAvg) and broadcasts the average, which every client
+    adopts at the start of the next round (paper sec. 4.4, spec 5.4). This is
+    NOT the deep-kernel pFedGP of Achituve et al. (2021).
+
+    Parameters
+    ----------
+    kernel : {"rbf", "matern32", "matern52"}, default="rbf"
+    ard : bool, default=False
+    n_inducing : int, default=25
+        Inducing inputs per client, started at distinct rows of the client's
+        ``X`` (each client needs at least that many distinct rows).
+    init_lengthscale : float, default=0.35
+    init_variance : float, default=1.0
+    init_noise : float, default=0.0025
+        Initial noise variance (shared, learned by the server).
+    optimizer : {"paper", "cavi"}, default="paper"
+        ``"paper"``: Adam on all client parameters; ``"cavi"``: closed-form
+        ``q(u)`` and Adam on the kernel.
+    n_rounds : int, default=20
+    local_steps : int or None, default=None
+        80 (``"paper"``) or 10 (``"cavi"``) when ``None``.
+    local_lr, server_lr : float, default=0.1
+    learn_inducing : bool, default=True
+    normalize_y : bool, default=False
+    jitter : float, default=1e-6
+    unknown_client : {"global", "error"}, default="global"
+        Unseen clients get the prior with the shared kernel.
+    random_state : int, RandomState instance or None, default=None
+    n_jobs : int or None, default=None
+    verbose : int, default=0
+
+    Attributes
+    ----------
+    clients_, lengthscales_local_, variances_local_, inducing_local_,
+    noise_variance_, elbo_, jitter_, communication_, n_features_in_
+        As in :class:`PFedHGPRegressor`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.gaussian_process import PFedGPRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(0, 10, (40, 1))
+    >>> y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=40)
+    >>> model = PFedGPRegressor(n_inducing=8, optimizer="cavi", n_rounds=3).fit(
+    ...     X, y, groups=np.repeat([0, 1], 20))
+    >>> model.predict(X[:2], groups=[0, 1]).shape
+    (2,)
+    """
+
+    def __init__(
+        self,
+        *,
+        kernel="rbf",
+        ard=False,
+        n_inducing=25,
+        init_lengthscale=0.35,
+        init_variance=1.0,
+        init_noise=0.05**2,
+        optimizer="paper",
+        n_rounds=20,
+        local_steps=None,
+        local_lr=0.1,
+        server_lr=0.1,
+        learn_inducing=True,
+        normalize_y=False,
+        jitter=1e-6,
+        unknown_client="global",
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        self.kernel = kernel
+        self.ard = ard
+        self.n_inducing = n_inducing
+        self.init_lengthscale = init_lengthscale
+        self.init_variance = init_variance
+        self.init_noise = init_noise
+        self.optimizer = optimizer
+        self.n_rounds = n_rounds
+        self.local_steps = local_steps
+        self.local_lr = local_lr
+        self.server_lr = server_lr
+        self.learn_inducing = learn_inducing
+        self.normalize_y = normalize_y
+        self.jitter = jitter
+        self.unknown_client = unknown_client
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    @classmethod
+    def _test_instances(cls):
+        return [cls(n_inducing=10, ard=True, optimizer="cavi", n_rounds=10, local_steps=5,
+                    init_lengthscale=3.0, normalize_y=True, random_state=0)]
+
+    def _steps_algorithm(self, n_features):
+        if self.kernel not in KERNEL_KINDS:
+            raise ValueError(f"kernel must be one of {tuple(KERNEL_KINDS)}, got {self.kernel!r}.")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
+        if self.unknown_client not in ("global", "error"):
+            raise ValueError(f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
+        for name in ("init_lengthscale", "init_variance", "init_noise", "local_lr", "server_lr", "jitter"):
+            _check_positive(getattr(self, name), name)
+        check_positive_int(self.n_rounds, "n_rounds")
+        Mi = check_positive_int(self.n_inducing, "n_inducing")
+        local_steps = DEFAULT_LOCAL_STEPS[self.optimizer] if self.local_steps is None else \
+            check_positive_int(self.local_steps, "local_steps", minimum=0)
+        cfg = ModelConfig(kind=KERNEL_KINDS[self.kernel], ard=bool(self.ard), n_features=n_features,
+                          use_global=False, use_deviation=False, use_local=True,
+                          jitter=float(self.jitter), learn_inducing=bool(self.learn_inducing))
+        return _PFedHGPSteps(
+            cfg, optimizer=self.optimizer, n_inducing_global=1, n_inducing_local=Mi,
+            init_inducing_global=None, init_lengthscale_global=1.0,
+            init_lengthscale_local=self.init_lengthscale, init_variance_global=1.0,
+            init_variance_local=self.init_variance, init_phi=1.0, init_noise=self.init_noise,
+            local_steps=local_steps, local_lr=self.local_lr, server_lr=self.server_lr,
+            normalize_y=bool(self.normalize_y), share_local_hypers=True,
+            n_rounds=int(self.n_rounds),
+        )
+
+    def _check_client_sizes(self, X, groups, steps):
+        try:
+            super()._check_client_sizes(X, groups, steps)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("n_inducing_local", "n_inducing")) from None
+
+    @transactional_fit
+    def fit(self, X, y, groups=None):
+        """Fit one sparse GP per client with FedAvg'd kernel hyperparameters.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        groups : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : PFedGPRegressor
+        """
+        X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64)
+        steps = self._steps_algorithm(X.shape[1])
+        self._check_client_sizes(X, groups, steps)
+        return self._fit_federation(X, y, groups, steps)

@@ -1,0 +1,168 @@
+"""Classification by maximum predictive evidence (pFedHGP paper sec. 3.8.1)."""
+
+import numpy as np
+from scipy.linalg import cho_solve
+from scipy.special import logsumexp
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..base import transactional_fit
+from ._elbo import chol_jitter
+from ._pfedhgp import PFedHGPRegressor
+
+__all__ = ["PFedHGPClassifier"]
+
+
+class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
+    """Classify whole trajectories by the class-client with the highest evidence.
+
+    Each class is a client of a :class:`PFedHGPRegressor` (paper sec. 3.8.1):
+    a row of ``X`` is one object, e.g. one press cycle, whose ``n_features``
+    values are observations at the inputs ``input_grid`` (by default
+    ``0, 1, ..., n_features - 1``). Training stacks each class's objects as
+    replicates on that grid and fits the hierarchy with one client per class.
+    A test object ``y*`` is scored under each class ``c`` by the Gaussian
+    predictive log-density with the FULL covariance (eq. 31)::
+
+        l_c = log N(y*; mu_c(grid), Sigma_c(grid))
+
+    and assigned to ``argmax_c l_c`` (eq. 32; equal class priors).
+    Because all objects share the grid, one Cholesky factorization per class
+    serves every test object.
+
+    Parameters
+    ----------
+    estimator : PFedHGPRegressor or None, default=None
+        The regressor to clone. ``None`` uses ``PFedHGPRegressor(optimizer=
+        "cavi", n_rounds=10, normalize_y=True)`` with ``min(40, n_features)``
+        global and ``min(20, n_features)`` local inducing inputs and initial
+        lengthscales 0.1 (global) and 0.05 (local) times the grid's range.
+    input_grid : array-like of shape (n_features,) or (n_features, d), default=None
+        The inputs at which every object is observed.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    estimator_ : PFedHGPRegressor
+        The fitted regressor (its clients are the classes, in order).
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> from skfed.datasets import make_press_tonnage
+    >>> from skfed.gaussian_process import PFedHGPClassifier
+    >>> X, y, t = make_press_tonnage(n_cycles=(6, 6), n_points=15, random_state=0)
+    >>> clf = PFedHGPClassifier(input_grid=t).fit(X, y)
+    >>> clf.predict(X[:3]).tolist()
+    [0, 0, 0]
+    """
+
+    def __init__(self, estimator=None, *, input_grid=None):
+        self.estimator = estimator
+        self.input_grid = input_grid
+
+    def _grid(self, n_features):
+        if self.input_grid is None:
+            return np.arange(n_features, dtype=float)[:, None]
+        grid = np.asarray(self.input_grid, dtype=float)
+        if grid.ndim == 1:
+            grid = grid[:, None]
+        if grid.ndim != 2 or grid.shape[0] != n_features or not np.all(np.isfinite(grid)):
+            raise ValueError(
+                f"input_grid must be finite with {n_features} rows (one per feature of X), "
+                f"got shape {grid.shape}."
+            )
+        return grid
+
+    @transactional_fit
+    def fit(self, X, y):
+        """Fit the class-client hierarchy.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_objects, n_features)
+            One object (trajectory) per row.
+        y : array-like of shape (n_objects,)
+            Class of each object.
+
+        Returns
+        -------
+        self : PFedHGPClassifier
+        """
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_, yi = np.unique(y, return_inverse=True)
+        grid = self._grid(X.shape[1])
+        if self.estimator is None:
+            m = X.shape[1]
+            span = float(np.mean(np.ptp(grid, axis=0))) or 1.0
+            est = PFedHGPRegressor(optimizer="cavi", n_rounds=10, normalize_y=True,
+                                   n_inducing_global=min(40, m), n_inducing_local=min(20, m),
+                                   init_lengthscale_global=0.1 * span,
+                                   init_lengthscale_local=0.05 * span, random_state=0)
+        elif isinstance(self.estimator, PFedHGPRegressor):
+            est = clone(self.estimator)
+        else:
+            raise ValueError(f"estimator must be a PFedHGPRegressor or None, got {self.estimator!r}.")
+        Xr = np.tile(grid, (X.shape[0], 1))
+        yr = X.ravel()
+        groups = np.repeat(yi, X.shape[1])
+        self.estimator_ = est.fit(Xr, yr, groups=groups)
+        self._grid_ = grid
+        return self
+
+    def predict_log_likelihood(self, X):
+        """Predictive log-density of each object under each class (eq. 31).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_objects, n_features)
+
+        Returns
+        -------
+        loglik : ndarray of shape (n_objects, n_classes)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        est = self.estimator_
+        grid = self._grid_
+        m = grid.shape[0]
+        Y = (X - est.y_mean_) / est.y_std_
+        out = np.empty((X.shape[0], len(self.classes_)))
+        for c in range(len(self.classes_)):
+            mean, cov = est._moments(grid, np.full(m, c), full=True)
+            L, _ = chol_jitter(cov, est.jitter)
+            R = Y - mean
+            quad = np.sum(R * cho_solve((L, True), R.T).T, axis=1)
+            logdet = 2 * np.sum(np.log(np.diag(L))) + 2 * m * np.log(est.y_std_)
+            out[:, c] = -0.5 * (quad + logdet + m * np.log(2 * np.pi))
+        return out
+
+    def predict_proba(self, X):
+        """Softmax of the class log-likelihoods (equal priors).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_objects, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_objects, n_classes)
+        """
+        ll = self.predict_log_likelihood(X)
+        return np.exp(ll - logsumexp(ll, axis=1, keepdims=True))
+
+    def predict(self, X):
+        """The class with the highest predictive evidence (eq. 32).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_objects, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_objects,)
+        """
+        ll = self.predict_log_likelihood(X)
+        return self.classes_[np.argmax(ll, axis=1)]

@@ -1,0 +1,429 @@
+"""The pFedHGP evidence lower bound: closed forms and analytic gradients.
+
+Notation follows the spec (``/shared/specs/pfedhgp.md``, sections 1-4).
+Everything is in whitened coordinates: the global block ``u_g = L_g v_g``
+(``K_gg = L_g L_g^T``), the deviation block under "W2" (``delta_i = L_g
+v_delta`` with prior ``v_delta ~ N(0, phi I)``) and the local block ``u_i =
+L_l v_u``. A variational factor ``N(m, S)`` of a whitened variable is stored
+as its mean ``m`` and the lower Cholesky factor ``L`` of ``S``. Positive
+hyperparameters are stored as softplus pre-images ("raw" values).
+
+The model per client ``i`` (scalar output)::
+
+    y = f_g(x) + f_delta_i(x) + f_l_i(x) + eps,   eps ~ N(0, sigma^2)
+
+with ``W = L_g^{-1} K_g(Z_g, X_i)`` and ``V = L_l^{-1} K_l(Z_i, X_i)``::
+
+    mu = W^T (m_g + m_delta) + V^T m_u
+    E  = |y - mu|^2 + |L_g^T W|^2 + |L_delta^T W|^2 + |L_u^T V|^2
+         + kappa * t_g + t_l,     kappa = 1 + phi
+    t_g = n s_g - |W|_F^2,  t_l = n s_l - |V|_F^2   (residual traces)
+    ELL = -n/2 log(2 pi sigma^2) - E / (2 sigma^2)
+    ELBO = sum_i (ELL_i - KL_delta_i - KL_u_i) - KL_g      (paper eq. 19)
+
+Gradients with respect to kernel hyperparameters and inducing inputs go
+through ``W`` by the adjoint method (spec 4.5, step 3): ``W = L^{-1} C``
+gives ``C_bar = L^{-T} W_bar`` and ``L_bar = -L^{-T} W_bar W^T``, then the
+Cholesky reverse mode gives ``K_zz_bar`` and :func:`kernel_adjoint` the
+kernel parameters.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_solve, cholesky
+from scipy.linalg.lapack import dpotrf, dtrtrs
+
+from ._kernels import kernel_adjoint, kernel_matrix
+
+LOG2PI = np.log(2.0 * np.pi)
+
+
+# ----------------------------------------------------------------------------
+# scalar helpers
+# ----------------------------------------------------------------------------
+def softplus(x):
+    """``log(1 + exp(x))``, stable."""
+    return np.logaddexp(0.0, x)
+
+
+def softplus_inv(y):
+    """Inverse of :func:`softplus` for ``y > 0`` (stable form of the spec, 1.5)."""
+    y = np.asarray(y, dtype=float)
+    return y + np.log(-np.expm1(-y))
+
+
+def sigmoid(x):
+    """Logistic function, the derivative of :func:`softplus`."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=float)))
+
+
+def solve_triangular(L, B, lower=True, trans=0, check_finite=False):
+    """``L^{-1} B`` (``trans=0``) or ``L^{-T} B`` (``trans=1``) for lower ``L``.
+
+    LAPACK ``dtrtrs`` directly: these solves are small and many, so the
+    wrapper overhead of :func:`scipy.linalg.solve_triangular` dominates.
+    """
+    x, info = dtrtrs(L, B, lower=1, trans=trans)
+    if info != 0:
+        raise LinAlgError(f"singular triangular factor (dtrtrs info={info}).")
+    return x
+
+
+class CholeskyError(np.linalg.LinAlgError):
+    """A covariance stayed non positive definite after every jitter retry."""
+
+
+def chol_jitter(K, jitter, max_tries=8):
+    """Lower Cholesky factor of ``K + jitter I``; jitter x10 on each failure.
+
+    Returns
+    -------
+    L : ndarray
+    used : float
+        The jitter that succeeded (reported by the estimator as ``jitter_``).
+    """
+    K = 0.5 * (K + K.T)
+    eye = np.eye(K.shape[0])
+    jit = float(jitter)
+    for _ in range(max_tries):
+        L, info = dpotrf(K + jit * eye, lower=1, clean=1)
+        if info == 0 and np.all(np.isfinite(L)):
+            return L, jit
+        jit = max(jit * 10.0, 1e-12)
+    raise CholeskyError(
+        f"a kernel matrix is not positive definite even with jitter {jit / 10:.1e}; "
+        "check for NaN hyperparameters or raise jitter."
+    )
+
+
+def chol_backward(L, L_bar):
+    """Symmetric adjoint of ``K`` given the adjoint of ``L = chol(K)`` (Murray 2016)."""
+    P = L.T @ np.tril(L_bar)
+    P = np.tril(P)
+    P[np.diag_indices_from(P)] *= 0.5
+    # K_bar = L^{-T} P L^{-1}
+    tmp = solve_triangular(L, P.T, lower=True, trans=1, check_finite=False).T  # P L^{-1}
+    K_bar = solve_triangular(L, tmp, lower=True, trans=1, check_finite=False)  # L^{-T} (.)
+    return 0.5 * (K_bar + K_bar.T)
+
+
+def tril_pack(A):
+    """Lower triangle (with diagonal) of a square matrix as a flat vector."""
+    return A[np.tril_indices(A.shape[0])]
+
+
+def tril_unpack(v, m, symmetric=False):
+    """Inverse of :func:`tril_pack` (optionally mirrored to a symmetric matrix)."""
+    A = np.zeros((m, m))
+    A[np.tril_indices(m)] = v
+    if symmetric:
+        A = A + np.tril(A, -1).T
+    return A
+
+
+# ----------------------------------------------------------------------------
+# model configuration
+# ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelConfig:
+    """Structural choices shared by clients and server (never data)."""
+
+    kind: int = 0
+    ard: bool = False
+    n_features: int = 1
+    use_global: bool = True
+    use_deviation: bool = True
+    use_local: bool = True
+    jitter: float = 1e-6
+    learn_inducing: bool = True
+
+    @property
+    def global_basis(self):
+        """Whether the shared basis ``Z_g`` (global or deviation component) exists."""
+        return self.use_global or self.use_deviation
+
+    @property
+    def kappa_fixed(self):
+        return 1.0 if self.use_global else 0.0
+
+    def lengthscale(self, raw):
+        ls = softplus(np.asarray(raw, dtype=float))
+        return np.broadcast_to(ls, (self.n_features,)).astype(float)
+
+    def fold_lengthscale_grad(self, g_ls, raw):
+        """Gradient with respect to the raw lengthscale(s) from the ARD gradient."""
+        g = g_ls if self.ard else np.array([g_ls.sum()])
+        return g * sigmoid(raw)
+
+
+# ----------------------------------------------------------------------------
+# one sparse basis: W = L^{-1} K(Z, X)
+# ----------------------------------------------------------------------------
+@dataclass
+class Basis:
+    L: np.ndarray  # chol(K_zz + jitter)
+    W: np.ndarray  # (M, n)
+    jitter: float
+
+
+def basis_forward(X, Z, ls, var, kind, jitter):
+    """Whitened interpolation basis of inputs ``X`` on inducing inputs ``Z``."""
+    Kzz = kernel_matrix(Z, Z, ls, var, kind)
+    L, used = chol_jitter(Kzz, jitter)
+    W = solve_triangular(L, kernel_matrix(Z, X, ls, var, kind), lower=True, check_finite=False)
+    return Basis(L=L, W=W, jitter=used)
+
+
+def basis_backward(X, Z, ls, var, kind, basis, W_bar, var_direct=0.0):
+    """Gradients (variance, ARD lengthscales, Z) of a function of ``W``.
+
+    ``var_direct`` adds a direct derivative with respect to the variance
+    (from the trace of ``diag k(X, X) = var``).
+    """
+    L, W = basis.L, basis.W
+    C_bar = solve_triangular(L, W_bar, lower=True, trans=1, check_finite=False)
+    L_bar = -C_bar @ W.T
+    Kzz_bar = chol_backward(L, L_bar)
+    gv1, gl1, gZa, gZb = kernel_adjoint(Z, Z, ls, var, kind, Kzz_bar)
+    gv2, gl2, gZc, _ = kernel_adjoint(Z, X, ls, var, kind, C_bar)
+    return gv1 + gv2 + var_direct, gl1 + gl2, gZa + gZb + gZc
+
+
+# ----------------------------------------------------------------------------
+# KL terms (whitened)
+# ----------------------------------------------------------------------------
+def kl_whitened(m, L, prior_var=1.0):
+    """``KL(N(m, L L^T) || N(0, prior_var I))``."""
+    dim = m.shape[0]
+    quad = (np.sum(L * L) + m @ m) / prior_var
+    return 0.5 * (quad - dim + dim * np.log(prior_var) - 2.0 * np.sum(np.log(np.abs(np.diag(L)))))
+
+
+def kl_whitened_grads(m, L, prior_var=1.0):
+    """Gradients of :func:`kl_whitened` with respect to ``m`` and ``L``."""
+    gL = L / prior_var - np.diag(1.0 / np.diag(L))
+    return m / prior_var, gL
+
+
+# ----------------------------------------------------------------------------
+# the client's part of the ELBO
+# ----------------------------------------------------------------------------
+def unpack_global(g, cfg):
+    """Constrained global quantities from the raw global parameters."""
+    out = {"noise": float(softplus(g["noise"]))}
+    if cfg.global_basis:
+        out["ls"] = cfg.lengthscale(g["ls_g"])
+        out["var"] = float(softplus(g["var_g"]))
+    out["phi"] = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+    return out
+
+
+def global_basis(X, g, cfg):
+    """The client's basis on ``Z_g`` at the broadcast global parameters."""
+    c = unpack_global(g, cfg)
+    return basis_forward(X, g["Zg"], c["ls"], c["var"], cfg.kind, cfg.jitter)
+
+
+def local_basis(X, loc, cfg):
+    ls = cfg.lengthscale(loc["ls_l"])
+    return basis_forward(X, loc["Zl"], ls, float(softplus(loc["var_l"])), cfg.kind, cfg.jitter)
+
+
+def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_global=False,
+                 want_local_hyper=None):
+    """The client's ELBO contribution ``ELL_i - KL_delta_i - KL_u_i`` and gradients.
+
+    Parameters
+    ----------
+    X, y : ndarray
+        The client's rows (never leave the client).
+    g : dict
+        Raw global parameters (broadcast): ``Zg, ls_g, var_g, phi, noise, mg, Lg``.
+    loc : dict
+        Raw local parameters: ``Zl, ls_l, var_l, md, Ld, mu, Lu``.
+    cfg : ModelConfig
+    gb, lb : Basis or None
+        Precomputed global / local basis (recomputed if None).
+    want_local : bool
+        Gradients with respect to every local parameter.
+    want_global : bool
+        Gradients with respect to the global parameters (the message of Alg. 1).
+    want_local_hyper : bool or None
+        Gradients of the local kernel (``Zl, ls_l, var_l``); defaults to
+        ``want_local``.
+
+    Returns
+    -------
+    value : float
+    grads_local : dict
+    grads_global : dict
+    stats : dict
+        ``E`` (expected squared error), ``t_g``, ``t_l``, ``D`` and the
+        bases, for closed-form updates.
+    """
+    if want_local_hyper is None:
+        want_local_hyper = want_local
+    c = unpack_global(g, cfg)
+    s2, phi = c["noise"], c["phi"]
+    n = y.shape[0]
+    mu_vec = np.zeros(n)
+    mbar = None
+    if cfg.global_basis:
+        if gb is None:
+            gb = global_basis(X, g, cfg)
+        W = gb.W
+        M = W.shape[0]
+        mbar = np.zeros(M)
+        if cfg.use_global:
+            mbar = mbar + g["mg"]
+        if cfg.use_deviation:
+            mbar = mbar + loc["md"]
+        mu_vec += W.T @ mbar
+    if cfg.use_local:
+        if lb is None:
+            lb = local_basis(X, loc, cfg)
+        V = lb.W
+        mu_vec += V.T @ loc["mu"]
+    e = y - mu_vec
+    E = float(e @ e)
+    stats = {"gb": gb, "lb": lb, "t_g": 0.0, "t_l": 0.0, "D": 0.0}
+    kappa = 0.0
+    if cfg.global_basis:
+        kappa = cfg.kappa_fixed + (phi if cfg.use_deviation else 0.0)
+        t_g = n * c["var"] - float(np.sum(W * W))
+        stats["t_g"] = t_g
+        E += kappa * t_g
+        if cfg.use_global:
+            E += float(np.sum((g["Lg"].T @ W) ** 2))
+        if cfg.use_deviation:
+            E += float(np.sum((loc["Ld"].T @ W) ** 2))
+    if cfg.use_local:
+        var_l = float(softplus(loc["var_l"]))
+        t_l = n * var_l - float(np.sum(V * V))
+        stats["t_l"] = t_l
+        E += float(np.sum((loc["Lu"].T @ V) ** 2)) + t_l
+    ell = -0.5 * n * (LOG2PI + np.log(s2)) - E / (2.0 * s2)
+    value = ell
+    if cfg.use_deviation:
+        stats["D"] = float(np.sum(loc["Ld"] ** 2) + loc["md"] @ loc["md"])
+        value -= kl_whitened(loc["md"], loc["Ld"], phi)
+    if cfg.use_local:
+        value -= kl_whitened(loc["mu"], loc["Lu"])
+    stats["E"] = E
+    stats["n"] = n
+    stats["e"] = e
+
+    gl, gg = {}, {}
+    if want_local or want_local_hyper:
+        if cfg.use_deviation and want_local:
+            km, kL = kl_whitened_grads(loc["md"], loc["Ld"], phi)
+            gl["md"] = W @ e / s2 - km
+            gl["Ld"] = -np.tril(W @ (W.T @ loc["Ld"])) / s2 - kL
+        if cfg.use_local:
+            if want_local:
+                km, kL = kl_whitened_grads(loc["mu"], loc["Lu"])
+                gl["mu"] = V @ e / s2 - km
+                gl["Lu"] = -np.tril(V @ (V.T @ loc["Lu"])) / s2 - kL
+            if want_local_hyper:
+                Su = loc["Lu"] @ loc["Lu"].T
+                V_bar = (np.outer(loc["mu"], e) - Su @ V + V) / s2
+                ls = cfg.lengthscale(loc["ls_l"])
+                gv, gls, gZ = basis_backward(
+                    X, loc["Zl"], ls, var_l, cfg.kind, lb, V_bar, var_direct=-n / (2 * s2)
+                )
+                gl["var_l"] = np.asarray(gv * sigmoid(loc["var_l"]))
+                gl["ls_l"] = cfg.fold_lengthscale_grad(gls, loc["ls_l"])
+                gl["Zl"] = gZ if cfg.learn_inducing else np.zeros_like(gZ)
+    if want_global:
+        gg["noise"] = np.asarray((-n / (2 * s2) + E / (2 * s2 * s2)) * sigmoid(g["noise"]))
+        if cfg.global_basis:
+            Sbar = np.zeros((M, M))
+            if cfg.use_global:
+                gg["mg"] = W @ e / s2
+                gg["Lg"] = -np.tril(W @ (W.T @ g["Lg"])) / s2
+                Sbar += g["Lg"] @ g["Lg"].T
+            if cfg.use_deviation:
+                D = stats["D"]
+                dphi = -stats["t_g"] / (2 * s2) + 0.5 * (D / phi**2 - M / phi)
+                gg["phi"] = np.asarray(dphi * sigmoid(g["phi"]))
+                Sbar += loc["Ld"] @ loc["Ld"].T
+            W_bar = (np.outer(mbar, e) - Sbar @ W + kappa * W) / s2
+            gv, gls, gZ = basis_backward(
+                X, g["Zg"], c["ls"], c["var"], cfg.kind, gb, W_bar,
+                var_direct=-kappa * n / (2 * s2),
+            )
+            gg["var_g"] = np.asarray(gv * sigmoid(g["var_g"]))
+            gg["ls_g"] = cfg.fold_lengthscale_grad(gls, g["ls_g"])
+            gg["Zg"] = gZ if cfg.learn_inducing else np.zeros_like(gZ)
+    return float(value), gl, gg, stats
+
+
+def server_kl(g, cfg):
+    """``KL_g`` and its gradients (``mg``, ``Lg``); zero without a global component."""
+    if not cfg.use_global:
+        return 0.0, {}
+    km, kL = kl_whitened_grads(g["mg"], g["Lg"])
+    return kl_whitened(g["mg"], g["Lg"]), {"mg": km, "Lg": kL}
+
+
+# ----------------------------------------------------------------------------
+# closed forms (CAVI mode, spec 4.2-4.4)
+# ----------------------------------------------------------------------------
+def _inv_chol_spd(P):
+    """``(S, chol(S))`` for ``S = P^{-1}`` with ``P`` SPD (eigenvalues >= 1 here)."""
+    Lp = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
+    S = cho_solve((Lp, True), np.eye(P.shape[0]), check_finite=False)
+    S = 0.5 * (S + S.T)
+    return S, cholesky(S, lower=True, check_finite=False)
+
+
+def solve_local_q(y, g, loc, cfg, gb, lb):
+    """Optimal ``q(delta_i)`` and ``q(u_i)`` given the global block (spec 4.2).
+
+    Covariances in closed form; the two means by one joint linear solve.
+    Returns a new local parameter dict.
+    """
+    c = unpack_global(g, cfg)
+    s2, phi = c["noise"], c["phi"]
+    r = y.copy()
+    if cfg.use_global:
+        r -= gb.W.T @ g["mg"]
+    blocks = []
+    if cfg.use_deviation:
+        blocks.append(gb.W)
+    if cfg.use_local:
+        blocks.append(lb.W)
+    if not blocks:
+        return dict(loc)
+    B = np.vstack(blocks)
+    P = B @ B.T / s2
+    sizes = [b.shape[0] for b in blocks]
+    diag = []
+    if cfg.use_deviation:
+        diag.append(np.full(sizes[0], 1.0 / phi))
+    if cfg.use_local:
+        diag.append(np.ones(lb.W.shape[0]))
+    P[np.diag_indices_from(P)] += np.concatenate(diag)
+    rhs = B @ r / s2
+    Lp = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
+    means = cho_solve((Lp, True), rhs, check_finite=False)
+    out = dict(loc)
+    k = 0
+    if cfg.use_deviation:
+        M = sizes[0]
+        out["md"] = means[:M]
+        _, out["Ld"] = _inv_chol_spd(P[:M, :M])
+        k = M
+    if cfg.use_local:
+        out["mu"] = means[k:]
+        _, out["Lu"] = _inv_chol_spd(P[k:, k:])
+    return out
+
+
+def optimal_phi(D, t_g, n_clients, M, s2):
+    """Closed-form deviation scale, the positive root of spec 4.4."""
+    a = t_g / s2
+    if D <= 0:
+        return 1e-8
+    return 2.0 * D / (n_clients * M + np.sqrt((n_clients * M) ** 2 + 4.0 * a * D))

@@ -1,0 +1,445 @@
+"""Client and server steps of pFedHGP on :mod:`skfed.federated` (paper Alg. 1).
+
+Round 0 is a set-up round: each client sends its row count, the sum and the
+sum of squares of its targets (for ``normalize_y``) and the per-feature range
+of its inputs (to place the global inducing inputs). The following rounds are
+the paper's block-coordinate rounds:
+
+* ``optimizer="paper"``: the client runs ``local_steps`` Adam steps on its
+  local ELBO (eq. 20) with the global block fixed, then sends the gradient of
+  its ELBO terms with respect to the global block (eq. 23) and its ELBO
+  value; the server adds ``-grad KL_g`` and takes one Adam step (eqs. 24-27).
+* ``optimizer="cavi"``: the client sets ``q(delta_i)``, ``q(u_i)`` to their
+  closed-form optimum (spec 4.2), takes ``local_steps`` Adam steps on its local
+  kernel with ``q`` re-solved after each, and sends the sufficient statistics
+  ``W W^T``, ``W r`` and a few scalars (the same information as the paper's
+  gradient message, spec 4.2) plus the gradient for the global kernel; the
+  server sets ``q(u_g)``, ``phi`` and ``sigma^2`` to their joint closed-form
+  optimum (coordinate ascent, spec 4.2-4.4) and takes one Adam step on the
+  global kernel hyperparameters and ``Z_g``.
+
+Raw rows, ``q(delta_i)``, ``q(u_i)`` and the local kernel stay on the client.
+"""
+
+import numpy as np
+from scipy.stats import qmc
+
+from ..federated import FederatedAlgorithm
+from ._elbo import (
+    LOG2PI,
+    client_terms,
+    global_basis,
+    kl_whitened,
+    local_basis,
+    optimal_phi,
+    server_kl,
+    softplus,
+    softplus_inv,
+    solve_local_q,
+    tril_pack,
+    tril_unpack,
+    _inv_chol_spd,
+)
+
+LOCAL_HYPER = ("Zl", "ls_l", "var_l")
+TRIL_KEYS = ("Lg",)
+
+
+# ----------------------------------------------------------------------------
+# Adam (ascent), state kept by each party across rounds
+# ----------------------------------------------------------------------------
+def adam_init(params, keys):
+    return {"t": 0, "m": {k: np.zeros_like(params[k], dtype=float) for k in keys},
+            "v": {k: np.zeros_like(params[k], dtype=float) for k in keys}}
+
+
+def adam_ascent(params, grads, state, lr, keys, b1=0.9, b2=0.999, eps=1e-8, scale=None):
+    """One Adam ascent step on ``params[keys]``; returns new params and state.
+
+    ``scale`` maps keys to a multiplier of their step (broadcast against the
+    parameter): inducing inputs move in units of the feature range.
+    """
+    t = state["t"] + 1
+    out = dict(params)
+    m_new, v_new = dict(state["m"]), dict(state["v"])
+    for k in keys:
+        g = np.asarray(grads[k], dtype=float)
+        m = b1 * state["m"][k] + (1 - b1) * g
+        v = b2 * state["v"][k] + (1 - b2) * g * g
+        m_new[k], v_new[k] = m, v
+        step = lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        if scale is not None and k in scale:
+            step = step * scale[k]
+        out[k] = np.asarray(params[k], dtype=float) + step
+    return out, {"t": t, "m": m_new, "v": v_new}
+
+
+# ----------------------------------------------------------------------------
+# initialisation helpers
+# ----------------------------------------------------------------------------
+def farthest_point_rows(X, m):
+    """``m`` distinct rows of ``X`` spread out (greedy farthest-point traversal).
+
+    Starts at the row nearest the mean, so the choice is deterministic.
+    """
+    U = np.unique(X, axis=0)
+    if U.shape[0] < m:
+        raise ValueError(f"need {m} distinct rows, got {U.shape[0]}")
+    scale = U.std(axis=0)
+    scale[scale == 0] = 1.0
+    S = U / scale
+    first = int(np.argmin(((S - S.mean(0)) ** 2).sum(1)))
+    chosen = [first]
+    dist = ((S - S[first]) ** 2).sum(1)
+    for _ in range(m - 1):
+        nxt = int(np.argmax(dist))
+        chosen.append(nxt)
+        dist = np.minimum(dist, ((S - S[nxt]) ** 2).sum(1))
+    Z = U[np.sort(chosen)] if U.shape[1] > 1 else np.sort(U[chosen], axis=0)
+    return np.array(Z, dtype=float)
+
+
+def grid_in_box(lo, hi, m, rng):
+    """``m`` inducing inputs in the box: an even grid for d=1, scrambled Halton otherwise."""
+    d = lo.shape[0]
+    if d == 1:
+        return np.linspace(lo[0], hi[0], m)[:, None]
+    seed = int(rng.integers(2**31 - 1))
+    u = qmc.Halton(d=d, scramble=True, seed=seed).random(m)
+    return lo + u * (hi - lo)
+
+
+# ----------------------------------------------------------------------------
+# the algorithm
+# ----------------------------------------------------------------------------
+class _PFedHGPSteps(FederatedAlgorithm):
+    """Hyperparameters of one pFedHGP fit; all state lives in the step values."""
+
+    def __init__(self, cfg, *, optimizer, n_inducing_global, n_inducing_local,
+                 init_inducing_global, init_lengthscale_global, init_lengthscale_local,
+                 init_variance_global, init_variance_local, init_phi, init_noise,
+                 local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
+                 server_iterations=10, n_rounds=None):
+        self.cfg = cfg
+        self.optimizer = optimizer
+        self.M = n_inducing_global if init_inducing_global is None else init_inducing_global.shape[0]
+        self.Mi = n_inducing_local
+        self.init_inducing_global = init_inducing_global
+        self.init_lengthscale_global = init_lengthscale_global
+        self.init_lengthscale_local = init_lengthscale_local
+        self.init_variance_global = init_variance_global
+        self.init_variance_local = init_variance_local
+        self.init_phi = init_phi
+        self.init_noise = init_noise
+        self.local_steps = local_steps
+        self.local_lr = local_lr
+        self.server_lr = server_lr
+        self.normalize_y = normalize_y
+        self.share_local_hypers = share_local_hypers
+        self.server_iterations = server_iterations
+        self.n_rounds = np.inf if n_rounds is None else n_rounds
+        self.min_samples_per_client = n_inducing_local if cfg.use_local else 1
+
+    # --- parameter bookkeeping ------------------------------------------------
+    @property
+    def n_ls(self):
+        return self.cfg.n_features if self.cfg.ard else 1
+
+    def global_keys(self):
+        cfg = self.cfg
+        keys = ["noise"]
+        if cfg.global_basis:
+            keys += ["ls_g", "var_g"] + (["Zg"] if cfg.learn_inducing else [])
+        if cfg.use_deviation:
+            keys.append("phi")
+        if cfg.use_global:
+            keys += ["mg", "Lg"]
+        return keys
+
+    def local_keys(self, hyper_only=False):
+        cfg = self.cfg
+        keys = []
+        if cfg.use_local:
+            keys += ["ls_l", "var_l"] + (["Zl"] if cfg.learn_inducing else [])
+        if hyper_only:
+            return keys
+        if cfg.use_deviation:
+            keys += ["md", "Ld"]
+        if cfg.use_local:
+            keys += ["mu", "Lu"]
+        return keys
+
+    def pack_global(self, g):
+        """The broadcast: global parameters (``Lg`` as its packed lower triangle)."""
+        out = {}
+        for k, v in g.items():
+            out[k] = tril_pack(v) if k in TRIL_KEYS else np.asarray(v, dtype=float)
+        return out
+
+    def unpack_global(self, b):
+        g = {}
+        for k, v in b.items():
+            if k in TRIL_KEYS:
+                g[k] = tril_unpack(np.asarray(v, dtype=float), self.M)
+            elif k in ("phase", "y_shift", "y_scale", "z_scale", "last") or k in LOCAL_HYPER:
+                continue
+            else:
+                g[k] = np.array(v, dtype=float)
+        return g
+
+    # --- client ----------------------------------------------------------------
+    def client_init(self, data, rng):
+        cfg, loc = self.cfg, {}
+        if cfg.use_local:
+            loc["Zl"] = farthest_point_rows(data.X, self.Mi)
+            loc["ls_l"] = np.full(self.n_ls, softplus_inv(self.init_lengthscale_local))
+            loc["var_l"] = np.asarray(softplus_inv(self.init_variance_local))
+            loc["mu"] = np.zeros(self.Mi)
+            loc["Lu"] = np.eye(self.Mi)
+        if cfg.use_deviation:
+            loc["md"] = np.zeros(self.M)
+            loc["Ld"] = np.eye(self.M)
+        return {"loc": loc, "adam": None, "jitter": 0.0}
+
+    def client_step(self, data, state, broadcast, rng):
+        if int(broadcast["phase"]) == 0:
+            y = np.asarray(data.y, dtype=float)
+            return state, {
+                "n": np.int64(data.n_samples),
+                "sum_y": y.sum(),
+                "sum_y2": y @ y,
+                "x_min": data.X.min(axis=0),
+                "x_max": data.X.max(axis=0),
+            }
+        g = self.unpack_global(broadcast)
+        y = (np.asarray(data.y, dtype=float) - float(broadcast["y_shift"])) / float(broadcast["y_scale"])
+        X = data.X
+        zscale = {"Zl": np.asarray(broadcast["z_scale"])}
+        loc = dict(state["loc"])
+        if self.share_local_hypers and "ls_l" in broadcast:
+            loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
+            loc["var_l"] = np.array(broadcast["var_l"], dtype=float)
+        gb = global_basis(X, g, self.cfg) if self.cfg.global_basis else None
+        jit = gb.jitter if gb is not None else 0.0
+        if self.optimizer == "paper":
+            loc, adam, jit_l = self._paper_local(X, y, g, loc, gb, state["adam"], zscale)
+            value, _, gg, _ = client_terms(X, y, g, loc, self.cfg, gb=gb, want_global=True)
+            msg = {"value": value}
+            for k in self.global_keys():
+                msg["g_" + k] = tril_pack(gg[k]) if k in TRIL_KEYS else gg[k]
+        else:
+            loc, adam, jit_l, lb = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale)
+            msg = self._cavi_message(X, y, g, loc, gb, lb)
+        if self.share_local_hypers:
+            msg["ls_l"] = loc["ls_l"]
+            msg["var_l"] = loc["var_l"]
+        jit = max(jit, jit_l, state["jitter"])
+        msg["jitter"] = jit
+        return {"loc": loc, "adam": adam, "jitter": jit}, msg
+
+    def _paper_local(self, X, y, g, loc, gb, adam, zscale):
+        keys = self.local_keys()
+        if not keys:
+            return loc, adam, 0.0
+        if adam is None:
+            adam = adam_init(loc, keys)
+        jit = 0.0
+        for _ in range(self.local_steps):
+            _, gl, _, st = client_terms(X, y, g, loc, self.cfg, gb=gb, want_local=True)
+            if st["lb"] is not None:
+                jit = max(jit, st["lb"].jitter)
+            loc, adam = adam_ascent(loc, gl, adam, self.local_lr, keys, scale=zscale)
+            for k in ("Ld", "Lu"):
+                if k in loc:
+                    loc[k] = np.tril(loc[k])
+        return loc, adam, jit
+
+    def _cavi_local(self, X, y, g, loc, gb, adam, zscale):
+        cfg = self.cfg
+        hyper = self.local_keys(hyper_only=True)
+        if adam is None and hyper:
+            adam = adam_init(loc, hyper)
+        lb = local_basis(X, loc, cfg) if cfg.use_local else None
+        jit = lb.jitter if lb is not None else 0.0
+        loc = solve_local_q(y, g, loc, cfg, gb, lb)
+        for _ in range(self.local_steps if hyper else 0):
+            _, gl, _, _ = client_terms(X, y, g, loc, cfg, gb=gb, lb=lb, want_local_hyper=True)
+            loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
+            lb = local_basis(X, loc, cfg)
+            jit = max(jit, lb.jitter)
+            loc = solve_local_q(y, g, loc, cfg, gb, lb)
+        return loc, adam, jit, lb
+
+    def _cavi_message(self, X, y, g, loc, gb, lb):
+        cfg = self.cfg
+        _, _, gg, st = client_terms(X, y, g, loc, cfg, gb=gb, lb=lb, want_global=True)
+        r = y.copy()
+        c = 0.0
+        if cfg.use_deviation:
+            r -= gb.W.T @ loc["md"]
+            c += float(np.sum((loc["Ld"].T @ gb.W) ** 2))
+        if cfg.use_local:
+            r -= lb.W.T @ loc["mu"]
+            c += float(np.sum((loc["Lu"].T @ lb.W) ** 2)) + st["t_l"]
+        msg = {"n": np.int64(y.shape[0]), "rr": r @ r, "c": c, "t_g": st["t_g"]}
+        if cfg.use_global:
+            msg["Phi"] = tril_pack(gb.W @ gb.W.T)
+            msg["b"] = gb.W @ r
+        if cfg.use_deviation:
+            msg["D"] = st["D"]
+            msg["logdet_d"] = 2.0 * np.sum(np.log(np.abs(np.diag(loc["Ld"]))))
+        msg["kl_u"] = kl_whitened(loc["mu"], loc["Lu"]) if cfg.use_local else 0.0
+        for k in ("ls_g", "var_g", "Zg"):
+            if k in self.global_keys():
+                msg["g_" + k] = gg[k]
+        return msg
+
+    # --- server ----------------------------------------------------------------
+    def server_init(self, rng):
+        return {"phase": 0}, {"phase": np.int64(0)}
+
+    def _setup(self, messages, rng):
+        cfg = self.cfg
+        msgs = list(messages.values())
+        n = sum(float(m["n"]) for m in msgs)
+        s1 = sum(float(m["sum_y"]) for m in msgs)
+        s2 = sum(float(m["sum_y2"]) for m in msgs)
+        shift, scale = 0.0, 1.0
+        if self.normalize_y:
+            shift = s1 / n
+            var = max(s2 / n - shift**2, 0.0)
+            scale = np.sqrt(var) if var > 0 else 1.0
+        lo = np.min([m["x_min"] for m in msgs], axis=0)
+        hi = np.max([m["x_max"] for m in msgs], axis=0)
+        g = {"noise": np.asarray(softplus_inv(self.init_noise))}
+        if cfg.global_basis:
+            if self.init_inducing_global is not None:
+                g["Zg"] = np.array(self.init_inducing_global, dtype=float)
+            else:
+                g["Zg"] = grid_in_box(lo, hi, self.M, rng)
+            g["ls_g"] = np.full(self.n_ls, softplus_inv(self.init_lengthscale_global))
+            g["var_g"] = np.asarray(softplus_inv(self.init_variance_global))
+        if cfg.use_deviation:
+            g["phi"] = np.asarray(softplus_inv(self.init_phi))
+        if cfg.use_global:
+            g["mg"] = np.zeros(self.M)
+            g["Lg"] = np.eye(self.M)
+        # Adam moves inducing inputs by about lr per step; the paper's lr=0.1 is for
+        # inputs on [0, 10], so steps are scaled by (feature range / 10)
+        width = np.where(hi > lo, hi - lo, 1.0)
+        state = {"phase": 1, "g": g, "z_scale": width / 10.0, "round": 0, "adam": adam_init(g, self.global_keys()),
+                 "hyper_adam": None, "elbo": [], "jitter": 0.0,
+                 "y_shift": shift, "y_scale": scale, "shared": None}
+        return state
+
+    def _broadcast(self, state):
+        b = self.pack_global(state["g"])
+        b["phase"] = np.int64(1)
+        b["y_shift"] = np.float64(state["y_shift"])
+        b["y_scale"] = np.float64(state["y_scale"])
+        b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
+        if state.get("shared") is not None:
+            b.update(state["shared"])
+        return b
+
+    def server_step(self, state, messages, rng):
+        if state["phase"] == 0:
+            state = self._setup(messages, rng)
+            return state, self._broadcast(state)
+        state = dict(state)
+        state["jitter"] = max([state["jitter"]] + [float(m["jitter"]) for m in messages.values()])
+        if self.optimizer == "paper":
+            state = self._paper_server(state, messages)
+        else:
+            state = self._cavi_server(state, messages)
+        state["round"] += 1
+        if self.share_local_hypers:
+            state["shared"] = {
+                "ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0),
+                "var_l": np.asarray(np.mean([m["var_l"] for m in messages.values()])),
+            }
+        return state, self._broadcast(state)
+
+    def _paper_server(self, state, messages):
+        g = state["g"]
+        keys = self.global_keys()
+        kl, kl_grads = server_kl(g, self.cfg)
+        grads = {}
+        for k in keys:
+            total = sum(np.asarray(m["g_" + k], dtype=float) for m in messages.values())
+            if k in TRIL_KEYS:
+                total = tril_unpack(total, self.M)
+            grads[k] = total - kl_grads.get(k, 0.0)
+        elbo = sum(float(m["value"]) for m in messages.values()) - kl
+        g_new, adam = adam_ascent(g, grads, state["adam"], self.server_lr, keys,
+                                  scale={"Zg": state["z_scale"]})
+        if "Lg" in g_new:
+            g_new["Lg"] = np.tril(g_new["Lg"])
+        state.update(g=g_new, adam=adam, elbo=state["elbo"] + [elbo])
+        return state
+
+    def _cavi_server(self, state, messages):
+        cfg = self.cfg
+        g = dict(state["g"])
+        msgs = list(messages.values())
+        T = len(msgs)
+        M = self.M
+        n = sum(float(m["n"]) for m in msgs)
+        rr = sum(float(m["rr"]) for m in msgs)
+        c = sum(float(m["c"]) for m in msgs)
+        t_g = sum(float(m["t_g"]) for m in msgs)
+        kl_u = sum(float(m["kl_u"]) for m in msgs)
+        if cfg.use_global:
+            Phi = tril_unpack(sum(np.asarray(m["Phi"]) for m in msgs), M, symmetric=True)
+            b = sum(np.asarray(m["b"]) for m in msgs)
+        if cfg.use_deviation:
+            D = sum(float(m["D"]) for m in msgs)
+            logdet_d = sum(float(m["logdet_d"]) for m in msgs)
+        s2 = float(softplus(g["noise"]))
+        phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+
+        def total_E(mg, Sg, phi):
+            E = rr + c + (cfg.kappa_fixed + phi) * t_g
+            if cfg.use_global:
+                E += -2 * mg @ b + mg @ Phi @ mg + np.sum(Phi * Sg)
+            return E
+
+        mg = g.get("mg")
+        Sg = g["Lg"] @ g["Lg"].T if cfg.use_global else None
+        Lg = g.get("Lg")
+        for _ in range(self.server_iterations):
+            if cfg.use_global:
+                Sg, Lg = _inv_chol_spd(np.eye(M) + Phi / s2)
+                mg = Sg @ b / s2
+            E = total_E(mg, Sg, phi)
+            s2 = max(E / n, 1e-10)
+            if cfg.use_deviation:
+                phi = max(optimal_phi(D, t_g, T, M, s2), 1e-10)
+        E = total_E(mg, Sg, phi)
+        elbo = -0.5 * n * (LOG2PI + np.log(s2)) - E / (2 * s2) - kl_u
+        if cfg.use_deviation:
+            elbo -= 0.5 * (D / phi - T * M + T * M * np.log(phi) - logdet_d)
+        if cfg.use_global:
+            elbo -= kl_whitened(mg, Lg)
+            g["mg"], g["Lg"] = mg, Lg
+        g["noise"] = np.asarray(softplus_inv(s2))
+        if cfg.use_deviation:
+            g["phi"] = np.asarray(softplus_inv(phi))
+        hyper = [k for k in ("ls_g", "var_g", "Zg") if k in self.global_keys()]
+        # By the envelope argument the clients' kernel gradient is the gradient of
+        # the collapsed bound only if the broadcast q(u_g) was optimal for the
+        # broadcast kernel, i.e. if the kernel did not move in the previous round
+        # (and q(u_g) is not the initial one). So the kernel moves every other
+        # round, and never in the last one (q(u_g) stays optimal for the final kernel).
+        last = state["round"] + 1 >= self.n_rounds
+        consistent = bool(state["elbo"]) and not state.get("moved", False)
+        state["moved"] = False
+        if hyper and consistent and not last:
+            state["moved"] = True
+            grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs) for k in hyper}
+            adam = state["hyper_adam"] or adam_init(g, hyper)
+            g, adam = adam_ascent(g, grads, adam, self.server_lr, hyper,
+                                  scale={"Zg": state["z_scale"]})
+            state["hyper_adam"] = adam
+        state.update(g=g, elbo=state["elbo"] + [float(elbo)])
+        return state

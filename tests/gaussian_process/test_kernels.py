@@ -1,0 +1,98 @@
+"""Numba kernels and the Cholesky helpers against plain numpy references."""
+
+import numpy as np
+import pytest
+from scipy.linalg import cholesky
+
+from skfed.gaussian_process._elbo import chol_backward, chol_jitter
+from skfed.gaussian_process._kernels import KERNEL_KINDS, kernel_adjoint, kernel_matrix
+
+
+def reference_kernel(X, Z, ls, var, kind):
+    r = np.sqrt((((X[:, None, :] - Z[None, :, :]) / ls) ** 2).sum(-1))
+    if kind == 0:
+        return var * np.exp(-0.5 * r**2)
+    if kind == 1:
+        return var * (1 + np.sqrt(3) * r) * np.exp(-np.sqrt(3) * r)
+    return var * (1 + np.sqrt(5) * r + 5 / 3 * r**2) * np.exp(-np.sqrt(5) * r)
+
+
+@pytest.mark.parametrize("kind", KERNEL_KINDS.values())
+def test_kernel_matrix_matches_numpy(kind):
+    rng = np.random.default_rng(0)
+    X, Z = rng.normal(size=(7, 3)), rng.normal(size=(5, 3))
+    ls = np.array([0.5, 1.0, 2.0])
+    np.testing.assert_allclose(
+        kernel_matrix(X, Z, ls, 1.7, kind), reference_kernel(X, Z, ls, 1.7, kind), rtol=1e-12
+    )
+    # diagonal of k(X, X) is the variance, including coincident points
+    np.testing.assert_allclose(np.diag(kernel_matrix(X, X, ls, 1.7, kind)), 1.7)
+
+
+def test_kernel_names_match_sklearn():
+    from sklearn.gaussian_process.kernels import RBF, Matern
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(6, 2))
+    ls = np.array([0.7, 1.4])
+    np.testing.assert_allclose(kernel_matrix(X, X, ls, 1.0, 0), RBF(ls)(X), rtol=1e-12)
+    np.testing.assert_allclose(kernel_matrix(X, X, ls, 1.0, 1), Matern(ls, nu=1.5)(X), rtol=1e-12)
+    np.testing.assert_allclose(kernel_matrix(X, X, ls, 1.0, 2), Matern(ls, nu=2.5)(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KERNEL_KINDS.values())
+def test_kernel_adjoint_matches_finite_differences(kind):
+    rng = np.random.default_rng(2)
+    X, Z = rng.normal(size=(6, 2)), rng.normal(size=(4, 2))
+    ls, var = np.array([0.8, 1.3]), 1.5
+    Kbar = rng.normal(size=(6, 4))
+
+    def f(X, Z, ls, var):
+        return np.sum(Kbar * reference_kernel(X, Z, ls, var, kind))
+
+    g_var, g_ls, g_X, g_Z = kernel_adjoint(X, Z, ls, var, kind, Kbar)
+    h = 1e-6
+    assert g_var == pytest.approx((f(X, Z, ls, var + h) - f(X, Z, ls, var - h)) / (2 * h), rel=1e-6)
+    for k in range(2):
+        e = np.eye(2)[k] * h
+        assert g_ls[k] == pytest.approx((f(X, Z, ls + e, var) - f(X, Z, ls - e, var)) / (2 * h), rel=1e-6)
+    for A, G, which in ((X, g_X, 0), (Z, g_Z, 1)):
+        for idx in np.ndindex(A.shape):
+            Ap, Am = A.copy(), A.copy()
+            Ap[idx] += h
+            Am[idx] -= h
+            args_p = (Ap, Z) if which == 0 else (X, Ap)
+            args_m = (Am, Z) if which == 0 else (X, Am)
+            fd = (f(*args_p, ls, var) - f(*args_m, ls, var)) / (2 * h)
+            assert G[idx] == pytest.approx(fd, rel=1e-5, abs=1e-8)
+
+
+def test_kernel_adjoint_at_coincident_points_is_finite():
+    X = np.zeros((3, 2))
+    for kind in KERNEL_KINDS.values():
+        out = kernel_adjoint(X, X, np.ones(2), 1.0, kind, np.ones((3, 3)))
+        assert all(np.all(np.isfinite(o)) for o in out)
+
+
+def test_cholesky_backward_matches_finite_differences():
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(4, 4))
+    K = A @ A.T + np.eye(4)
+    L_bar = np.tril(rng.normal(size=(4, 4)))
+    G = chol_backward(cholesky(K, lower=True), L_bar)
+    h = 1e-6
+    for i in range(4):
+        for j in range(4):
+            E = np.zeros((4, 4))
+            E[i, j] += h
+            E[j, i] += h
+            fd = (np.sum(L_bar * cholesky(K + E, lower=True)) - np.sum(L_bar * cholesky(K - E, lower=True))) / (4 * h)
+            assert G[i, j] == pytest.approx(fd, abs=1e-7)
+
+
+def test_jitter_escalates_on_singular_matrix():
+    X = np.zeros((5, 1))  # five identical inducing inputs: rank one, made indefinite
+    K = kernel_matrix(X, X, np.ones(1), 1.0, 0) - 1e-9 * np.eye(5)
+    L, used = chol_jitter(K, 1e-12)
+    assert used >= 1e-9
+    np.testing.assert_allclose(L @ L.T, K + used * np.eye(5), atol=1e-10)

@@ -1,0 +1,221 @@
+"""PFedHGPRegressor: training, prediction, recovery, federation contract, errors."""
+
+import numpy as np
+import pytest
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+from sklearn.gaussian_process.kernels import ConstantKernel as C
+
+from skfed import PFedHGPRegressor
+from skfed.datasets import make_hierarchical_gp
+
+SMALL = dict(n_inducing_global=8, n_inducing_local=5, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def data():
+    d = make_hierarchical_gp(n_clients=3, n_outputs=None, n_train=25, n_test=20,
+                             local_lengthscales=(1.0,), local_scales=(0.5,), noise=0.1,
+                             random_state=0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    return PFedHGPRegressor(optimizer="cavi", n_rounds=8, **SMALL).fit(
+        data.X_train, data.y_train, groups=data.groups_train)
+
+
+def test_cavi_reaches_a_higher_elbo_in_fewer_rounds(data):
+    paper = PFedHGPRegressor(optimizer="paper", n_rounds=20, **SMALL).fit(
+        data.X_train, data.y_train, groups=data.groups_train)
+    cavi = PFedHGPRegressor(optimizer="cavi", n_rounds=5, **SMALL).fit(
+        data.X_train, data.y_train, groups=data.groups_train)
+    assert paper.elbo_.shape == (20,) and cavi.elbo_.shape == (5,)
+    assert np.all(np.isfinite(paper.elbo_))
+    assert cavi.elbo_.max() >= paper.elbo_.max()
+    # the ELBO rises over the paper protocol's rounds
+    assert paper.elbo_[-1] > paper.elbo_[0]
+
+
+def test_single_client_global_only_matches_exact_gp():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 10, (25, 1))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=25)
+    gpr = GaussianProcessRegressor(C(1.0) * RBF(2.0) + WhiteKernel(0.01), random_state=0).fit(X, y)
+    model = PFedHGPRegressor(components=("global",), optimizer="cavi", init_inducing_global=X,
+                             learn_inducing=False, n_rounds=50, jitter=1e-8).fit(X, y)
+    Xt = np.linspace(0, 10, 50)[:, None]
+    mu0, sd0 = gpr.predict(Xt, return_std=True)
+    mu, sd = model.predict(Xt, return_std=True)
+    np.testing.assert_allclose(mu, mu0, atol=0.05)
+    np.testing.assert_allclose(sd, sd0, rtol=0.05)
+    assert model.noise_variance_ == pytest.approx(gpr.kernel_.k2.noise_level, rel=0.1)
+    # the bound stays below the exact evidence the exact GP maximized
+    assert model.elbo_.max() <= gpr.log_marginal_likelihood_value_ + 1e-6
+
+
+def test_known_hierarchy_is_recovered():
+    d = make_hierarchical_gp(n_clients=8, n_outputs=None, n_train=60, n_test=10,
+                             global_lengthscales=(2.0,), local_lengthscales=(0.8,),
+                             local_scales=(0.5,), noise=0.1, random_state=1)
+    model = PFedHGPRegressor(optimizer="cavi", n_inducing_global=20, n_inducing_local=15,
+                             n_rounds=30, random_state=0).fit(d.X_train, d.y_train, groups=d.groups_train)
+    assert 0.3 < model.phi_ < 5.0
+    assert 1.0 < model.lengthscale_global_[0] < 6.0
+    assert 0.4 < np.median(model.lengthscales_local_) < 1.6
+    assert 0.005 < model.noise_variance_ < 0.02
+    pred = model.predict(d.X_test, groups=d.groups_test)
+    assert np.sqrt(np.mean((pred - d.y_test_clean) ** 2)) < 0.15
+
+
+def test_predictive_distribution(fitted, data):
+    Xt, gt = data.X_test, data.groups_test
+    mean, std = fitted.predict(Xt, groups=gt, return_std=True)
+    mean2, cov = fitted.predict(Xt, groups=gt, return_cov=True)
+    np.testing.assert_allclose(mean, mean2)
+    np.testing.assert_allclose(np.sqrt(np.diag(cov)), std, rtol=1e-8)
+    assert np.all(np.linalg.eigvalsh(cov) > 0)
+    # population prediction adds the deviation prior phi * k_g: wider than a client's
+    pop_mean, pop_std = fitted.predict(Xt, return_std=True)
+    assert pop_std.mean() > std.mean()
+    assert fitted.phi_ > 0
+    # unknown clients follow unknown_client
+    np.testing.assert_allclose(fitted.predict(Xt[:3], groups=[99] * 3), pop_mean[:3])
+    with pytest.raises(ValueError, match="not seen in fit"):
+        fitted.set_params(unknown_client="error").predict(Xt[:3], groups=[99] * 3)
+    fitted.set_params(unknown_client="global")
+    with pytest.raises(RuntimeError, match="At most one"):
+        fitted.predict(Xt, return_std=True, return_cov=True)
+
+
+def test_sample_y_matches_predictive(fitted, data):
+    Xt, gt = data.X_test[:5], data.groups_test[:5]
+    draws = fitted.sample_y(Xt, n_samples=4000, random_state=0, groups=gt)
+    assert draws.shape == (5, 4000)
+    mean, std = fitted.predict(Xt, groups=gt, return_std=True)
+    np.testing.assert_allclose(draws.mean(1), mean, atol=4 * std.max() / np.sqrt(4000) + 1e-3)
+    np.testing.assert_allclose(draws.std(1), std, rtol=0.1)
+
+
+def test_fitted_attributes_and_ledger(fitted, data):
+    assert fitted.clients_.tolist() == [0, 1, 2]
+    assert fitted.lengthscales_local_.shape == (3, 1)
+    assert len(fitted.inducing_local_) == 3 and fitted.inducing_global_.shape == (8, 1)
+    assert fitted.jitter_ >= 1e-6
+    ledger = fitted.communication_
+    n_rows = {int(g): int(np.sum(data.groups_train == g)) for g in range(3)}
+    up = [r for r in ledger.records if r.direction == "up"]
+    assert len(up) == 3 * (8 + 1)  # set-up round + training rounds
+    for r in up:
+        # nothing row-shaped crosses: every array is sized by M, d or a scalar
+        for shape in r.shapes:
+            assert not shape or shape[0] != n_rows[r.client], (r.names, shape)
+        assert "md" not in r.names and "mu" not in r.names
+
+
+def test_components_ablations(data):
+    X, y, g = data.X_train, data.y_train, data.groups_train
+    for comps in [("global", "local"), ("global", "deviation"), ("global",), ("local",)]:
+        for opt in ("cavi", "paper"):
+            m = PFedHGPRegressor(components=comps, optimizer=opt, n_rounds=2, local_steps=3, **SMALL)
+            m.fit(X, y, groups=g)
+            mean, std = m.predict(data.X_test, groups=data.groups_test, return_std=True)
+            assert np.all(np.isfinite(mean)) and np.all(std > 0)
+            assert (m.phi_ > 0) == ("deviation" in comps)
+            assert (m.lengthscales_local_ is None) == ("local" not in comps)
+
+
+@pytest.mark.parametrize("kernel", ["matern32", "matern52"])
+def test_other_kernels_and_ard(kernel):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (60, 2))
+    y = np.sin(4 * X[:, 0]) + 0.05 * rng.normal(size=60)
+    m = PFedHGPRegressor(kernel=kernel, ard=True, optimizer="cavi", n_rounds=5, normalize_y=True,
+                         **SMALL).fit(X, y, groups=np.repeat([0, 1], 30))
+    assert m.lengthscale_global_.shape == (2,)
+    assert m.score(X, y, groups=np.repeat([0, 1], 30)) > 0.8
+
+
+def test_same_result_for_any_n_jobs(data):
+    X, y, g = data.X_train, data.y_train, data.groups_train
+    a = PFedHGPRegressor(optimizer="cavi", n_rounds=3, n_jobs=1, **SMALL).fit(X, y, groups=g)
+    b = PFedHGPRegressor(optimizer="cavi", n_rounds=3, n_jobs=2, **SMALL).fit(X, y, groups=g)
+    np.testing.assert_array_equal(a.predict(X, groups=g), b.predict(X, groups=g))
+    np.testing.assert_array_equal(a.elbo_, b.elbo_)
+
+
+def test_duplicate_inputs_and_tiny_noise_do_not_crash():
+    rng = np.random.default_rng(0)
+    X = np.repeat(rng.uniform(0, 5, (10, 1)), 4, axis=0)  # every input four times
+    y = np.sin(X[:, 0]) + 1e-8 * rng.normal(size=40)
+    groups = np.tile([0, 1], 20)
+    for opt in ("cavi", "paper"):
+        m = PFedHGPRegressor(optimizer=opt, n_inducing_global=10, n_inducing_local=4,
+                             init_noise=1e-10, n_rounds=3, local_steps=5, random_state=0)
+        m.fit(X, y, groups=groups)
+        assert np.all(np.isfinite(m.predict(X, groups=groups)))
+        # the global grid of 10 points is fine; duplicates in X itself never enter a Cholesky
+        assert np.isfinite(m.elbo_).all()
+
+
+def test_bad_input_errors():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (30, 1))
+    y = rng.normal(size=30)
+    groups = np.repeat([0, 1, 2], 10)
+    with pytest.raises(ValueError, match="n_inducing_local"):
+        PFedHGPRegressor(n_inducing_local=12).fit(X, y, groups=groups)
+    Xn = X.copy()
+    Xn[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        PFedHGPRegressor(n_inducing_local=3).fit(Xn, y, groups=groups)
+    for name in ("init_lengthscale_global", "init_noise", "init_phi", "init_variance_local"):
+        with pytest.raises(ValueError, match=name):
+            PFedHGPRegressor(n_inducing_local=3, **{name: 0.0}).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="components"):
+        PFedHGPRegressor(components=("global", "bogus")).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="components"):
+        PFedHGPRegressor(components=("deviation",)).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="optimizer"):
+        PFedHGPRegressor(optimizer="sgd", n_inducing_local=3).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="kernel"):
+        PFedHGPRegressor(kernel="linear", n_inducing_local=3).fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="init_inducing_global"):
+        PFedHGPRegressor(init_inducing_global=np.zeros((3, 2)), n_inducing_local=3).fit(X, y, groups=groups)
+    with pytest.raises(ValueError):
+        PFedHGPRegressor(n_inducing_local=3).fit(X, np.ones((30, 3)), groups=groups)
+    model = PFedHGPRegressor(n_inducing_local=3, n_inducing_global=5, n_rounds=1, local_steps=1)
+    model.fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.zeros((2, 3)))
+
+
+def test_single_client_population_is_that_client(data):
+    k = data.groups_train == 0
+    m = PFedHGPRegressor(optimizer="cavi", n_rounds=3, **SMALL).fit(data.X_train[k], data.y_train[k])
+    np.testing.assert_array_equal(m.predict(data.X_test[:5]), m.predict(data.X_test[:5], groups=[0] * 5))
+
+
+def test_pfedgp_baseline_averages_kernels(data):
+    from skfed.gaussian_process import PFedGPRegressor
+
+    m = PFedGPRegressor(n_inducing=5, optimizer="cavi", n_rounds=3, random_state=0)
+    m.fit(data.X_train, data.y_train, groups=data.groups_train)
+    assert m.phi_ == 0.0 and m.inducing_global_ is None
+    # the shared kernel crossed; the clients' q(u) did not
+    up = [r for r in m.communication_.records if r.direction == "up" and r.round > 0]
+    assert all("ls_l" in r.names and "mu" not in r.names for r in up)
+    assert np.all(np.isfinite(m.predict(data.X_test, groups=data.groups_test)))
+    with pytest.raises(ValueError, match="n_inducing"):
+        PFedGPRegressor(n_inducing=40).fit(data.X_train, data.y_train, groups=data.groups_train)
+
+
+def test_paper_messages_are_gradients_of_the_global_block(data):
+    m = PFedHGPRegressor(optimizer="paper", n_rounds=2, local_steps=3, **SMALL)
+    m.fit(data.X_train, data.y_train, groups=data.groups_train)
+    up = [r for r in m.communication_.records if r.direction == "up" and r.round > 0]
+    names = set(up[0].names)
+    assert names == {"value", "jitter", "g_noise", "g_ls_g", "g_var_g", "g_Zg", "g_phi", "g_mg", "g_Lg"}
+    shapes = dict(zip(up[0].names, up[0].shapes))
+    assert shapes["g_Lg"] == (8 * 9 // 2,) and shapes["g_Zg"] == (8, 1)
