@@ -159,6 +159,29 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
             self.coef_ = np.ascontiguousarray(M)
             self.intercept_ = np.zeros(M.shape[0])
 
+    def _encode_classes(self, y):
+        """Sorted class labels and ``y`` as int64 codes; at least two classes."""
+        classes, y_enc = np.unique(y, return_inverse=True)
+        if classes.size < 2:
+            raise ValueError(
+                f"y has 1 class ({classes[0]!r}); {type(self).__name__} needs at least 2 "
+                "classes."
+            )
+        return classes, y_enc.astype(np.int64)
+
+    def _federate(self, X, y_enc, groups, bound, private):
+        """Check the norm bound (private fits), add the intercept column, split by client.
+
+        Returns the augmented rows, their norm bound, the federation and the
+        client weights.
+        """
+        if private:
+            check_norm_bound(X, bound)
+        Xa, bound = self._add_intercept(X, bound)
+        federation = make_federation(Xa, y_enc, groups, min_samples=2)
+        alpha = client_weights(self.alpha, federation.n_samples.astype(float))
+        return Xa, bound, federation, alpha
+
     def _add_intercept(self, X, bound):
         """Append the constant feature; it counts towards the norm bound."""
         if not self.fit_intercept:

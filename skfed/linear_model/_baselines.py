@@ -24,11 +24,8 @@ from ..utils._validation import check_groups, check_positive_int
 from ._admm import DUAL_NORM, _ConsensusServer, solve_binary_dro_local, solve_cs_dro_local
 from ._base import (
     _LinearFederatedClassifier,
-    check_norm_bound,
     check_real,
     classical_multiplier,
-    client_weights,
-    make_federation,
     per_client,
     privacy_plan,
     privacy_spent,
@@ -194,19 +191,10 @@ class _FederatedBaseline(_LinearFederatedClassifier):
         check_classification_targets(y)
         self._validate_common()
         self._validate_params_()
-        classes, y_enc = np.unique(y, return_inverse=True)
-        if classes.size < 2:
-            raise ValueError(
-                f"y has 1 class ({classes[0]!r}); {type(self).__name__} needs at least 2 "
-                "classes."
-            )
+        classes, y_enc = self._encode_classes(y)
         plan = privacy_plan(self, None) if self._private else None
         L = check_real(getattr(self, "norm_bound", 1.0), "norm_bound", 0.0, low_open=True)
-        if plan is not None:
-            check_norm_bound(X, L)
-        Xa, L = self._add_intercept(X, L)
-        fed = make_federation(Xa, y_enc.astype(np.int64), groups, min_samples=2)
-        alpha = client_weights(self.alpha, fed.n_samples.astype(float))
+        Xa, L, fed, alpha = self._federate(X, y_enc, groups, L, plan is not None)
         shape = (classes.size, Xa.shape[1])
         algorithm = self._algorithm(plan, fed, shape, L, alpha)
         result = run_federation(algorithm, fed, n_rounds=self.n_rounds, n_jobs=self.n_jobs,

@@ -14,11 +14,8 @@ from ..utils._validation import check_positive_int
 from ._admm import DUAL_NORM, DPFedDROAlgorithm, sensitivities, step_sizes
 from ._base import (
     _LinearFederatedClassifier,
-    check_norm_bound,
     check_real,
     classical_multiplier,
-    client_weights,
-    make_federation,
     per_client,
     privacy_plan,
     privacy_spent,
@@ -306,12 +303,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         X, y = validate_data(self, X, y, reset=True, dtype=np.float64)
         check_classification_targets(y)
         self._validate_params_()
-        classes, y_enc = np.unique(y, return_inverse=True)
-        if classes.size < 2:
-            raise ValueError(
-                f"y has 1 class ({classes[0]!r}); DPFedDROClassifier needs at least 2 "
-                "classes."
-            )
+        classes, y_enc = self._encode_classes(y)
         plan = privacy_plan(self, float(self.budget_split))
         private = plan is not None
         if not private and self.feature_norm == "l2":
@@ -319,14 +311,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                 "feature_norm='l2' makes the exact local problem a second-order cone "
                 "program; non-private mode (epsilon=None) supports 'linf' and 'l1'."
             )
-        L = float(self.norm_bound)
-        if private:
-            check_norm_bound(X, L)
-        Xa, L = self._add_intercept(X, L)
-        federation = make_federation(Xa, y_enc.astype(np.int64), groups, min_samples=2)
+        Xa, L, federation, alpha = self._federate(X, y_enc, groups, float(self.norm_bound),
+                                                  private)
         n_clients = federation.n_clients
         sizes = federation.n_samples.astype(float)
-        alpha = client_weights(self.alpha, sizes)
         radius = per_client(self.radius, n_clients, "radius")
         n_classes, n_cols = classes.size, Xa.shape[1]
         dual = DUAL_NORM[self.feature_norm]
