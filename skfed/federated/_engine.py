@@ -152,14 +152,16 @@ class InProcessTransport:
         self.entropy = entropy
         self.n_jobs = n_jobs
         self.labels = [c.label for c in federation.clients]
+        self.clients = None
         self.states = None
         self._parallel = Parallel(n_jobs=n_jobs, prefer="threads")
 
     def init(self):
-        """Run every client's ``client_init`` (local: nothing is sent)."""
+        """Prepare every client's rows and run its ``client_init`` (nothing is sent)."""
+        self.clients = [self.algorithm.prepare_client(c) for c in self.federation.clients]
         self.states = [
             self.algorithm.client_init(c, round_rng(self.entropy, _CLIENT_INIT, c.index))
-            for c in self.federation.clients
+            for c in self.clients
         ]
 
     def round(self, rnd, asked, broadcast, final=False):
@@ -167,7 +169,7 @@ class InProcessTransport:
 
         With ``final=True`` run ``client_finalize`` instead (empty replies).
         """
-        clients = self.federation.clients
+        clients = self.clients
         key = _CLIENT_FINAL if final else _CLIENT_STEP
         args = [
             (

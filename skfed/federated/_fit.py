@@ -10,7 +10,12 @@ Estimators that follow this contract run unchanged in-process
   ``on_client_error``, ``random_state`` (and in-process ``n_jobs``,
   ``verbose``);
 * ``_set_federated_result(result, setup, labels)`` to copy the server state
-  (and, in-process, the client states) into fitted attributes.
+  (and, in-process, the client states) into fitted attributes;
+* ``_validate_site_data(X, y, reset)``: the checks a site runs on its own
+  rows (the in-process ``fit`` runs them on the pooled rows);
+* optionally ``_site_summary(X, y)`` and
+  ``_combine_site_summaries(labels, summaries)``: extra set-up entries
+  (e.g. each site's class labels and their union).
 """
 
 import numpy as np
@@ -22,29 +27,48 @@ from ._protocol import Federation, check_message
 __all__ = ["client_summary", "combine_summaries", "fit_federated"]
 
 
-def client_summary(X):
-    """The set-up message of one client: its row count and row width.
+_BASE_KEYS = ("n_samples", "n_features")
+
+
+def client_summary(X, y=None, estimator=None):
+    """The set-up message of one client: its row count, row width and extras.
 
     Parameters
     ----------
     X : ndarray of shape (n_samples, ...)
         The client's validated covariates.
+    y : ndarray or None, default=None
+        The client's validated targets (passed to the estimator's hook).
+    estimator : object or None, default=None
+        If it has ``_site_summary(X, y) -> mapping``, those entries are
+        added (e.g. the class labels a site holds).
 
     Returns
     -------
     message : mapping
-        ``{"n_samples": int64, "n_features": int64}`` (``n_features`` is the
-        product of the trailing dimensions).
+        ``{"n_samples": int64, "n_features": int64, ...}`` (``n_features`` is
+        the product of the trailing dimensions).
     """
     X = np.asarray(X)
-    return check_message({
+    message = {
         "n_samples": np.int64(X.shape[0]),
         "n_features": np.int64(np.prod(X.shape[1:], dtype=np.int64)),
-    })
+    }
+    hook = getattr(estimator, "_site_summary", None)
+    if hook is not None:
+        extra = dict(hook(X, y))
+        clash = set(extra) & set(_BASE_KEYS)
+        if clash:
+            raise ValueError(f"_site_summary may not redefine {sorted(clash)}.")
+        message.update(extra)
+    return check_message(message, sender="site", allow_text=True)
 
 
-def combine_summaries(labels, summaries):
+def combine_summaries(labels, summaries, estimator=None):
     """Combine the clients' set-up messages into the set-up summary.
+
+    The summary is itself a message (it is broadcast to every client, which
+    builds the same algorithm from it).
 
     Parameters
     ----------
@@ -52,23 +76,34 @@ def combine_summaries(labels, summaries):
         Client labels, in client-index order.
     summaries : sequence of mapping
         ``client_summary`` of each client, aligned with ``labels``.
+    estimator : object or None, default=None
+        If it has ``_combine_site_summaries(labels, summaries) -> mapping``,
+        those entries are added.
 
     Returns
     -------
-    setup : dict
-        ``{"n_features": int, "n_samples": ndarray of shape (n_clients,)}``.
+    setup : mapping
+        ``{"n_features": int64, "n_samples": ndarray of shape (n_clients,), ...}``.
     """
     widths = {label: int(s["n_features"]) for label, s in zip(labels, summaries)}
     if len(set(widths.values())) > 1:
         raise ValueError(f"clients disagree on the number of features: {widths}.")
-    return {
-        "n_features": next(iter(widths.values())),
+    setup = {
+        "n_features": np.int64(next(iter(widths.values()))),
         "n_samples": np.array([int(s["n_samples"]) for s in summaries], dtype=np.int64),
     }
+    hook = getattr(estimator, "_combine_site_summaries", None)
+    if hook is not None:
+        setup.update(hook(list(labels), list(summaries)))
+    return check_message(setup, sender="server", allow_text=True)
 
 
 def fit_federated(estimator, X, y, groups=None, sample_weight=None, min_samples=1):
     """Run an estimator's federated training in-process.
+
+    The set-up exchange (each client's :func:`client_summary` up, the
+    combined summary down) is recorded in the ledger as round -1, as on a
+    distributed engine.
 
     Parameters
     ----------
@@ -86,7 +121,7 @@ def fit_federated(estimator, X, y, groups=None, sample_weight=None, min_samples=
     Returns
     -------
     result : FederationResult
-    setup : dict
+    setup : mapping
         The set-up summary the algorithm was built from.
     labels : ndarray
         Sorted client labels.
@@ -94,11 +129,13 @@ def fit_federated(estimator, X, y, groups=None, sample_weight=None, min_samples=
     federation = Federation.from_arrays(X, y, groups, sample_weight, min_samples=min_samples)
     ledger = Ledger()
     summaries = []
-    for client in federation.clients:  # the set-up exchange, recorded like any message
-        summary = client_summary(client.X)
+    for client in federation.clients:
+        summary = client_summary(client.X, client.y, estimator)
         ledger.record(-1, client.label, "up", summary)
         summaries.append(summary)
-    setup = combine_summaries([c.label for c in federation.clients], summaries)
+    setup = combine_summaries([c.label for c in federation.clients], summaries, estimator)
+    for client in federation.clients:
+        ledger.record(-1, client.label, "down", setup)
     algorithm = estimator._federated_algorithm(setup)
     result = run_federation(algorithm, federation, ledger=ledger, **estimator._engine_params())
     return result, setup, federation.labels

@@ -107,8 +107,8 @@ class Federation:
             idx = order[bounds[k] : bounds[k + 1]]
             if idx.size < min_samples:
                 raise ValueError(
-                    f"client {label!r} has {idx.size} row(s) but this estimator "
-                    f"needs at least {min_samples} per client (groups)."
+                    f"client {label!r} has {idx.size} row(s) (n_samples={idx.size}) but "
+                    f"this estimator needs at least {min_samples} per client (groups)."
                 )
             # rows already grouped by client are taken as (read-only) views, not copies
             take = slice(idx[0], idx[-1] + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
@@ -163,6 +163,11 @@ class FederatedAlgorithm:
       personalized part given the final shared model). The engine calls it
       on every client when ``finalize_clients`` is true; the final broadcast
       is recorded in the ledger as round ``n_rounds``.
+    * ``prepare_client(data) -> ClientData``: optional site-local,
+      deterministic rewrite of a client's rows before any step (e.g. encoding
+      labels against the set-up's classes, appending an intercept column).
+      It runs where the rows are, once per client in-process and on every
+      message on a distributed engine; nothing is sent.
 
     ``broadcast`` and ``message`` are :data:`Message` mappings: names to
     numeric numpy arrays. Client state may be any picklable object; it stays
@@ -199,8 +204,12 @@ class FederatedAlgorithm:
         """Last local step on the final broadcast; return the new state."""
         return state
 
+    def prepare_client(self, data):
+        """Site-local view of a client's rows used by every step (default: as is)."""
+        return data
 
-def check_message(message, *, sender="client"):
+
+def check_message(message, *, sender="client", allow_text=False):
     """Validate a message and return it as a read-only mapping of arrays.
 
     A message is a flat mapping from ``str`` names to numeric numpy arrays
@@ -214,6 +223,9 @@ def check_message(message, *, sender="client"):
         The message returned by a step.
     sender : str
         Who produced it, for error messages.
+    allow_text : bool, default=False
+        Also accept fixed-width unicode arrays (dtype ``U``). Only the set-up
+        exchange uses it, for class labels given as strings.
 
     Returns
     -------
@@ -229,7 +241,7 @@ def check_message(message, *, sender="client"):
         if not isinstance(name, str):
             raise TypeError(f"{sender} message keys must be str, got {name!r}.")
         arr = np.asarray(value)
-        if arr.dtype.kind not in "biufc":
+        if arr.dtype.kind not in ("biufcU" if allow_text else "biufc"):
             raise TypeError(
                 f"{sender} message entry {name!r} has dtype {arr.dtype}; only "
                 "numeric arrays may cross between clients and server."

@@ -16,11 +16,14 @@ Client-local state (personalized parts, dual variables, noise streams) is
 kept in the SuperNode's ``context.state`` and never leaves the site.
 
 Message types: ``query.setup`` (each site validates its data and sends its
-row and feature counts), ``train.init`` (seed, client index and set-up
-summary: control values, not counted in the ledger), ``train`` (one round),
-``train.finalize`` (the final broadcast, when the algorithm asks for it).
+set-up summary: row and feature counts, plus the estimator's extras such as
+class labels), ``train.init`` (the combined set-up summary, counted in the
+ledger like the in-process set-up exchange, and the control values seed and
+client index, not counted), ``train`` (one round), ``train.finalize`` (the
+final broadcast, when the algorithm asks for it).
 """
 
+import inspect
 import pickle
 import time
 
@@ -49,6 +52,17 @@ __all__ = ["FlowerFederation", "FlowerTransport", "exchange", "supports_federati
 _CONTRACT = ("_federated_algorithm", "_engine_params", "_set_federated_result",
              "_validate_site_data")
 _STATE_KEY = "skfed"
+
+
+def _n_positional(func):
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
+        return 2
+    return sum(p.kind in kinds for p in params)
 
 
 def supports_federation(estimator):
@@ -183,7 +197,9 @@ class FlowerFederation:
         is the run's Flower config (a dict).
     load_data : callable
         ``load_data(node_config) -> (X, y)``: the site's own rows, read on
-        the SuperNode from its node config (e.g. a file path).
+        the SuperNode from its node config (e.g. a file path). A function of
+        two arguments is called as ``load_data(node_config, run_config)``, so
+        one site can serve different data sets to different runs.
     client_key : str, default="client-id"
         Node-config key holding the site's client label (falls back to
         ``"partition-id"``).
@@ -218,6 +234,7 @@ class FlowerFederation:
             )
         self.make_estimator = make_estimator
         self.load_data = load_data
+        self._load_takes_run_config = _n_positional(load_data) >= 2
         self.client_key = client_key
         self.min_nodes = min_nodes
         self.connect_timeout = connect_timeout
@@ -237,7 +254,10 @@ class FlowerFederation:
         label = config.get(self.client_key, config.get("partition-id"))
         estimator = self.make_estimator(dict(context.run_config))
         try:
-            X, y = self.load_data(config)
+            if self._load_takes_run_config:
+                X, y = self.load_data(config, dict(context.run_config))
+            else:
+                X, y = self.load_data(config)
             X, y = estimator._validate_site_data(X, y, reset=True)
         except Exception as exc:
             raise ValueError(f"site {label!r}: its data cannot be used: {exc}") from exc
@@ -249,7 +269,7 @@ class FlowerFederation:
     def _client_setup(self, msg, context):
         estimator, X, y, label = self._site(context)
         reply = Message(
-            RecordDict({"arrays": _to_record(client_summary(X)),
+            RecordDict({"arrays": _to_record(client_summary(X, y, estimator)),
                         "config": ConfigRecord({"label": label})}),
             reply_to=msg,
         )
@@ -269,10 +289,10 @@ class FlowerFederation:
         estimator, X, y, label = self._site(context)
         config = msg.content["config"]
         index, entropy = int(config["client-index"]), int(config["entropy"])
-        setup = {"n_features": int(config["n-features"]),
-                 "n_samples": np.array(config["n-samples"], dtype=np.int64)}
+        setup = check_message(_from_record(msg.content["arrays"]), sender="server",
+                              allow_text=True)
         algorithm = estimator._federated_algorithm(setup)
-        data = ClientData(X=X, y=y, label=label, index=index)
+        data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
         state = algorithm.client_init(data, round_rng(entropy, _CLIENT_INIT, index))
         self._save_state(context, state, index, entropy, algorithm)
         return self._reply(msg, {})
@@ -283,7 +303,7 @@ class FlowerFederation:
         algorithm = pickle.loads(context.state[_STATE_KEY]["algorithm"])
         rnd = int(msg.content["config"]["round"])
         broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
-        data = ClientData(X=X, y=y, label=label, index=index)
+        data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
         if final:
             state = algorithm.client_finalize(data, state, broadcast,
                                               round_rng(entropy, _CLIENT_FINAL, index, rnd))
@@ -333,7 +353,8 @@ class FlowerFederation:
                 raise RuntimeError(f"SuperNode {node} {lost[node]} at set-up.")
             if reply.has_error():
                 raise RuntimeError(f"SuperNode {node} failed the set-up: {reply.error.reason}")
-            summary = check_message(_from_record(reply.content["arrays"]))
+            summary = check_message(_from_record(reply.content["arrays"]),
+                                    sender=f"SuperNode {node}", allow_text=True)
             sites.append((reply.content["config"]["label"], node, summary))
         try:
             sites.sort(key=lambda site: site[0])
@@ -346,17 +367,16 @@ class FlowerFederation:
         ledger = Ledger()
         for label, _, summary in sites:
             ledger.record(-1, label, "up", summary)
-        setup = combine_summaries(labels, [s[2] for s in sites])
+        setup = combine_summaries(labels, [s[2] for s in sites], estimator)
+        for label in labels:
+            ledger.record(-1, label, "down", setup)
         algorithm = estimator._federated_algorithm(setup)
         entropy = seed_entropy(params["random_state"])
 
         init = {
             k: Message(
-                RecordDict({"config": ConfigRecord({
-                    "client-index": k, "entropy": str(entropy),
-                    "n-features": int(setup["n_features"]),
-                    "n-samples": [int(n) for n in setup["n_samples"]],
-                })}),
+                RecordDict({"arrays": _to_record(setup),
+                            "config": ConfigRecord({"client-index": k, "entropy": str(entropy)})}),
                 dst_node_id=node, message_type="train.init",
             )
             for k, (_, node, _) in enumerate(sites)
@@ -370,8 +390,9 @@ class FlowerFederation:
 
         transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout)
         server_state, participation = _drive_rounds(
-            algorithm, transport, params["n_rounds"], _check_fraction(params["client_fraction"]),
-            params["on_client_error"], entropy, ledger, params.get("verbose", 0),
+            algorithm, transport, params["n_rounds"],
+            _check_fraction(params.get("client_fraction", 1.0)),
+            params.get("on_client_error", "raise"), entropy, ledger, params.get("verbose", 0),
         )
         result = FederationResult(server_state=server_state, client_states=None, ledger=ledger,
                                   n_rounds=len(participation), participation=participation)

@@ -13,6 +13,7 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from ..federated import FederatedAlgorithm
+from ._base import LinearClientMixin
 from ._kernels import dro_cs_pass
 
 DUAL_NORM = {"linf": "l1", "l1": "linf", "l2": "l2"}
@@ -536,7 +537,7 @@ class _ConsensusServer:
         return state, {"coef": new}
 
 
-class DPFedDROAlgorithm(_ConsensusServer, FederatedAlgorithm):
+class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
     """Algorithm 2 (DP-Fed DRO) as client and server steps; Algorithm 1 if not private.
 
     Hyperparameters only: per-client arrays are indexed by ``data.index``.

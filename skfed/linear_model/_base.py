@@ -7,10 +7,11 @@ import dp_accounting
 import numpy as np
 from scipy.optimize import brentq
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import FederatedEstimatorMixin
-from ..federated import ClientData, Federation
+from ..base import FederatedEstimatorMixin, transactional_fit
+from ..federated import ClientData, fit_federated
 from ..privacy import (
     check_privacy_budget,
     dpfeddro_epsilon,
@@ -19,7 +20,7 @@ from ..privacy import (
     gaussian_event,
     split_round_budget,
 )
-from ..utils._validation import check_groups, map_clients
+from ..utils._validation import check_positive_int, map_clients
 
 PRIVACY_ACCOUNTANTS = ("paper", "rdp", "pld")
 NORM_RTOL = 1e-9  # rows scaled to norm L in floating point may exceed L by a few ulps
@@ -100,6 +101,44 @@ def privacy_plan(est, split):
     return split_eps(eps), delta, delta
 
 
+def _label_array(labels, name):
+    """Class labels as an array that may cross in a message (numbers or text)."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "biufU":
+        return labels
+    if all(isinstance(v, str) for v in labels.ravel()):
+        return labels.astype(str)
+    raise ValueError(
+        f"{name}: class labels must be numbers or strings to be federated, got "
+        f"{sorted({type(v).__name__ for v in labels.ravel()})}."
+    )
+
+
+class LinearClientMixin:
+    """``prepare_client`` of the linear algorithms: encode labels, add the intercept.
+
+    ``classes`` and ``intercept_scaling`` are set by the estimator from the
+    set-up summary; the rewrite happens on the site.
+    """
+
+    classes = None
+    intercept_scaling = None
+
+    def prepare_client(self, data):
+        if self.classes is None:  # built by hand on encoded rows (no set-up exchange)
+            return data
+        y = _label_array(data.y, "y")
+        codes = np.searchsorted(self.classes, y)
+        codes = np.minimum(codes, self.classes.size - 1)
+        if not np.array_equal(self.classes[codes], y):
+            raise ValueError(f"client {data.label!r} holds class labels outside classes_.")
+        X = data.X
+        if self.intercept_scaling is not None:
+            X = np.hstack([X, np.full((X.shape[0], 1), self.intercept_scaling)])
+        return ClientData(X=X, y=codes.astype(np.int64), sample_weight=data.sample_weight,
+                          label=data.label, index=data.index)
+
+
 def check_norm_bound(X, bound):
     """Refuse rows with ``||x||_2 > bound`` (never clip silently)."""
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))  # no n x p temporary
@@ -159,35 +198,145 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
             self.coef_ = np.ascontiguousarray(M)
             self.intercept_ = np.zeros(M.shape[0])
 
-    def _encode_classes(self, y):
-        """Sorted class labels and ``y`` as int64 codes; at least two classes."""
-        classes, y_enc = np.unique(y, return_inverse=True)
+    # -- the contract of skfed.federated.fit_federated (also run by Flower) --
+
+    #: Whether the estimator adds noise when ``epsilon``/``target_epsilon`` is set.
+    _private = True
+
+    def _is_private(self):
+        return self._private and (self.epsilon is not None or self.target_epsilon is not None)
+
+    def _privacy_plan(self):
+        """Per-round ``(epsilons, delta, delta_bar)`` or None (see :func:`privacy_plan`)."""
+        return privacy_plan(self, None) if self._private else None
+
+    def _check_params(self):
+        """Validate the hyperparameters (subclasses extend)."""
+        check_positive_int(self.n_rounds, "n_rounds")
+        if self.unknown_client not in ("global", "error"):
+            raise ValueError(
+                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
+            )
+
+    def _validate_site_data(self, X, y, reset=False):
+        """The checks one site runs on its own rows (in-process: on the pooled rows).
+
+        With privacy, a row whose norm exceeds ``norm_bound`` is an error
+        here, on the site, before anything is sent.
+        """
+        X, y = validate_data(self, X, y, reset=reset, dtype=np.float64)
+        check_classification_targets(y)
+        self._check_params()
+        if self._is_private():
+            check_norm_bound(X, check_real(self.norm_bound, "norm_bound", 0.0, low_open=True))
+        return X, y
+
+    def _site_summary(self, X, y):
+        """A site's class labels: the union over sites is ``classes_``.
+
+        Which labels a site holds is released in the set-up exchange, outside
+        the differential privacy guarantee (like the row counts).
+        """
+        return {"classes": _label_array(np.unique(y), "y")}
+
+    def _combine_site_summaries(self, labels, summaries):
+        kinds = {s["classes"].dtype.kind == "U" for s in summaries}
+        if len(kinds) > 1:
+            raise ValueError("y: some sites hold text class labels and others numbers.")
+        classes = np.unique(np.concatenate([s["classes"] for s in summaries]))
         if classes.size < 2:
             raise ValueError(
-                f"y has 1 class ({classes[0]!r}); {type(self).__name__} needs at least 2 "
-                "classes."
+                f"y has 1 class ({classes[0]!r}) over all sites; {type(self).__name__} "
+                "needs at least 2 classes."
             )
-        return classes, y_enc.astype(np.int64)
+        return {"classes": classes}
 
-    def _federate(self, X, y_enc, groups, bound, private):
-        """Check the norm bound (private fits), add the intercept column, split by client.
+    def _engine_params(self):
+        return dict(n_rounds=check_positive_int(self.n_rounds, "n_rounds"),
+                    random_state=self.random_state, n_jobs=self.n_jobs, verbose=self.verbose)
 
-        Returns the augmented rows, their norm bound, the federation and the
-        client weights.
+    def _fit_plan(self, setup):
+        """Everything built from the set-up summary: the algorithm and its constants.
+
+        Deterministic, so the server and every site build the same algorithm.
+        Returns ``(algorithm, plan, norm_bound, alpha, attrs)`` where
+        ``attrs`` are fitted attributes of the estimator (step sizes, noise).
         """
-        if private:
-            check_norm_bound(X, bound)
-        Xa, bound = self._add_intercept(X, bound)
-        federation = make_federation(Xa, y_enc, groups, min_samples=2)
-        alpha = client_weights(self.alpha, federation.n_samples.astype(float))
-        return Xa, bound, federation, alpha
+        self._check_params()
+        plan = self._privacy_plan()
+        classes = np.asarray(setup["classes"])
+        sizes = np.asarray(setup["n_samples"], dtype=float)
+        L = check_real(getattr(self, "norm_bound", 1.0), "norm_bound", 0.0, low_open=True)
+        scaling = None
+        if self.fit_intercept:  # the constant feature counts towards the norm bound
+            scaling = check_real(self.intercept_scaling, "intercept_scaling", 0.0,
+                                 low_open=True)
+            L = math.sqrt(L * L + scaling * scaling)
+        alpha = client_weights(self.alpha, sizes)
+        shape = (classes.size, int(setup["n_features"]) + (scaling is not None))
+        algorithm, attrs = self._algorithm(plan, sizes, shape, L, alpha)
+        algorithm.classes = classes
+        algorithm.intercept_scaling = scaling
+        return algorithm, plan, L, alpha, attrs
 
-    def _add_intercept(self, X, bound):
-        """Append the constant feature; it counts towards the norm bound."""
-        if not self.fit_intercept:
-            return X, bound
-        b = check_real(self.intercept_scaling, "intercept_scaling", 0.0, low_open=True)
-        return np.hstack([X, np.full((X.shape[0], 1), b)]), math.sqrt(bound * bound + b * b)
+    def _federated_algorithm(self, setup):
+        return self._fit_plan(setup)[0]
+
+    @transactional_fit
+    def fit(self, X, y, groups=None):
+        """Train by federated rounds, one client per distinct label of ``groups``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training rows; with privacy, every row must have
+            ``||x||_2 <= norm_bound``.
+        y : array-like of shape (n_samples,)
+            Class labels (any labels, at least two classes).
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` means one client. Every client
+            needs at least two rows.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        X, y = self._validate_site_data(X, y, reset=True)
+        result, setup, labels = fit_federated(self, X, y, groups, min_samples=2)
+        self._set_federated_result(result, setup, labels)
+        return self
+
+    def _server_model(self, server_state):
+        return server_state["coef"]
+
+    def _set_federated_result(self, result, setup, labels):
+        """Fitted attributes from the server state (and, in-process, the client states)."""
+        algorithm, plan, _, alpha, attrs = self._fit_plan(setup)
+        self._set_model(self._server_model(result.server_state))
+        self.classes_ = np.asarray(setup["classes"]).copy()
+        self.clients_ = labels
+        self.client_weights_ = alpha
+        self.n_features_in_ = int(setup["n_features"])
+        self.n_iter_ = result.n_rounds
+        self.communication_ = result.ledger
+        for name, value in attrs.items():
+            setattr(self, name, value)
+        if plan is not None:
+            eps, delta, delta_bar = plan
+            self.epsilon_round_ = tuple(eps)
+            self.noise_multiplier_ = tuple(classical_multiplier(e, delta) for e in eps)
+            self.privacy_spent_ = (
+                privacy_spent(self.n_iter_, eps, delta, delta_bar, self.accountant), delta_bar
+            )
+            self.privacy_unit_ = "record"
+        else:
+            self.epsilon_round_ = self.noise_multiplier_ = None
+            self.privacy_spent_ = self.privacy_unit_ = None
+        self._set_client_results(result, algorithm)
+
+    def _set_client_results(self, result, algorithm):
+        """Attributes from the client states (``None`` on a distributed run)."""
 
     def decision_function(self, X, groups=None):
         """Class scores ``M x + b`` of the global model.
@@ -238,27 +387,3 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
         if scores.ndim == 1:
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
-
-
-def make_federation(X, y, groups, min_samples=2):
-    """``Federation.from_arrays``, without copying rows already grouped by client.
-
-    When the rows of each client are contiguous (e.g. sorted by ``groups``),
-    every client gets a view of ``X`` instead of a copy, so training holds the
-    data once in memory.
-    """
-    labels, client_index = check_groups(groups, X.shape[0])
-    if client_index.size and not np.all(np.diff(client_index) >= 0):
-        return Federation.from_arrays(X, y, groups, min_samples=min_samples)
-    bounds = np.searchsorted(client_index, np.arange(labels.size + 1))
-    clients, rows = [], []
-    for k, label in enumerate(labels.tolist()):
-        lo, hi = int(bounds[k]), int(bounds[k + 1])
-        if hi - lo < min_samples:
-            raise ValueError(
-                f"client {label!r} has {hi - lo} row(s) but this estimator needs at least "
-                f"{min_samples} per client (groups)."
-            )
-        clients.append(ClientData(X=X[lo:hi], y=y[lo:hi], label=label, index=k))
-        rows.append(np.arange(lo, hi))
-    return Federation(clients=tuple(clients), labels=labels, row_index=tuple(rows))

@@ -19,16 +19,15 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
 from ..base import transactional_fit
-from ..federated import FederatedAlgorithm, run_federation
-from ..utils._validation import check_groups, check_positive_int
+from ..federated import FederatedAlgorithm
+from ..utils._validation import check_groups
 from ._admm import DUAL_NORM, _ConsensusServer, solve_binary_dro_local, solve_cs_dro_local
 from ._base import (
+    LinearClientMixin,
     _LinearFederatedClassifier,
     check_real,
     classical_multiplier,
     per_client,
-    privacy_plan,
-    privacy_spent,
 )
 from ._kernels import dro_cs_pass
 
@@ -52,7 +51,7 @@ def cs_gradient(X, y, coef):
 # --------------------------------------------------------------------------
 
 
-class _DPFedERMAlgorithm(_ConsensusServer, FederatedAlgorithm):
+class _DPFedERMAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
     """Linearized proximal ADMM on the regularised CS loss, Gaussian noise on M_g."""
 
     min_samples_per_client = 2
@@ -83,7 +82,7 @@ class _DPFedERMAlgorithm(_ConsensusServer, FederatedAlgorithm):
                      objective=state["objective"] + [objective]), {"coef": coef})
 
 
-class _DPFedSGDAlgorithm(FederatedAlgorithm):
+class _DPFedSGDAlgorithm(LinearClientMixin, FederatedAlgorithm):
     """One noisy full-batch gradient step per client per round, then FedAvg."""
 
     min_samples_per_client = 2
@@ -118,7 +117,7 @@ class _DPFedSGDAlgorithm(FederatedAlgorithm):
                 {"coef": coef, "round": np.int64(t + 1)})
 
 
-class _FedOvAAlgorithm(_ConsensusServer, FederatedAlgorithm):
+class _FedOvAAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
     """K binary federated DRO SVMs by ADMM with exact local solves (row k of coef)."""
 
     min_samples_per_client = 2
@@ -156,68 +155,11 @@ class _FedOvAAlgorithm(_ConsensusServer, FederatedAlgorithm):
 
 
 class _FederatedBaseline(_LinearFederatedClassifier):
-    """fit() shared by the federated baselines; subclasses build the algorithm."""
+    """The federated baselines: fit() is shared; subclasses build the algorithm."""
 
-    _n_releases = 1  # Gaussian releases per round (for the privacy plan)
-    _private = True
-
-    def _validate_common(self):
-        check_positive_int(self.n_rounds, "n_rounds")
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
-            )
-
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Train by federated rounds, one client per distinct label of ``groups``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows; with privacy, every row must have
-            ``||x||_2 <= norm_bound``.
-        y : array-like of shape (n_samples,)
-            Class labels (at least two classes).
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : object
-            The fitted estimator.
-        """
-        X, y = validate_data(self, X, y, reset=True, dtype=np.float64)
-        check_classification_targets(y)
-        self._validate_common()
+    def _check_params(self):
+        super()._check_params()
         self._validate_params_()
-        classes, y_enc = self._encode_classes(y)
-        plan = privacy_plan(self, None) if self._private else None
-        L = check_real(getattr(self, "norm_bound", 1.0), "norm_bound", 0.0, low_open=True)
-        Xa, L, fed, alpha = self._federate(X, y_enc, groups, L, plan is not None)
-        shape = (classes.size, Xa.shape[1])
-        algorithm = self._algorithm(plan, fed, shape, L, alpha)
-        result = run_federation(algorithm, fed, n_rounds=self.n_rounds, n_jobs=self.n_jobs,
-                                random_state=self.random_state, verbose=self.verbose)
-        self._set_model(result.server_state["coef"])
-        self.classes_ = classes
-        self.clients_ = fed.labels
-        self.client_weights_ = alpha
-        self.n_iter_ = result.n_rounds
-        self.communication_ = result.ledger
-        if plan is not None:
-            (eps,), delta, delta_bar = plan
-            self.epsilon_round_ = (eps,)
-            self.noise_multiplier_ = (classical_multiplier(eps, delta),)
-            self.privacy_spent_ = (
-                privacy_spent(self.n_iter_, (eps,), delta, delta_bar, self.accountant),
-                delta_bar,
-            )
-            self.privacy_unit_ = "record"
-        else:
-            self.epsilon_round_ = self.noise_multiplier_ = None
-            self.privacy_spent_ = self.privacy_unit_ = None
-        return self
 
     def _validate_params_(self):
         pass
@@ -327,8 +269,7 @@ class DPFedERMClassifier(_FederatedBaseline):
         check_real(self.reg, "reg", 0.0)
         check_real(self.c_w, "c_w", 0.0, low_open=True)
 
-    def _algorithm(self, plan, fed, shape, L, alpha):
-        n_g = fed.n_samples.astype(float)
+    def _algorithm(self, plan, n_g, shape, L, alpha):
         k, p = shape
         T = self.n_rounds
         if plan is None:
@@ -341,9 +282,9 @@ class DPFedERMClassifier(_FederatedBaseline):
                                           / (n_g ** 2 * eps ** 2)))
             sens = 2 * math.sqrt(2) * L / (n_g * (self.rho + 1 / eta))
             sigma = sens * classical_multiplier(eps, delta)
-        self.eta_, self.noise_sigma_ = eta, sigma
-        return _DPFedERMAlgorithm(coef_shape=shape, alpha=alpha, rho=float(self.rho),
-                                  reg=float(self.reg), eta=eta, sigma=sigma)
+        algorithm = _DPFedERMAlgorithm(coef_shape=shape, alpha=alpha, rho=float(self.rho),
+                                       reg=float(self.reg), eta=eta, sigma=sigma)
+        return algorithm, {"eta_": eta, "noise_sigma_": sigma}
 
 
 class DPFedSGDClassifier(_FederatedBaseline):
@@ -440,16 +381,15 @@ class DPFedSGDClassifier(_FederatedBaseline):
         check_real(self.learning_rate, "learning_rate", 0.0, low_open=True)
         check_real(self.reg, "reg", 0.0)
 
-    def _algorithm(self, plan, fed, shape, L, alpha):
-        n_g = fed.n_samples.astype(float)
+    def _algorithm(self, plan, n_g, shape, L, alpha):
         if plan is None:
             sigma = np.zeros_like(n_g)
         else:
             (eps,), delta, _ = plan
             sigma = 2 * math.sqrt(2) * L / n_g * classical_multiplier(eps, delta)
-        self.noise_sigma_ = sigma
-        return _DPFedSGDAlgorithm(coef_shape=shape, alpha=alpha, reg=float(self.reg),
-                                  learning_rate=float(self.learning_rate), sigma=sigma)
+        algorithm = _DPFedSGDAlgorithm(coef_shape=shape, alpha=alpha, reg=float(self.reg),
+                                       learning_rate=float(self.learning_rate), sigma=sigma)
+        return algorithm, {"noise_sigma_": sigma}
 
 
 class FedOvADROClassifier(_FederatedBaseline):
@@ -543,11 +483,12 @@ class FedOvADROClassifier(_FederatedBaseline):
                 f"{self.feature_norm!r}."
             )
 
-    def _algorithm(self, plan, fed, shape, L, alpha):
-        radius = per_client(self.radius, fed.n_clients, "radius")
-        return _FedOvAAlgorithm(coef_shape=shape, alpha=alpha, radius=radius,
-                                kappa=float(self.kappa), rho=float(self.rho),
-                                dual=DUAL_NORM[self.feature_norm])
+    def _algorithm(self, plan, n_g, shape, L, alpha):
+        radius = per_client(self.radius, n_g.size, "radius")
+        algorithm = _FedOvAAlgorithm(coef_shape=shape, alpha=alpha, radius=radius,
+                                     kappa=float(self.kappa), rho=float(self.rho),
+                                     dual=DUAL_NORM[self.feature_norm])
+        return algorithm, {}
 
 
 class CentralizedDROClassifier(_LinearFederatedClassifier):
@@ -640,7 +581,10 @@ class CentralizedDROClassifier(_LinearFederatedClassifier):
                 f"y has 1 class ({classes[0]!r}); CentralizedDROClassifier needs at least "
                 "2 classes."
             )
-        Xa, _ = self._add_intercept(X, 1.0)
+        Xa = X
+        if self.fit_intercept:
+            b = check_real(self.intercept_scaling, "intercept_scaling", 0.0, low_open=True)
+            Xa = np.hstack([X, np.full((X.shape[0], 1), b)])
         coef, lam = solve_cs_dro_local(
             Xa, y_enc.astype(np.int64), classes.size, np.zeros((classes.size, Xa.shape[1])),
             radius=radius, kappa=float(self.kappa), rho=0.0,

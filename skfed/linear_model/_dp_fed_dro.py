@@ -5,12 +5,6 @@ import numbers
 import warnings
 
 import numpy as np
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import validate_data
-
-from ..base import transactional_fit
-from ..federated import run_federation
-from ..utils._validation import check_positive_int
 from ._admm import DUAL_NORM, DPFedDROAlgorithm, sensitivities, step_sizes
 from ._base import (
     _LinearFederatedClassifier,
@@ -18,7 +12,6 @@ from ._base import (
     classical_multiplier,
     per_client,
     privacy_plan,
-    privacy_spent,
 )
 
 __all__ = ["DPFedDROClassifier"]
@@ -248,7 +241,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     # validation
     # ------------------------------------------------------------------
 
-    def _validate_params_(self):
+    def _check_params(self):
+        super()._check_params()
         if self.feature_norm not in FEATURE_NORMS:
             raise ValueError(
                 f"feature_norm must be one of {FEATURE_NORMS}, got {self.feature_norm!r}."
@@ -257,11 +251,6 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             raise ValueError(
                 f"output_model must be one of {OUTPUT_MODELS}, got {self.output_model!r}."
             )
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
-            )
-        check_positive_int(self.n_rounds, "n_rounds")
         check_real(self.rho, "rho", 0.0, low_open=True)
         check_real(self.gamma, "gamma", 0.0, low_open=True)
         check_real(self.kappa, "kappa", 0.0, low_open=True)
@@ -275,127 +264,94 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             raise ValueError(
                 f"budget_split must be in the open interval (0, 1), got {self.budget_split!r}."
             )
-
-    # ------------------------------------------------------------------
-    # fit / predict
-    # ------------------------------------------------------------------
-
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Train by federated rounds, one client per distinct label of ``groups``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows; with privacy, every row must have
-            ``||x||_2 <= norm_bound``.
-        y : array-like of shape (n_samples,)
-            Class labels (any hashable labels, at least two classes).
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client. Every client
-            needs at least two rows.
-
-        Returns
-        -------
-        self : DPFedDROClassifier
-            The fitted estimator.
-        """
-        X, y = validate_data(self, X, y, reset=True, dtype=np.float64)
-        check_classification_targets(y)
-        self._validate_params_()
-        classes, y_enc = self._encode_classes(y)
-        plan = privacy_plan(self, float(self.budget_split))
-        private = plan is not None
-        if not private and self.feature_norm == "l2":
+        if not self._is_private() and self.feature_norm == "l2":
             raise ValueError(
                 "feature_norm='l2' makes the exact local problem a second-order cone "
                 "program; non-private mode (epsilon=None) supports 'linf' and 'l1'."
             )
-        Xa, L, federation, alpha = self._federate(X, y_enc, groups, float(self.norm_bound),
-                                                  private)
-        n_clients = federation.n_clients
-        sizes = federation.n_samples.astype(float)
+
+    # ------------------------------------------------------------------
+    # the federated fit (fit() itself is shared, see _LinearFederatedClassifier)
+    # ------------------------------------------------------------------
+
+    def _privacy_plan(self):
+        return privacy_plan(self, float(self.budget_split))
+
+    def _federated_algorithm(self, setup):
+        plan = self._privacy_plan()
+        if plan is not None and self.accountant == "paper" and max(plan[0]) >= 1:
+            warnings.warn(
+                f"per-round epsilon_M={plan[0][0]:.3g} >= 1: the classical Gaussian "
+                "calibration (Dwork & Roth, Thm 3.22) is proven only for epsilon < 1.",
+                UserWarning,
+            )
+        return super()._federated_algorithm(setup)
+
+    def _algorithm(self, plan, sizes, shape, L, alpha):
+        """Algorithm 2 (private) or 1 with the paper's step sizes and noise per client."""
+        n_clients = sizes.size
+        n_classes, n_cols = shape
         radius = per_client(self.radius, n_clients, "radius")
-        n_classes, n_cols = classes.size, Xa.shape[1]
-        dual = DUAL_NORM[self.feature_norm]
         kwargs = dict(n_classes=n_classes, n_features=n_cols, alpha=alpha, radius=radius,
                       kappa=float(self.kappa), rho=float(self.rho), gamma=float(self.gamma),
-                      dual=dual, project_lambda=bool(self.project_lambda))
-        if private:
-            (eps_M, eps_l), delta, delta_bar = plan
-            if self.accountant == "paper" and max(eps_M, eps_l) >= 1:
-                warnings.warn(
-                    f"per-round epsilon_M={eps_M:.3g} >= 1: the classical Gaussian "
-                    "calibration (Dwork & Roth, Thm 3.22) is proven only for epsilon < 1.",
-                    UserWarning,
-                )
-            eta = np.empty(n_clients)
-            nu = np.empty(n_clients)
-            sens_M = np.empty(n_clients)
-            sens_l = np.empty(n_clients)
-            for g, n_g in enumerate(sizes):
-                eta[g], nu[g] = step_sizes(
-                    n_g, n_rounds=self.n_rounds, n_classes=n_classes, n_features=n_cols,
-                    norm_bound=L, C=float(self.C), V=float(self.V), radius=radius[g],
-                    kappa=float(self.kappa), epsilon_M=eps_M, epsilon_lambda=eps_l,
-                    delta=delta, c_M=float(self.c_M), c_lambda=float(self.c_lambda),
-                )
-                sens_M[g], sens_l[g] = sensitivities(
-                    n_g, norm_bound=L, rho=float(self.rho), eta=eta[g],
-                    kappa=float(self.kappa), nu=nu[g],
-                )
-            z_M, z_l = classical_multiplier(eps_M, delta), classical_multiplier(eps_l, delta)
-            sigma_M, sigma_l = sens_M * z_M, sens_l * z_l
-            algorithm = DPFedDROAlgorithm(private=True, eta=eta, nu=nu, sigma_M=sigma_M,
-                                          sigma_lambda=sigma_l, **kwargs)
-        else:
-            algorithm = DPFedDROAlgorithm(private=False, **kwargs)
-        result = run_federation(algorithm, federation, n_rounds=self.n_rounds,
-                                n_jobs=self.n_jobs, random_state=self.random_state,
-                                verbose=self.verbose)
-        server = result.server_state
-        M = server["coef"] if self.output_model == "last" else server["sum_coef"] / server["round"]
-        self._set_model(M)
-        client_M = np.stack([s["coef"] for s in result.client_states])
+                      dual=DUAL_NORM[self.feature_norm], project_lambda=bool(self.project_lambda))
+        if plan is None:
+            zeros = np.zeros(n_clients)
+            attrs = dict(noise_sigma_M_=zeros, noise_sigma_lambda_=zeros.copy(),
+                         sensitivity_M_=None, sensitivity_lambda_=None, eta_=None, nu_=None)
+            return DPFedDROAlgorithm(private=False, **kwargs), attrs
+        (eps_M, eps_l), delta, _ = plan
+        eta, nu = np.empty(n_clients), np.empty(n_clients)
+        sens_M, sens_l = np.empty(n_clients), np.empty(n_clients)
+        for g, n_g in enumerate(sizes):
+            eta[g], nu[g] = step_sizes(
+                n_g, n_rounds=self.n_rounds, n_classes=n_classes, n_features=n_cols,
+                norm_bound=L, C=float(self.C), V=float(self.V), radius=radius[g],
+                kappa=float(self.kappa), epsilon_M=eps_M, epsilon_lambda=eps_l,
+                delta=delta, c_M=float(self.c_M), c_lambda=float(self.c_lambda),
+            )
+            sens_M[g], sens_l[g] = sensitivities(
+                n_g, norm_bound=L, rho=float(self.rho), eta=eta[g],
+                kappa=float(self.kappa), nu=nu[g],
+            )
+        sigma_M = sens_M * classical_multiplier(eps_M, delta)
+        sigma_l = sens_l * classical_multiplier(eps_l, delta)
+        algorithm = DPFedDROAlgorithm(private=True, eta=eta, nu=nu, sigma_M=sigma_M,
+                                      sigma_lambda=sigma_l, **kwargs)
+        attrs = dict(noise_sigma_M_=sigma_M, noise_sigma_lambda_=sigma_l,
+                     sensitivity_M_=sens_M, sensitivity_lambda_=sens_l, eta_=eta, nu_=nu)
+        return algorithm, attrs
+
+    def _server_model(self, server):
+        if self.output_model == "last":
+            return server["coef"]
+        return server["sum_coef"] / server["round"]
+
+    def _set_client_results(self, result, algorithm):
+        """Client models and the per-round history; on a distributed run they stay on the sites.
+
+        There ``client_coefs_`` and ``client_intercepts_`` are ``None`` and
+        the history holds only the server-side ``"consensus_violation"``.
+        """
+        violation = np.asarray(result.server_state["consensus"])
+        states = result.client_states
+        if states is None:
+            self.client_coefs_ = self.client_intercepts_ = None
+            self.history_ = {"consensus_violation": violation}
+            return
+        client_M = np.stack([s["coef"] for s in states])
         if self.fit_intercept:
             self.client_coefs_ = client_M[:, :, :-1].copy()
             self.client_intercepts_ = client_M[:, :, -1] * float(self.intercept_scaling)
         else:
             self.client_coefs_ = client_M
             self.client_intercepts_ = np.zeros(client_M.shape[:2])
-        self.classes_ = classes
-        self.clients_ = federation.labels
-        self.client_weights_ = alpha
-        self.n_iter_ = result.n_rounds
-        self.communication_ = result.ledger
-        objective = np.array([s["objective"] for s in result.client_states])
-        obj = alpha @ objective
-        violation = np.asarray(server["consensus"])
+        obj = self.client_weights_ @ np.array([s["objective"] for s in states])
         t = np.arange(1, obj.size + 1)
         self.history_ = {
             "objective": obj,
             "consensus_violation": violation,
             "convergence_metric": np.cumsum(obj) / t + BETA * violation,
-            "lambda": np.array([s["lam_history"] for s in result.client_states]),
-            "tau": np.array([s["tau_history"] for s in result.client_states]).reshape(
-                n_clients, -1),
+            "lambda": np.array([s["lam_history"] for s in states]),
+            "tau": np.array([s["tau_history"] for s in states]).reshape(len(states), -1),
         }
-        if private:
-            self.epsilon_round_ = (eps_M, eps_l)
-            self.noise_multiplier_ = (z_M, z_l)
-            self.noise_sigma_M_, self.noise_sigma_lambda_ = sigma_M, sigma_l
-            self.sensitivity_M_, self.sensitivity_lambda_ = sens_M, sens_l
-            self.eta_, self.nu_ = eta, nu
-            self.privacy_spent_ = (
-                privacy_spent(self.n_iter_, (eps_M, eps_l), delta, delta_bar, self.accountant),
-                delta_bar,
-            )
-            self.privacy_unit_ = "record"
-        else:
-            self.epsilon_round_ = self.noise_multiplier_ = None
-            self.noise_sigma_M_ = self.noise_sigma_lambda_ = np.zeros(n_clients)
-            self.sensitivity_M_ = self.sensitivity_lambda_ = None
-            self.eta_ = self.nu_ = None
-            self.privacy_spent_ = None
-            self.privacy_unit_ = None
-        return self

@@ -76,10 +76,13 @@ def test_messages_hold_models_not_rows():
     records = model.communication_.records
     up = {r.names for r in records if r.direction == "up" and r.round >= 0}
     assert up == {("coef", "intercept", "n_samples")}
-    # the set-up exchange (round -1): each client's row and feature counts
+    # the set-up exchange (round -1): each client's row and feature counts up,
+    # the combined summary (every client's row count) down
     setup = [r for r in records if r.round == -1]
-    assert len(setup) == 3 and {r.names for r in setup} == {("n_samples", "n_features")}
-    assert model.communication_.bytes_setup == 3 * 16
+    assert [r.direction for r in setup] == ["up"] * 3 + ["down"] * 3
+    assert {r.names for r in setup[:3]} == {("n_samples", "n_features")}
+    assert {r.names for r in setup[3:]} == {("n_features", "n_samples")}
+    assert model.communication_.bytes_setup == 3 * 16 + 3 * (8 + 3 * 8)
 
 
 @pytest.mark.parametrize(

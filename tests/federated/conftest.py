@@ -175,13 +175,13 @@ def _toml_value(v):
     return f'"{v}"'
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def local_federation():
     """The :class:`LocalFederation` class (a fixture: conftest modules are not importable)."""
     return LocalFederation
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def flower_app():
     """The :func:`write_app` helper."""
     return write_app

@@ -10,28 +10,44 @@ pytest.importorskip("flwr")
 
 from skfed.baselines import FedAvgRegressor  # noqa: E402
 from skfed.datasets import make_federated_regression  # noqa: E402
+from skfed.linear_model import DPFedDROClassifier  # noqa: E402
 
 
 APP = """
 import numpy as np
 from skfed.baselines import FedAvgRegressor
 from skfed.federated.flower import FlowerFederation
+from skfed.linear_model import DPFedDROClassifier
 
 
 def make_estimator(run_config):
+    if run_config.get("estimator", "fedavg") == "dpfeddro":
+        return DPFedDROClassifier(epsilon=0.5, delta=1e-5, n_rounds=int(run_config["n-rounds"]),
+                                  fit_intercept=True, intercept_scaling=0.5, random_state=0)
     return FedAvgRegressor(n_rounds=int(run_config.get("n-rounds", 5)), fine_tune_epochs=2,
                            on_client_error=run_config.get("policy", "raise"), random_state=0)
 
 
-def load_data(node_config):
+def load_data(node_config, run_config):
     data = np.load(node_config["data-path"])
-    return data["X"], data["y"]
+    kind = run_config.get("estimator", "fedavg")
+    return data["X_" + kind], data["y_" + kind]
 
 
 federation = FlowerFederation(make_estimator, load_data, round_timeout=120)
 server_app = federation.server_app
 client_app = federation.client_app
 """
+RUN_CONFIG = {"n-rounds": 5, "policy": "raise", "estimator": "fedavg"}
+
+
+def _classification_data():
+    rng = np.random.default_rng(0)
+    groups = np.repeat([0, 1, 2], [30, 40, 50])
+    y_int = rng.integers(0, 3, groups.size)
+    X = np.eye(3)[y_int] + 0.3 * rng.standard_normal((groups.size, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return X, np.array(["setosa", "versicolor", "virginica"])[y_int], groups
 
 
 @pytest.fixture(scope="module")
@@ -39,33 +55,68 @@ def sites(tmp_path_factory):
     root = tmp_path_factory.mktemp("flower")
     X, y, groups = make_federated_regression(n_clients=3, n_samples=[30, 40, 50],
                                              random_state=0)
+    Xc, yc, gc = _classification_data()
     configs = []
     for k in range(3):
         path = root / f"site{k}.npz"
-        np.savez(path, X=X[groups == k], y=y[groups == k])
+        np.savez(path, X_fedavg=X[groups == k], y_fedavg=y[groups == k],
+                 X_dpfeddro=Xc[gc == k], y_dpfeddro=yc[gc == k])
         configs.append({"client-id": k, "data-path": str(path)})
     return root, X, y, groups, configs
 
 
-def test_flower_run_equals_in_process_fit(sites, local_federation, flower_app):
-    root, X, y, groups, configs = sites
-    app = flower_app(root / "app", APP, {"n-rounds": 5, "policy": "raise"})
-    output = root / "fitted.pkl"
-    with local_federation(root, configs) as fed:
-        done = fed.run(app, {"output": str(output), "min-nodes": 3, "n-rounds": 5})
-        logs = fed.logs()
-    assert done.returncode == 0 and output.exists(), done.stdout + done.stderr + logs
+@pytest.fixture(scope="module")
+def running(sites, tmp_path_factory, local_federation, flower_app):
+    """One SuperLink and three SuperNodes shared by the runs of this module."""
+    root, *_, configs = sites
+    app = flower_app(root / "app", APP, RUN_CONFIG)
+    with local_federation(tmp_path_factory.mktemp("federation"), configs) as fed:
+        yield fed, app
+
+
+def _run(running, tmp_path, **run_config):
+    fed, app = running
+    output = tmp_path / "fitted.pkl"
+    done = fed.run(app, {"output": str(output), "min-nodes": 3, **run_config})
+    assert done.returncode == 0 and output.exists(), done.stdout + done.stderr + fed.logs()
     with open(output, "rb") as fh:
-        remote = pickle.load(fh)
+        return pickle.load(fh)
+
+
+def _same_ledger_totals(a, b):
+    assert (a.bytes_up, a.bytes_down, a.bytes_setup) == (b.bytes_up, b.bytes_down, b.bytes_setup)
+    assert a.bytes_up_per_round.tolist() == b.bytes_up_per_round.tolist()
+    assert a.bytes_down_per_round.tolist() == b.bytes_down_per_round.tolist()
+
+
+def test_flower_run_equals_in_process_fit(sites, running, tmp_path):
+    root, X, y, groups, configs = sites
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "n-rounds": 5})
     local = FedAvgRegressor(n_rounds=5, fine_tune_epochs=2, random_state=0).fit(
         X, y, groups=groups)
     np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-8)
     assert remote.intercept_ == pytest.approx(local.intercept_, abs=1e-8)
     np.testing.assert_allclose(remote.predict(X[:5]), local.predict(X[:5]), atol=1e-8)
     assert remote.clients_.tolist() == [0, 1, 2]
-    a, b = remote.communication_, local.communication_
-    assert (a.bytes_up, a.bytes_down, a.bytes_setup) == (b.bytes_up, b.bytes_down, b.bytes_setup)
-    assert a.bytes_up_per_round.tolist() == b.bytes_up_per_round.tolist()
+    _same_ledger_totals(remote.communication_, local.communication_)
+
+
+def test_dp_fed_dro_on_flower_equals_in_process_fit(running, tmp_path):
+    """Same noise streams on the sites: the released models agree to 1e-8."""
+    X, y, groups = _classification_data()
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "dpfeddro", "n-rounds": 4})
+    local = DPFedDROClassifier(epsilon=0.5, delta=1e-5, n_rounds=4, fit_intercept=True,
+                               intercept_scaling=0.5, random_state=0).fit(X, y, groups=groups)
+    assert remote.classes_.tolist() == ["setosa", "versicolor", "virginica"]
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(remote.intercept_, local.intercept_, rtol=0, atol=1e-8)
+    np.testing.assert_array_equal(remote.predict(X), local.predict(X))
+    assert remote.privacy_spent_ == local.privacy_spent_
+    np.testing.assert_array_equal(remote.noise_sigma_M_, local.noise_sigma_M_)
+    np.testing.assert_allclose(remote.history_["consensus_violation"],
+                               local.history_["consensus_violation"], rtol=0, atol=1e-8)
+    assert remote.client_coefs_ is None  # the local models stay on the sites
+    _same_ledger_totals(remote.communication_, local.communication_)
 
 
 def _run_and_kill_one_node(fed, app, run_config, node, after_rounds, timeout=600):
@@ -100,7 +151,7 @@ def _run_and_kill_one_node(fed, app, run_config, node, after_rounds, timeout=600
 def test_killed_supernode_follows_the_failure_policy(sites, local_federation, flower_app,
                                                      tmp_path, policy):
     root, X, y, groups, configs = sites
-    app = flower_app(tmp_path / "app", APP, {"n-rounds": 4, "policy": policy})
+    app = flower_app(tmp_path / "app", APP, RUN_CONFIG)
     output = tmp_path / "fitted.pkl"
     with local_federation(tmp_path, configs) as fed:
         code, out = _run_and_kill_one_node(

@@ -282,9 +282,12 @@ def test_target_epsilon_is_spent(small_problem, accountant):
 def test_only_noisy_models_cross(small_problem):
     X, y, groups = small_problem
     clf = DPFedDROClassifier(epsilon=0.5, n_rounds=5, random_state=0).fit(X, y, groups=groups)
-    ups = [r for r in clf.communication_.records if r.direction == "up"]
+    ups = [r for r in clf.communication_.records if r.direction == "up" and r.round >= 0]
     assert len(ups) == 5 * 4
     assert all(r.names == ("coef",) and r.shapes == ((3, 4),) for r in ups)
+    # set-up (round -1): row and feature counts and the class labels a site holds
+    setup = [r for r in clf.communication_.records if r.round == -1 and r.direction == "up"]
+    assert {r.names for r in setup} == {("n_samples", "n_features", "classes")}
     # the payloads are the noisy models, not the noiseless updates or any rows
     fed = Federation.from_arrays(X, y, groups, min_samples=2)
     ledger = Ledger(keep_payloads=True)
@@ -464,12 +467,12 @@ def test_highs_and_linprog_backends_agree():
 
 
 def test_grouped_rows_are_not_copied_and_give_the_same_model(small_problem):
-    from skfed.linear_model._base import make_federation
+    from skfed.federated import Federation
 
     X, y, groups = small_problem
     order = np.argsort(groups, kind="stable")
     Xs, ys, gs = X[order], y[order], groups[order]
-    fed = make_federation(Xs, ys, gs)
+    fed = Federation.from_arrays(Xs, ys, gs)
     assert all(np.shares_memory(c.X, Xs) for c in fed.clients)
     a = DPFedDROClassifier(n_rounds=4, random_state=0).fit(X, y, groups=groups)
     b = DPFedDROClassifier(n_rounds=4, random_state=0).fit(Xs, ys, groups=gs)
