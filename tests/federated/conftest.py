@@ -175,6 +175,54 @@ def _toml_value(v):
     return f'"{v}"'
 
 
+def make_certificates(directory):
+    """A CA and a certificate for 127.0.0.1 signed by it (PEM files), for TLS runs."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def build(subject, issuer, public_key, signing_key, ca, san=None):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+                   .public_key(public_key).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san is not None:
+            builder = builder.add_extension(san, critical=False)
+        return builder.sign(signing_key, hashes.SHA256())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "skfed test CA")])
+    ca_cert = build(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                       x509.DNSName("localhost")])
+    cert = build(name, ca_name, key.public_key(), ca_key, ca=False, san=san)
+    files = {"ca": directory / "ca.crt", "cert": directory / "server.pem",
+             "key": directory / "server.key"}
+    files["ca"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    files["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files["key"].write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return files
+
+
+@pytest.fixture(scope="session")
+def tls_certificates(tmp_path_factory):
+    """PEM files of a test CA and a SuperLink certificate for 127.0.0.1."""
+    return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
 @pytest.fixture(scope="session")
 def local_federation():
     """The :class:`LocalFederation` class (a fixture: conftest modules are not importable)."""

@@ -66,11 +66,12 @@ def sites(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def running(sites, tmp_path_factory, local_federation, flower_app):
-    """One SuperLink and three SuperNodes shared by the runs of this module."""
+def running(sites, tmp_path_factory, local_federation, flower_app, tls_certificates):
+    """One SuperLink and three SuperNodes, over TLS, shared by the runs of this module."""
     root, *_, configs = sites
     app = flower_app(root / "app", APP, RUN_CONFIG)
-    with local_federation(tmp_path_factory.mktemp("federation"), configs) as fed:
+    with local_federation(tmp_path_factory.mktemp("federation"), configs,
+                          tls=tls_certificates) as fed:
         yield fed, app
 
 
