@@ -1,0 +1,175 @@
+"""FlowerFederation's logic on an in-memory Flower grid: fast and deterministic.
+
+The real processes (SuperLink, SuperNodes) are tested in ``test_flower.py``;
+here the ``ServerApp`` and ``ClientApp`` exchange real Flower ``Message``
+objects through a grid that calls the ``ClientApp`` directly, so the set-up
+exchange, the failure policy and the error messages can be checked in
+seconds, including a site that goes offline in the middle of training.
+"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from skfed.baselines import FedAvgRegressor  # noqa: E402
+from skfed.datasets import make_federated_regression  # noqa: E402
+from skfed.federated import ClientDropout  # noqa: E402
+from skfed.federated.flower import FlowerFederation  # noqa: E402
+from skfed.linear_model import DPFedDROClassifier  # noqa: E402
+
+
+class InMemoryGrid:
+    """A ``Grid`` whose SuperNodes are ``ClientApp`` calls in this process.
+
+    ``offline_after`` maps a node id to the number of ``train`` messages it
+    answers before it leaves (like a SuperNode stopped by SIGTERM).
+    """
+
+    def __init__(self, federation, node_configs, run_config, offline_after=None):
+        self.federation = federation
+        self.run_config = run_config
+        self.contexts = {
+            100 + i: Context(run_id=1, node_id=100 + i, node_config=cfg, state=RecordDict(),
+                             run_config=run_config)
+            for i, cfg in enumerate(node_configs)
+        }
+        self.offline_after = dict(offline_after or {})
+        self.offline = set()
+        self.replies = {}
+        self.trained = {n: 0 for n in self.contexts}
+
+    def get_node_ids(self):
+        return [n for n in self.contexts if n not in self.offline]
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = msg.object_id
+            node = msg.metadata.dst_node_id
+            ids.append(msg.metadata.message_id)
+            if node in self.offline:
+                continue
+            if msg.metadata.message_type == "train":
+                if self.trained[node] == self.offline_after.get(node, -1):
+                    self.offline.add(node)  # leaves without answering
+                    continue
+                self.trained[node] += 1
+            TaskIdentity.node_id = node
+            try:
+                reply = self.federation.client_app(message=msg, context=self.contexts[node])
+            except Exception as exc:  # the Flower runtime turns it into an error reply
+                reply = Message(Error(code=1, reason=f"{type(exc).__name__}: {exc}"),
+                                reply_to=msg)
+            self.replies[msg.metadata.message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(i) for i in message_ids if i in self.replies]
+
+    def run(self):
+        TaskIdentity.run_id = 1
+        TaskIdentity.task_id = 1
+        TaskIdentity.node_id = 0
+        context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                          run_config=self.run_config)
+        return self.federation._server_main(self, context)
+
+
+def _fedavg(run_config):
+    return FedAvgRegressor(n_rounds=4, fine_tune_epochs=1, random_state=0,
+                           on_client_error=run_config.get("policy", "raise"))
+
+
+@pytest.fixture
+def regression_sites():
+    X, y, groups = make_federated_regression(n_clients=3, n_samples=[20, 25, 30],
+                                             random_state=0)
+    data = {k: (X[groups == k], y[groups == k]) for k in range(3)}
+    return X, y, groups, data
+
+
+def _grid(make_estimator, data, run_config=None, **kwargs):
+    def load_data(node_config):
+        return data[node_config["client-id"]]
+
+    federation = FlowerFederation(make_estimator, load_data, round_timeout=5)
+    configs = [{"client-id": k} for k in sorted(data)]
+    return InMemoryGrid(federation, configs, {"min-nodes": len(data), **(run_config or {})},
+                        **kwargs)
+
+
+def test_in_memory_grid_equals_in_process_fit(regression_sites):
+    X, y, groups, data = regression_sites
+    remote = _grid(_fedavg, data).run()
+    local = _fedavg({}).fit(X, y, groups=groups)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-12)
+    a, b = remote.communication_, local.communication_
+    assert (a.bytes_up, a.bytes_down, a.bytes_setup) == (b.bytes_up, b.bytes_down, b.bytes_setup)
+
+
+def test_dp_fed_dro_with_text_labels_equals_in_process_fit():
+    rng = np.random.default_rng(1)
+    groups = np.repeat([0, 1, 2], [15, 20, 25])
+    codes = rng.integers(0, 3, groups.size)
+    X = np.eye(3)[codes] + 0.3 * rng.standard_normal((groups.size, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.array(["a", "b", "c"])[codes]
+    y[groups == 0] = np.where(y[groups == 0] == "c", "a", y[groups == 0])  # site 0 lacks "c"
+    data = {k: (X[groups == k], y[groups == k]) for k in range(3)}
+
+    def make(run_config):
+        return DPFedDROClassifier(epsilon=0.5, n_rounds=3, fit_intercept=True,
+                                  random_state=0)
+
+    remote = _grid(make, data).run()
+    local = make({}).fit(X, y, groups=groups)
+    assert remote.classes_.tolist() == ["a", "b", "c"]
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-12)
+    assert remote.privacy_spent_ == local.privacy_spent_
+    assert remote.communication_.total_bytes == local.communication_.total_bytes
+
+
+def test_site_that_leaves_is_skipped_under_skip_policy(regression_sites):
+    *_, data = regression_sites
+    grid = _grid(_fedavg, data, {"policy": "skip"}, offline_after={102: 2})
+    model = grid.run()
+    failed = sorted((rnd, label) for rnd, label, _ in model.communication_.failures)
+    assert failed == [(2, 2), (3, 2), (4, 2)]  # rounds 2, 3 and the final broadcast
+    assert all("client 2" in reason and "offline" in reason
+               for *_, reason in model.communication_.failures)
+    assert np.all(np.isfinite(model.coef_))
+
+
+def test_site_that_leaves_stops_the_run_under_raise_policy(regression_sites):
+    *_, data = regression_sites
+    grid = _grid(_fedavg, data, {"policy": "raise"}, offline_after={101: 1})
+    with pytest.raises(ClientDropout, match="client 1"):
+        grid.run()
+
+
+def test_site_whose_loader_fails_is_named(regression_sites):
+    *_, data = regression_sites
+    data = dict(data)
+    data[1] = (np.full((5, 3), np.nan), np.zeros(5))
+    with pytest.raises(RuntimeError, match=r"site 1: its data cannot be used.*NaN"):
+        _grid(_fedavg, data).run()
+
+
+def test_site_with_other_feature_count_is_named(regression_sites):
+    *_, data = regression_sites
+    data = dict(data)
+    X1, y1 = data[1]
+    data[1] = (X1[:, :-1], y1)
+    with pytest.raises(ValueError, match=r"disagree on the number of features.*1: 4"):
+        _grid(_fedavg, data).run()
+
+
+def test_estimator_without_the_contract_is_refused():
+    from sklearn.linear_model import Ridge
+
+    with pytest.raises(TypeError, match="Ridge does not support federation"):
+        FlowerFederation(lambda config: Ridge(), lambda config: None)
