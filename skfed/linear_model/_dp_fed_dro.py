@@ -60,8 +60,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     :class:`skfed.preprocessing.NormClipper`). The guarantee does **not**
     cover data-dependent preprocessing (e.g. min-max statistics computed on
     the training rows), hyperparameter search on the private data, the
-    client sizes (public under replace-one), or ``history_["objective"]``
-    (client-local diagnostics that are never sent; do not publish them).
+    set-up exchange (each client's row count, public under replace-one, and
+    the set of class labels it holds, from which ``classes_`` is formed), or
+    ``history_["objective"]`` (client-local diagnostics that are never sent;
+    do not publish them).
 
     Parameters
     ----------
