@@ -1,7 +1,9 @@
 """Shared pieces of the federated linear classifiers: privacy plans, prediction."""
 
+import functools
 import math
 import numbers
+from types import SimpleNamespace
 
 import dp_accounting
 import numpy as np
@@ -62,8 +64,28 @@ def privacy_plan(est, split):
 
     ``split`` is the share of ``epsilon^2`` of the first release (None: one
     release per round). Reads ``epsilon``, ``delta``, ``target_epsilon``,
-    ``target_delta``, ``accountant`` and ``n_rounds`` from ``est``.
+    ``target_delta``, ``accountant`` and ``n_rounds`` from ``est``. Results
+    are cached: calibrating a total budget with the PLD accountant takes
+    minutes, and a fit needs the plan more than once.
     """
+    key = (est.epsilon, est.delta, est.target_epsilon, est.target_delta, est.accountant,
+           est.n_rounds, split)
+    try:
+        return _cached_plan(*key)
+    except TypeError:  # unhashable parameters: validate and compute without the cache
+        return _privacy_plan(SimpleNamespace(**dict(zip(_PLAN_KEYS, key))), split)
+
+
+_PLAN_KEYS = ("epsilon", "delta", "target_epsilon", "target_delta", "accountant", "n_rounds")
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_plan(epsilon, delta, target_epsilon, target_delta, accountant, n_rounds, split):
+    values = (epsilon, delta, target_epsilon, target_delta, accountant, n_rounds)
+    return _privacy_plan(SimpleNamespace(**dict(zip(_PLAN_KEYS, values))), split)
+
+
+def _privacy_plan(est, split):
     if est.accountant not in PRIVACY_ACCOUNTANTS:
         raise ValueError(
             f"accountant must be one of {PRIVACY_ACCOUNTANTS}, got {est.accountant!r}."
