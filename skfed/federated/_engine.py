@@ -331,6 +331,7 @@ def _drive_rounds(algorithm, transport, n_rounds, client_fraction, on_client_err
             server_state, messages, round_rng(entropy, _SERVER_STEP, rnd)
         )
         broadcast = check_message(broadcast, sender="server")
+        ledger.round_seconds.append(time.perf_counter() - tic)
         if verbose:
             print(
                 f"[skfed] round {rnd + 1}/{n_rounds}: {len(messages)}/{len(asked)} "

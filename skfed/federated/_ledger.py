@@ -52,6 +52,14 @@ class Ledger:
     failures : list of tuple
         ``(round, client, error message)`` for each client step that failed
         and was skipped.
+    round_seconds : list of float
+        Wall-clock seconds of each round, from sending the broadcast to the
+        end of the server step (the set-up and the final broadcast excluded).
+    wire_bytes : dict or None
+        On a distributed engine, the bytes of the serialized array payloads
+        actually sent, ``{"up": int, "down": int}``, set-up and control
+        messages included (for Flower: the ``.npy`` encoding of each array in
+        the messages' ``ArrayRecord``); ``None`` in-process.
 
     Examples
     --------
@@ -69,6 +77,8 @@ class Ledger:
         self.payloads = [] if keep_payloads else None
         self.failures = []
         self.n_rounds = 0
+        self.round_seconds = []
+        self.wire_bytes = None
 
     def record(self, round, client, direction, message):
         """Append one message (a mapping of names to arrays)."""
@@ -153,6 +163,8 @@ class Ledger:
             "bytes_up_per_round": self.bytes_up_per_round.tolist(),
             "bytes_down_per_round": self.bytes_down_per_round.tolist(),
             "n_failures": len(self.failures),
+            "round_seconds": list(self.round_seconds),
+            "wire_bytes": None if self.wire_bytes is None else dict(self.wire_bytes),
         }
 
     def __repr__(self):

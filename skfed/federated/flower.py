@@ -80,7 +80,15 @@ def _from_record(record):
     return {name: record[name].numpy() for name in record}
 
 
-def exchange(grid, messages, timeout, poll=0.25):
+def _payload_bytes(message):
+    """Bytes of the serialized arrays of a message (its ``ArrayRecord`` contents)."""
+    if message.has_error():
+        return 0
+    return sum(len(record[name].data) for record in message.content.array_records.values()
+               for name in record)
+
+
+def exchange(grid, messages, timeout, poll=0.25, wire=None):
     """Send messages and collect replies, giving up early on SuperNodes that left.
 
     Parameters
@@ -92,6 +100,9 @@ def exchange(grid, messages, timeout, poll=0.25):
         Seconds to wait for all replies.
     poll : float, default=0.25
         Seconds between pulls (``Grid.send_and_receive`` waits 3 s).
+    wire : dict or None, default=None
+        If given, ``wire["down"]`` and ``wire["up"]`` are increased by the
+        serialized array bytes sent and received.
 
     Returns
     -------
@@ -107,6 +118,8 @@ def exchange(grid, messages, timeout, poll=0.25):
     to_send = {key: m for key, m in messages.items() if key not in lost}
     keys = list(to_send)
     ids = list(grid.push_messages([to_send[key] for key in keys])) if keys else []
+    if wire is not None:
+        wire["down"] += sum(_payload_bytes(to_send[key]) for key in keys)
     pending = dict(zip(ids, keys))
     nodes = {key: to_send[key].metadata.dst_node_id for key in keys}
     replies = {}
@@ -116,6 +129,8 @@ def exchange(grid, messages, timeout, poll=0.25):
             key = pending.pop(reply.metadata.reply_to_message_id, None)
             if key is not None:
                 replies[key] = reply
+                if wire is not None:
+                    wire["up"] += _payload_bytes(reply)
         if not pending:
             break
         online = set(grid.get_node_ids())
@@ -148,13 +163,16 @@ class FlowerTransport:
     timeout : float
         Seconds to wait for the replies of a round; a client that has not
         answered by then did not answer (:class:`ClientDropout`).
+    wire : dict or None, default=None
+        Byte counters ``{"up", "down"}`` to add the serialized payloads to.
     """
 
-    def __init__(self, grid, node_ids, labels, timeout):
+    def __init__(self, grid, node_ids, labels, timeout, wire=None):
         self.grid = grid
         self.node_ids = list(node_ids)
         self.labels = list(labels)
         self.timeout = timeout
+        self.wire = {"up": 0, "down": 0} if wire is None else wire
 
     def _exchange(self, asked, message_type, arrays, config):
         messages = {
@@ -166,7 +184,7 @@ class FlowerTransport:
             )
             for k in asked
         }
-        replies, lost = exchange(self.grid, messages, self.timeout)
+        replies, lost = exchange(self.grid, messages, self.timeout, wire=self.wire)
         outcomes = []
         for k in asked:
             where = f"client {self.labels[k]!r} (node {self.node_ids[k]})"
@@ -345,7 +363,8 @@ class FlowerFederation:
         # set-up exchange: a site that cannot load or validate its data stops the run
         messages = {n: Message(RecordDict({}), dst_node_id=n, message_type="query.setup")
                     for n in nodes}
-        replies, lost = exchange(grid, messages, self.round_timeout)
+        wire = {"up": 0, "down": 0}
+        replies, lost = exchange(grid, messages, self.round_timeout, wire=wire)
         sites = []
         for node in nodes:
             reply = replies.get(node)
@@ -381,19 +400,21 @@ class FlowerFederation:
             )
             for k, (_, node, _) in enumerate(sites)
         }
-        answered, lost = exchange(grid, init, self.round_timeout)
+        answered, lost = exchange(grid, init, self.round_timeout, wire=wire)
         for k, (label, node, _) in enumerate(sites):
             reply = answered.get(k)
             if reply is None or reply.has_error():
                 reason = lost[k] if reply is None else reply.error.reason
                 raise RuntimeError(f"site {label!r} (node {node}) failed to start: {reason}")
 
-        transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout)
+        transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout,
+                                    wire=wire)
         server_state, participation = _drive_rounds(
             algorithm, transport, params["n_rounds"],
             _check_fraction(params.get("client_fraction", 1.0)),
             params.get("on_client_error", "raise"), entropy, ledger, params.get("verbose", 0),
         )
+        ledger.wire_bytes = dict(wire)
         result = FederationResult(server_state=server_state, client_states=None, ledger=ledger,
                                   n_rounds=len(participation), participation=participation)
         estimator._set_federated_result(result, setup, np.array(labels))
