@@ -44,10 +44,12 @@ from ._engine import (
     seed_entropy,
 )
 from ._fit import client_summary, combine_summaries
+from ._flower_local import LocalFederation, make_certificates, write_app
 from ._ledger import Ledger
 from ._protocol import ClientData, check_message
 
-__all__ = ["FlowerFederation", "FlowerTransport", "exchange", "supports_federation"]
+__all__ = ["FlowerFederation", "FlowerTransport", "LocalFederation", "exchange",
+           "make_certificates", "supports_federation", "write_app"]
 
 _CONTRACT = ("_federated_algorithm", "_engine_params", "_set_federated_result",
              "_validate_site_data")

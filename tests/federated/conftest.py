@@ -1,220 +1,11 @@
 """Fixtures: a real local Flower federation (SuperLink + SuperNodes) for the tests."""
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import textwrap
-import time
-from pathlib import Path
-
 import pytest
 
-BIN = Path(sys.executable).parent
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(flwr_home):
-    env = dict(os.environ)
-    env["FLWR_HOME"] = str(flwr_home)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # superlink spawns flower-superexec
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def write_app(app_dir, module_source, config=None, name="skfedtestapp"):
-    """A Flower app directory whose components live in ``<name>/app.py``.
-
-    ``config`` declares the run-config keys (with defaults) the app accepts.
-    """
-    config = {"min-nodes": 1, "output": "", **(config or {})}
-    config_lines = "\n".join(f"{k} = {_toml_value(v)}" for k, v in config.items())
-    app_dir = Path(app_dir)
-    (app_dir / name).mkdir(parents=True, exist_ok=True)
-    (app_dir / name / "__init__.py").write_text("")
-    (app_dir / name / "app.py").write_text(textwrap.dedent(module_source))
-    (app_dir / "pyproject.toml").write_text(textwrap.dedent(f"""\
-        [build-system]
-        requires = ["hatchling"]
-        build-backend = "hatchling.build"
-
-        [project]
-        name = "{name}"
-        version = "0.1.0"
-        description = "skfed test app"
-        license = "BSD-3-Clause"
-        dependencies = []
-
-        [tool.hatch.build.targets.wheel]
-        packages = ["."]
-
-        [tool.flwr.app]
-        publisher = "skfed"
-
-        [tool.flwr.app.components]
-        serverapp = "{name}.app:server_app"
-        clientapp = "{name}.app:client_app"
-
-        [tool.flwr.app.config]
-        """) + config_lines + "\n")
-    return app_dir
-
-
-class LocalFederation:
-    """A SuperLink and SuperNodes on 127.0.0.1; stops every process it started."""
-
-    def __init__(self, workdir, node_configs, tls=None):
-        self.workdir = Path(workdir)
-        self.node_configs = node_configs
-        self.tls = tls
-        self.home = self.workdir / "flwr-home"
-        self.cli_home = self.workdir / "flwr-cli-home"
-        self.port = free_port()
-        self.procs = []
-        self.nodes = []
-
-    def _spawn(self, args, log_name):
-        log = open(self.workdir / log_name, "wb")
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                env=_env(self.home), start_new_session=True)
-        self.procs.append(proc)
-        return proc
-
-    def __enter__(self):
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.cli_home.mkdir(parents=True, exist_ok=True)
-        security = (["--ssl-certfile", str(self.tls["cert"]), "--ssl-keyfile",
-                     str(self.tls["key"]), "--ssl-ca-certfile", str(self.tls["ca"])]
-                    if self.tls else ["--insecure"])
-        self._spawn([str(BIN / "flower-superlink"), *security, "--host", "127.0.0.1",
-                     "--port", str(self.port), "--disable-runtime-dependency-installation"],
-                    "superlink.log")
-        self._wait_port(self.port)
-        node_security = (["--root-certificates", str(self.tls["ca"])] if self.tls
-                         else ["--insecure"])
-        for i, config in enumerate(self.node_configs):
-            node_port = free_port()
-            config_str = " ".join(f"{k}={_toml_value(v)}" for k, v in config.items())
-            self.nodes.append(self._spawn(
-                [str(BIN / "flower-supernode"), *node_security, "--superlink",
-                 f"127.0.0.1:{self.port}", "--port", str(node_port),
-                 "--node-config", config_str],
-                f"supernode-{i}.log"))
-        conn = {"address": f'"127.0.0.1:{self.port}"'}
-        if self.tls:
-            conn["root-certificates"] = f'"{self.tls["ca"]}"'
-        else:
-            conn["insecure"] = "true"
-        body = "\n".join(f"{k} = {v}" for k, v in conn.items())
-        (self.cli_home / "config.toml").write_text(
-            f'[superlink]\ndefault = "test"\n\n[superlink.test]\n{body}\n')
-        return self
-
-    def _wait_port(self, port, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError(f"SuperLink did not open port {port}: "
-                           + (self.workdir / "superlink.log").read_text()[-2000:])
-
-    def _run_args(self, app_dir, run_config):
-        config = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
-        return [str(BIN / "flwr"), "run", str(app_dir), "test", "--stream",
-                "--run-config", config]
-
-    def run(self, app_dir, run_config, timeout=600):
-        """``flwr run`` the app on this federation; return the completed process."""
-        return subprocess.run(self._run_args(app_dir, run_config), env=_env(self.cli_home),
-                              capture_output=True, text=True, timeout=timeout)
-
-    def start_run(self, app_dir, run_config):
-        """``flwr run`` in the background (stdout and stderr merged, text)."""
-        proc = subprocess.Popen(self._run_args(app_dir, run_config), env=_env(self.cli_home),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        self.procs.append(proc)
-        return proc
-
-    def kill_node(self, i):
-        os.killpg(self.nodes[i].pid, signal.SIGTERM)
-
-    def __exit__(self, *exc):
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        return False
-
-    def logs(self):
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
-                         for p in sorted(self.workdir.glob("*.log")))
-
-
-def _toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return str(v)
-    return f'"{v}"'
-
-
-def make_certificates(directory):
-    """A CA and a certificate for 127.0.0.1 signed by it (PEM files), for TLS runs."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def build(subject, issuer, public_key, signing_key, ca, san=None):
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
-                   .public_key(public_key).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if san is not None:
-            builder = builder.add_extension(san, critical=False)
-        return builder.sign(signing_key, hashes.SHA256())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "skfed test CA")])
-    ca_cert = build(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                       x509.DNSName("localhost")])
-    cert = build(name, ca_name, key.public_key(), ca_key, ca=False, san=san)
-    files = {"ca": directory / "ca.crt", "cert": directory / "server.pem",
-             "key": directory / "server.key"}
-    files["ca"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    files["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files["key"].write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()))
-    return files
+try:
+    from skfed.federated.flower import LocalFederation, make_certificates, write_app
+except ImportError:  # flwr not installed: the Flower tests skip themselves
+    LocalFederation = make_certificates = write_app = None
 
 
 @pytest.fixture(scope="session")
@@ -225,11 +16,11 @@ def tls_certificates(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def local_federation():
-    """The :class:`LocalFederation` class (a fixture: conftest modules are not importable)."""
+    """:class:`skfed.federated.flower.LocalFederation`."""
     return LocalFederation
 
 
 @pytest.fixture(scope="session")
 def flower_app():
-    """The :func:`write_app` helper."""
+    """:func:`skfed.federated.flower.write_app`."""
     return write_app

@@ -1,0 +1,121 @@
+"""Flower against the in-process engine: wall time per round and bytes (not a test).
+
+For each estimator that runs on Flower, at a small size (3 sites), fit it
+in-process and on a real local federation (one SuperLink and three
+SuperNodes on 127.0.0.1, over TLS with generated certificates), then report
+
+* wall time per round (median of ``communication_.round_seconds``: from the
+  broadcast to the end of the server step) on both engines;
+* the ledger's payload bytes (identical on both engines: checked) beside the
+  bytes of the serialized arrays Flower actually carried
+  (``communication_.wire_bytes``; HTTP and TLS framing not included).
+
+Needs the ``flower`` extra. Run: ``python benchmarks/bench_flower.py [--rounds 5]``.
+"""
+
+import argparse
+import pickle
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from skfed.baselines import FedAvgRegressor
+from skfed.datasets import make_federated_regression
+from skfed.federated.flower import LocalFederation, make_certificates, write_app
+from skfed.linear_model import DPFedDROClassifier
+
+APP = """
+import numpy as np
+from skfed.baselines import FedAvgRegressor
+from skfed.federated.flower import FlowerFederation
+from skfed.linear_model import DPFedDROClassifier
+
+
+def make_estimator(run_config):
+    rounds = int(run_config["n-rounds"])
+    if run_config["estimator"] == "DPFedDROClassifier":
+        return DPFedDROClassifier(epsilon=0.5, n_rounds=rounds, random_state=0)
+    return FedAvgRegressor(n_rounds=rounds, random_state=0)
+
+
+def load_data(node_config, run_config):
+    data = np.load(node_config["data-path"])
+    return data["X_" + run_config["estimator"]], data["y_" + run_config["estimator"]]
+
+
+federation = FlowerFederation(make_estimator, load_data, round_timeout=300)
+server_app = federation.server_app
+client_app = federation.client_app
+"""
+
+
+def datasets(n_per_site):
+    sizes = [n_per_site] * 3
+    X, y, groups = make_federated_regression(n_clients=3, n_samples=sizes, n_features=20,
+                                             random_state=0)
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 4, groups.size)
+    Xc = np.eye(4, 20)[codes] + 0.3 * rng.standard_normal((groups.size, 20))
+    Xc /= np.linalg.norm(Xc, axis=1, keepdims=True)
+    return groups, {
+        "FedAvgRegressor": (X, y, FedAvgRegressor),
+        "DPFedDROClassifier": (Xc, codes, DPFedDROClassifier),
+    }
+
+
+def in_process(name, X, y, groups, rounds):
+    if name == "DPFedDROClassifier":
+        model = DPFedDROClassifier(epsilon=0.5, n_rounds=rounds, random_state=0)
+    else:
+        model = FedAvgRegressor(n_rounds=rounds, random_state=0)
+    return model.fit(X, y, groups=groups)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=500, help="rows per site")
+    args = parser.parse_args()
+    groups, data = datasets(args.rows)
+    work = Path(tempfile.mkdtemp(prefix="skfed-flower-bench-"))
+    configs = []
+    for k in range(3):
+        arrays = {}
+        for name, (X, y, _) in data.items():
+            arrays["X_" + name], arrays["y_" + name] = X[groups == k], y[groups == k]
+        np.savez(work / f"site{k}.npz", **arrays)
+        configs.append({"client-id": k, "data-path": str(work / f"site{k}.npz")})
+    app = write_app(work / "app", APP, {"estimator": "FedAvgRegressor",
+                                        "n-rounds": args.rounds})
+    rows = []
+    with LocalFederation(work / "federation", configs,
+                         tls=make_certificates(work / "tls")) as fed:
+        for name, (X, y, _) in data.items():
+            local = in_process(name, X, y, groups, args.rounds)
+            output = work / f"{name}.pkl"
+            tic = time.perf_counter()
+            done = fed.run(app, {"estimator": name, "n-rounds": args.rounds, "min-nodes": 3,
+                                 "output": str(output)})
+            run_seconds = time.perf_counter() - tic
+            if done.returncode != 0 or not output.exists():
+                raise RuntimeError(done.stdout + done.stderr + fed.logs())
+            with open(output, "rb") as fh:
+                remote = pickle.load(fh)
+            a, b = remote.communication_, local.communication_
+            assert (a.bytes_up, a.bytes_down) == (b.bytes_up, b.bytes_down)
+            rows.append((name, args.rounds, np.median(b.round_seconds),
+                         np.median(a.round_seconds), run_seconds, b.total_bytes,
+                         a.wire_bytes["up"] + a.wire_bytes["down"]))
+    print(f"3 sites x {args.rows} rows, {args.rounds} rounds, TLS on 127.0.0.1\n")
+    print("| estimator | in-process s/round | Flower s/round | ratio | whole `flwr run` (s) "
+          "| ledger bytes | Flower array bytes |")
+    print("|---|---|---|---|---|---|---|")
+    for name, rounds, t_local, t_flower, total, ledger, wire in rows:
+        print(f"| {name} | {t_local:.4f} | {t_flower:.2f} | {t_flower / t_local:.0f}x "
+              f"| {total:.0f} | {ledger:,} | {wire:,} |")
+
+
+if __name__ == "__main__":
+    main()
