@@ -34,8 +34,8 @@ from skfed.linear_model import DPFedDROClassifier
 
 
 def make_estimator(run_config):
-    rounds = int(run_config["n-rounds"])
-    if run_config["estimator"] == "DPFedDROClassifier":
+    rounds = int(run_config.get("n-rounds", 5))  # also called with {} to probe the contract
+    if run_config.get("estimator") == "DPFedDROClassifier":
         return DPFedDROClassifier(epsilon=0.5, n_rounds=rounds, random_state=0)
     return FedAvgRegressor(n_rounds=rounds, random_state=0)
 

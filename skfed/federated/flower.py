@@ -214,7 +214,9 @@ class FlowerFederation:
     make_estimator : callable
         ``make_estimator(run_config) -> estimator``: an unfitted skfed
         estimator (the same on the server and on every site). ``run_config``
-        is the run's Flower config (a dict).
+        is the run's Flower config (a dict); it is also called once with
+        ``{}`` when the app is built, to check the estimator's contract, so
+        read keys with defaults.
     load_data : callable
         ``load_data(node_config) -> (X, y)``: the site's own rows, read on
         the SuperNode from its node config (e.g. a file path). A function of
