@@ -90,7 +90,7 @@ def _payload_bytes(message):
                for name in record)
 
 
-def exchange(grid, messages, timeout, poll=0.25, wire=None):
+def exchange(grid, messages, timeout, poll=0.25, wire=None, offline_grace=10.0):
     """Send messages and collect replies, giving up early on SuperNodes that left.
 
     Parameters
@@ -105,18 +105,43 @@ def exchange(grid, messages, timeout, poll=0.25, wire=None):
     wire : dict or None, default=None
         If given, ``wire["down"]`` and ``wire["up"]`` are increased by the
         serialized array bytes sent and received.
+    offline_grace : float, default=10.0
+        A SuperNode counts as gone only after the SuperLink has listed it
+        offline for this many seconds without a break: on a busy machine a
+        live node's heartbeat can be late.
 
     Returns
     -------
     replies : dict
         Key to reply, for the replies that arrived.
     lost : dict
-        Key to the reason there is no reply (``"is offline"``, or not within
-        the timeout).
+        Key to the reason there is no reply (offline, or not within the
+        timeout).
     """
-    online = set(grid.get_node_ids())
-    lost = {key: "is offline" for key, m in messages.items()
-            if m.metadata.dst_node_id not in online}
+    start = time.monotonic()
+    deadline = start + timeout
+    absent_since = {}
+
+    def gone(node, now, online):
+        if node in online:
+            absent_since.pop(node, None)
+            return False
+        return now - absent_since.setdefault(node, now) >= offline_grace
+
+    # a node offline at the start of the exchange gets the grace period too
+    waiting = {key: m.metadata.dst_node_id for key, m in messages.items()}
+    lost = {}
+    while True:
+        now, online = time.monotonic(), set(grid.get_node_ids())
+        for key, node in list(waiting.items()):
+            if node in online:
+                del waiting[key]
+            elif gone(node, now, online) or now > deadline:
+                lost[key] = "is offline"
+                del waiting[key]
+        if not waiting:
+            break
+        time.sleep(poll)
     to_send = {key: m for key, m in messages.items() if key not in lost}
     keys = list(to_send)
     ids = list(grid.push_messages([to_send[key] for key in keys])) if keys else []
@@ -125,7 +150,6 @@ def exchange(grid, messages, timeout, poll=0.25, wire=None):
     pending = dict(zip(ids, keys))
     nodes = {key: to_send[key].metadata.dst_node_id for key in keys}
     replies = {}
-    deadline = time.monotonic() + timeout
     while pending:
         for reply in grid.pull_messages(list(pending)):
             key = pending.pop(reply.metadata.reply_to_message_id, None)
@@ -135,12 +159,12 @@ def exchange(grid, messages, timeout, poll=0.25, wire=None):
                     wire["up"] += _payload_bytes(reply)
         if not pending:
             break
-        online = set(grid.get_node_ids())
+        now, online = time.monotonic(), set(grid.get_node_ids())
         for msg_id, key in list(pending.items()):
-            if nodes[key] not in online:  # left during the round (e.g. SIGTERM)
+            if gone(nodes[key], now, online):  # left during the round (e.g. SIGTERM)
                 lost[key] = "went offline before answering"
                 del pending[msg_id]
-        if time.monotonic() > deadline:
+        if now > deadline:
             for key in pending.values():
                 lost[key] = f"did not answer within {timeout} s"
             break
@@ -167,14 +191,17 @@ class FlowerTransport:
         answered by then did not answer (:class:`ClientDropout`).
     wire : dict or None, default=None
         Byte counters ``{"up", "down"}`` to add the serialized payloads to.
+    offline_grace : float, default=10.0
+        See :func:`exchange`.
     """
 
-    def __init__(self, grid, node_ids, labels, timeout, wire=None):
+    def __init__(self, grid, node_ids, labels, timeout, wire=None, offline_grace=10.0):
         self.grid = grid
         self.node_ids = list(node_ids)
         self.labels = list(labels)
         self.timeout = timeout
         self.wire = {"up": 0, "down": 0} if wire is None else wire
+        self.offline_grace = offline_grace
 
     def _exchange(self, asked, message_type, arrays, config):
         messages = {
@@ -186,7 +213,8 @@ class FlowerTransport:
             )
             for k in asked
         }
-        replies, lost = exchange(self.grid, messages, self.timeout, wire=self.wire)
+        replies, lost = exchange(self.grid, messages, self.timeout, wire=self.wire,
+                                 offline_grace=self.offline_grace)
         outcomes = []
         for k in asked:
             where = f"client {self.labels[k]!r} (node {self.node_ids[k]})"
@@ -232,6 +260,9 @@ class FlowerFederation:
         Seconds to wait for ``min_nodes`` SuperNodes.
     round_timeout : float, default=600
         Seconds to wait for the replies of one round.
+    offline_grace : float, default=10
+        Seconds a SuperNode must stay offline before it counts as gone (a
+        live node's heartbeat can be late on a busy machine).
 
     Attributes
     ----------
@@ -247,7 +278,7 @@ class FlowerFederation:
     """
 
     def __init__(self, make_estimator, load_data, *, client_key="client-id", min_nodes=None,
-                 connect_timeout=120.0, round_timeout=600.0):
+                 connect_timeout=120.0, round_timeout=600.0, offline_grace=10.0):
         probe = make_estimator({})
         if not supports_federation(probe):
             raise TypeError(
@@ -261,6 +292,7 @@ class FlowerFederation:
         self.min_nodes = min_nodes
         self.connect_timeout = connect_timeout
         self.round_timeout = round_timeout
+        self.offline_grace = offline_grace
         self.server_app = ServerApp()
         self.server_app.main()(self._server_main)
         self.client_app = ClientApp()
@@ -368,7 +400,8 @@ class FlowerFederation:
         messages = {n: Message(RecordDict({}), dst_node_id=n, message_type="query.setup")
                     for n in nodes}
         wire = {"up": 0, "down": 0}
-        replies, lost = exchange(grid, messages, self.round_timeout, wire=wire)
+        replies, lost = exchange(grid, messages, self.round_timeout, wire=wire,
+                                 offline_grace=self.offline_grace)
         sites = []
         for node in nodes:
             reply = replies.get(node)
@@ -404,7 +437,8 @@ class FlowerFederation:
             )
             for k, (_, node, _) in enumerate(sites)
         }
-        answered, lost = exchange(grid, init, self.round_timeout, wire=wire)
+        answered, lost = exchange(grid, init, self.round_timeout, wire=wire,
+                                  offline_grace=self.offline_grace)
         for k, (label, node, _) in enumerate(sites):
             reply = answered.get(k)
             if reply is None or reply.has_error():
@@ -412,7 +446,7 @@ class FlowerFederation:
                 raise RuntimeError(f"site {label!r} (node {node}) failed to start: {reason}")
 
         transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout,
-                                    wire=wire)
+                                    wire=wire, offline_grace=self.offline_grace)
         server_state, participation = _drive_rounds(
             algorithm, transport, params["n_rounds"],
             _check_fraction(params.get("client_fraction", 1.0)),
