@@ -201,10 +201,22 @@ def _check_finite(A, it):
 # federated algorithms
 
 
+def _readonly_copy(a):
+    out = np.array(a, dtype=float, copy=True)
+    out.setflags(write=False)
+    return out
+
+
 def _factor_broadcast(A, core, factors):
-    msg = {"coef": A, "core": core}
+    """The server's broadcast: ``A_0``, its core and factors, as read-only copies.
+
+    Immutable arrays (as the engine delivers them anyway) let the clients of a
+    round recognise the broadcast by identity (:meth:`StageOne._projector`),
+    and leave the server's state writable.
+    """
+    msg = {"coef": _readonly_copy(A), "core": _readonly_copy(core)}
     for j, U in enumerate(factors):
-        msg[f"factor_{j}"] = U
+        msg[f"factor_{j}"] = _readonly_copy(U)
     return msg
 
 
