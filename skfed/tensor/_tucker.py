@@ -12,6 +12,7 @@ import numbers
 
 import numpy as np
 import tensorly as tl
+from scipy.linalg.lapack import dgesdd as _dgesdd
 
 from ._kernels import tangent_apply, tangent_setup
 
@@ -102,6 +103,17 @@ def _mode_product(T, M, mode):
 
 
 def _leading_left_singular_vectors(M, r):
+    """Top-``r`` left singular vectors of ``M`` by LAPACK ``gesdd``.
+
+    The routine ``np.linalg.svd`` calls, called through scipy's LAPACK
+    wrapper for real double matrices to skip numpy's per-call overhead (the
+    retraction runs every Stage-I round on small unfoldings).
+    """
+    if M.dtype == np.float64 and M.ndim == 2 and M.size:
+        U, _, _, info = _dgesdd(M, compute_uv=1, full_matrices=0)
+        if info == 0:
+            return U[:, :r]
+    # other dtypes, or gesdd failed: numpy's SVD (raises LinAlgError if it fails too)
     U, _, _ = np.linalg.svd(M, full_matrices=False)
     return U[:, :r]
 
