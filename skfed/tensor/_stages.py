@@ -337,8 +337,9 @@ class StageOne(FederatedAlgorithm):
         arrays = [np.asarray(broadcast["core"], dtype=float)] + _factors_from(broadcast)
         key = tuple((a.shape, a.tobytes()) for a in arrays)
         if cached is not None and cached[1] == key:
-            return cached[2]
-        projector = TangentProjector(arrays[0], arrays[1:])
+            projector = cached[2]
+        else:
+            projector = TangentProjector(arrays[0], arrays[1:])
         self._projector_cache = (arrays, key, projector)  # one atomic store: thread safe
         return projector
 
