@@ -184,13 +184,15 @@ class TangentProjector:
     def __init__(self, core, factors):
         core = np.asarray(core, dtype=float)
         self.core = core
-        self.factors = tuple(np.ascontiguousarray(U, dtype=float) for U in factors)
+        # own writable C-order copies: the kernels then always see one array type
+        # (a broadcast's arrays are read-only), so they compile once
+        self.factors = tuple(np.array(U, dtype=float, order="C") for U in factors)
         self.factors_t = tuple(np.ascontiguousarray(U.T) for U in self.factors)
         self.shape = tuple(U.shape[0] for U in self.factors)
         self._dims = np.array(self.shape, dtype=np.int64)
         self._ranks = np.array(core.shape, dtype=np.int64)
         core_pinv, z, horner = tangent_setup(
-            np.ascontiguousarray(core).reshape(-1), self._dims, self._ranks, self.factors
+            np.array(core, order="C").reshape(-1), self._dims, self._ranks, self.factors
         )
         self.core_pinv = tuple(core_pinv)
         self._z = tuple(z)
@@ -200,8 +202,11 @@ class TangentProjector:
         G = np.asarray(G, dtype=float)
         if G.shape != self.shape:
             raise ValueError(f"G has shape {G.shape}, expected {self.shape}.")
+        g = np.ascontiguousarray(G).reshape(-1)
+        if not g.flags.writeable:
+            g = g.copy()
         out = tangent_apply(
-            np.ascontiguousarray(G).reshape(-1), self._dims, self._ranks, self.factors,
+            g, self._dims, self._ranks, self.factors,
             self.factors_t, self.core_pinv, self._z, self._horner,
         )
         return out.reshape(self.shape)

@@ -179,3 +179,16 @@ def test_tangent_projection_at_a_rank_deficient_core():
     G = rng.standard_normal((4, 3, 5))
     np.testing.assert_allclose(tangent_project(G, core, factors),
                                _tangent_project_ref(G, core, factors), atol=1e-12)
+
+
+def test_tangent_projection_of_read_only_arrays():
+    # a broadcast's arrays are read-only (the engine's copies); results are the same
+    rng = np.random.default_rng(6)
+    _, core, factors = retract(rng.standard_normal((4, 3, 5)), (2, 2, 2))
+    G = rng.standard_normal((4, 3, 5))
+    ref = _tangent_project_ref(G, core, factors)
+    frozen = [np.array(a) for a in [G, core, *factors]]
+    for a in frozen:
+        a.setflags(write=False)
+    np.testing.assert_allclose(tangent_project(frozen[0], frozen[1], frozen[2:]), ref,
+                               atol=1e-12)
