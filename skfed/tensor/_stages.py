@@ -14,9 +14,9 @@ import numpy as np
 
 from ..federated import FederatedAlgorithm
 from ..privacy import gaussian_mechanism, pftr_noise_std
-from ._kernels import fista_lasso_gram
+from ._kernels import clip_rows_inplace, fista_lasso_gram, quantile_linear, row_norms
 from ._rank import make_feasible, ratio_rank, vote_ranks
-from ._tucker import retract, tangent_project, tangent_project_surrogate
+from ._tucker import TangentProjector, retract, tangent_project, tangent_project_surrogate
 
 __all__ = [
     "admm_init",
@@ -201,10 +201,22 @@ def _check_finite(A, it):
 # federated algorithms
 
 
+def _readonly_copy(a):
+    out = np.array(a, dtype=float, copy=True)
+    out.setflags(write=False)
+    return out
+
+
 def _factor_broadcast(A, core, factors):
-    msg = {"coef": A, "core": core}
+    """The server's broadcast: ``A_0``, its core and factors, as read-only copies.
+
+    Immutable arrays (as the engine delivers them anyway) let the clients of a
+    round recognise the broadcast by identity (:meth:`StageOne._projector`),
+    and leave the server's state writable.
+    """
+    msg = {"coef": _readonly_copy(A), "core": _readonly_copy(core)}
     for j, U in enumerate(factors):
-        msg[f"factor_{j}"] = U
+        msg[f"factor_{j}"] = _readonly_copy(U)
     return msg
 
 
@@ -288,6 +300,7 @@ class StageOne(FederatedAlgorithm):
         self.clip_quantile = clip_quantile
         self.tangent = tangent
         self.retraction = retraction
+        self._projector_cache = None
 
     def client_init(self, data, rng):
         norms = np.linalg.norm(data.X, axis=1)
@@ -302,21 +315,51 @@ class StageOne(FederatedAlgorithm):
         state = {"coef": A, "core": core, "factors": factors, "grad_norm": []}
         return state, _factor_broadcast(A, core, factors)
 
+    def _projector(self, broadcast):
+        """The tangent projector at the broadcast ``A_0``, set up once per round.
+
+        It depends only on the broadcast core and factors, so the clients of a
+        round (one broadcast) share the projector set up by the first of them.
+        The cache hits when the arrays are the very objects of the cached
+        broadcast and immutable (read-only and owning their data, as the
+        engine delivers them; the cache holds them, so their ids are not
+        reused), or else when their values are equal.
+        """
+        cached = self._projector_cache
+        if cached is not None:
+            objs = cached[0]
+            names = ["core"] + [f"factor_{j}" for j in range(len(objs) - 1)]
+            if all(
+                broadcast.get(name) is b and not b.flags.writeable and b.base is None
+                for name, b in zip(names, objs)
+            ):
+                return cached[2]
+        arrays = [np.asarray(broadcast["core"], dtype=float)] + _factors_from(broadcast)
+        key = tuple((a.shape, a.tobytes()) for a in arrays)
+        if cached is not None and cached[1] == key:
+            projector = cached[2]
+        else:
+            projector = TangentProjector(arrays[0], arrays[1:])
+        self._projector_cache = (arrays, key, projector)  # one atomic store: thread safe
+        return projector
+
     def client_step(self, data, state, broadcast, rng):
         A = np.asarray(broadcast["coef"])
         q, p = data.y.shape[1], data.X.shape[1]
         R = data.y - data.X @ A.reshape(q, p).T
+        norms = row_norms(R)
         if self.tau_e is None:
-            tau_e = float(np.quantile(np.linalg.norm(R, axis=1), self.clip_quantile))
+            tau_e = float(quantile_linear(norms, self.clip_quantile))
         else:
             tau_e = float(self.tau_e)
-        grad = -(clip_rows(R, tau_e).T @ state["X"]) / data.n_samples
+        clip_rows_inplace(R, norms, tau_e)  # T_tau_e row-wise; R is this step's own array
+        grad = -(R.T @ state["X"]) / data.n_samples
         sigma = pftr_noise_std(
             tau_e, state["tau_x"], data.n_samples, self.n_rounds, self.epsilon, self.delta
         )
         noisy = gaussian_mechanism(grad.reshape(self.coef_shape), sigma, rng)
         if self.tangent == "exact":
-            sent = tangent_project(noisy, np.asarray(broadcast["core"]), _factors_from(broadcast))
+            sent = self._projector(broadcast)(noisy)
         else:
             sent = tangent_project_surrogate(noisy, self.rank, self.retraction)
         new_state = {**state, "tau_e": state["tau_e"] + [tau_e],
@@ -327,8 +370,9 @@ class StageOne(FederatedAlgorithm):
         sizes = np.array([float(m["n_samples"]) for m in messages.values()])
         weights = sizes / sizes.sum()
         G = sum(w * np.asarray(m["grad"]) for w, m in zip(weights, messages.values()))
-        _check_finite(state["coef"] - self.step_size * G, len(state["grad_norm"]) + 1)
-        A, core, factors = retract(state["coef"] - self.step_size * G, self.rank, self.retraction)
+        step = state["coef"] - self.step_size * G
+        _check_finite(step, len(state["grad_norm"]) + 1)
+        A, core, factors = retract(step, self.rank, self.retraction)
         state = {"coef": A, "core": core, "factors": factors,
                  "grad_norm": state["grad_norm"] + [float(np.linalg.norm(G))]}
         return state, _factor_broadcast(A, core, factors)

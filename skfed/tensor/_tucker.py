@@ -7,11 +7,14 @@ singular values and the algorithms do not depend on this choice (the paper
 uses the column-major Kolda ordering).
 """
 
+import math
 import numbers
 
 import numpy as np
 import tensorly as tl
-from tensorly.tenalg import mode_dot, multi_mode_dot
+from scipy.linalg.lapack import dgesdd as _dgesdd
+
+from ._kernels import tangent_apply, tangent_setup
 
 __all__ = [
     "check_tucker_rank",
@@ -20,6 +23,7 @@ __all__ = [
     "retract",
     "tucker_to_tensor",
     "tangent_project",
+    "TangentProjector",
     "tangent_project_surrogate",
     "multilinear_rank",
 ]
@@ -74,13 +78,42 @@ def check_tucker_rank(rank, shape, name="rank"):
     return rank
 
 
-# tensorly's C-order unfolding and mode products (numpy backend)
+# tensorly's C-order unfolding (numpy backend); the mode products of the
+# per-round hot path use _mode_product below (one matmul, no unfold/fold copies)
 _unfold = tl.unfold
-_mode_dot = mode_dot
-_multi_mode_dot = multi_mode_dot
+
+
+def _mode_product(T, M, mode):
+    """``T x_mode M`` for ``M`` of shape ``(a, T.shape[mode])``: one matmul, C order.
+
+    Same value as ``tensorly.tenalg.mode_dot(T, M, mode)`` without the
+    unfold/fold copies: the modes before ``mode`` are a batch dimension of a
+    stacked matmul, the ones after it the columns.
+    """
+    shape = T.shape
+    n = shape[mode]
+    new_shape = shape[:mode] + (M.shape[0],) + shape[mode + 1:]
+    if mode == len(shape) - 1:
+        out = T.reshape(-1, n) @ M.T
+    elif mode == 0:
+        out = M @ T.reshape(n, -1)
+    else:
+        out = M @ T.reshape(math.prod(shape[:mode]), n, -1)
+    return out.reshape(new_shape)
 
 
 def _leading_left_singular_vectors(M, r):
+    """Top-``r`` left singular vectors of ``M`` by LAPACK ``gesdd``.
+
+    The routine ``np.linalg.svd`` calls, called through scipy's LAPACK
+    wrapper for real double matrices to skip numpy's per-call overhead (the
+    retraction runs every Stage-I round on small unfoldings).
+    """
+    if M.dtype == np.float64 and M.ndim == 2 and M.size:
+        U, _, _, info = _dgesdd(M, compute_uv=1, full_matrices=0)
+        if info == 0:
+            return U[:, :r]
+    # other dtypes, or gesdd failed: numpy's SVD (raises LinAlgError if it fails too)
     U, _, _ = np.linalg.svd(M, full_matrices=False)
     return U[:, :r]
 
@@ -96,7 +129,7 @@ def st_hosvd(T, rank):
     for s, r in enumerate(rank):
         U = _leading_left_singular_vectors(_unfold(core, s), r)
         factors.append(U)
-        core = _mode_dot(core, U.T, s)
+        core = _mode_product(core, U.T, s)
     return core, factors
 
 
@@ -104,13 +137,18 @@ def t_hosvd(T, rank):
     """Truncated HOSVD: every factor from the original tensor's unfoldings."""
     T = np.asarray(T, dtype=float)
     factors = [_leading_left_singular_vectors(_unfold(T, s), r) for s, r in enumerate(rank)]
-    core = _multi_mode_dot(T, factors, transpose=True)
+    core = T
+    for s, U in enumerate(factors):
+        core = _mode_product(core, U.T, s)
     return core, factors
 
 
 def tucker_to_tensor(core, factors):
     """``core x_1 U_1 ... x_N U_N``."""
-    return _multi_mode_dot(core, factors)
+    out = np.asarray(core, dtype=float)
+    for s, U in enumerate(factors):
+        out = _mode_product(out, U, s)
+    return out
 
 
 def retract(T, rank, method="st_hosvd"):
@@ -124,6 +162,56 @@ def retract(T, rank, method="st_hosvd"):
     return tucker_to_tensor(core, factors), core, factors
 
 
+class TangentProjector:
+    """The projection :func:`tangent_project` at one base point, set up once.
+
+    Everything that depends only on the base point ``A = S x_1 U_1 ... x_N
+    U_N`` is computed once (per Stage-I round) by the numba kernel
+    :func:`~skfed.tensor._kernels.tangent_setup`: the pseudo-inverses of the
+    core unfoldings, those pseudo-inverses multiplied by the factors of the
+    later modes, and the partial reconstructions ``S x_{k<j} U_k``. A call
+    then costs ``N`` mode products for ``C = G x_k U_k^T`` (prefix by
+    prefix), one contraction per mode for ``W_j`` and ``2 N`` mode products
+    for the result (Horner's scheme over the modes, see
+    :func:`~skfed.tensor._kernels.tangent_apply`), all in one compiled call.
+
+    Parameters
+    ----------
+    core : ndarray of shape (r_1, ..., r_N)
+    factors : list of ndarray of shape (p_j, r_j), orthonormal columns
+    """
+
+    def __init__(self, core, factors):
+        core = np.asarray(core, dtype=float)
+        self.core = core
+        # own writable C-order copies: the kernels then always see one array type
+        # (a broadcast's arrays are read-only), so they compile once
+        self.factors = tuple(np.array(U, dtype=float, order="C") for U in factors)
+        self.factors_t = tuple(np.ascontiguousarray(U.T) for U in self.factors)
+        self.shape = tuple(U.shape[0] for U in self.factors)
+        self._dims = np.array(self.shape, dtype=np.int64)
+        self._ranks = np.array(core.shape, dtype=np.int64)
+        core_pinv, z, horner = tangent_setup(
+            np.array(core, order="C").reshape(-1), self._dims, self._ranks, self.factors
+        )
+        self.core_pinv = tuple(core_pinv)
+        self._z = tuple(z)
+        self._horner = tuple(horner)
+
+    def __call__(self, G):
+        G = np.asarray(G, dtype=float)
+        if G.shape != self.shape:
+            raise ValueError(f"G has shape {G.shape}, expected {self.shape}.")
+        g = np.ascontiguousarray(G).reshape(-1)
+        if not g.flags.writeable:
+            g = g.copy()
+        out = tangent_apply(
+            g, self._dims, self._ranks, self.factors,
+            self.factors_t, self.core_pinv, self._z, self._horner,
+        )
+        return out.reshape(self.shape)
+
+
 def tangent_project(G, core, factors):
     """Orthogonal projection of ``G`` onto the tangent space at ``core x U``.
 
@@ -133,23 +221,10 @@ def tangent_project(G, core, factors):
     ``W_j = (I - U_j U_j^T) [G x_{k!=j} U_k^T]_(j) pinv(S_(j))``.
 
     The pseudo-inverse keeps ``P`` an orthogonal projection (idempotent and
-    self-adjoint) even when a core unfolding is rank deficient.
+    self-adjoint) even when a core unfolding is rank deficient. To project
+    many tensors at the same base point, build one :class:`TangentProjector`.
     """
-    G = np.asarray(G, dtype=float)
-    N = G.ndim
-    out = tucker_to_tensor(_multi_mode_dot(G, factors, transpose=True), factors)
-    for j in range(N):
-        others = [k for k in range(N) if k != j]
-        # G contracted with U_k^T on every mode but j: shape p_j x r_{-j}
-        Gj = _multi_mode_dot(G, [factors[k] for k in others], modes=others, transpose=True)
-        Uj = factors[j]
-        M = _unfold(Gj, j)
-        M = M - Uj @ (Uj.T @ M)
-        Wj = M @ np.linalg.pinv(_unfold(core, j))
-        out = out + _multi_mode_dot(
-            core, [Wj if k == j else factors[k] for k in range(N)]
-        )
-    return out
+    return TangentProjector(core, factors)(G)
 
 
 def tangent_project_surrogate(G, rank, method="st_hosvd"):

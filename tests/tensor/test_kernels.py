@@ -54,3 +54,141 @@ def test_stage_two_converges_to_the_lasso_solution():
         lasso = Lasso(alpha=0.05, fit_intercept=False, tol=1e-12, max_iter=100000)
         ref = lasso.fit(X, R[:, j]).coef_
         np.testing.assert_allclose(B[j], ref, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------
+# Stage-I per-row kernels and the Tucker tangent projection kernels
+
+from skfed.tensor._kernels import (  # noqa: E402
+    clip_rows_inplace,
+    mode_product_flat,
+    pinv,
+    quantile_linear,
+    row_norms,
+    tangent_apply,
+    tangent_setup,
+)
+from skfed.tensor._stages import clip_rows  # noqa: E402
+from skfed.tensor._tucker import TangentProjector, retract, tangent_project  # noqa: E402
+
+
+def test_row_norms_matches_numpy():
+    M = np.random.default_rng(0).standard_normal((37, 6))
+    np.testing.assert_allclose(row_norms(M), np.linalg.norm(M, axis=1), rtol=1e-15)
+    assert row_norms(np.zeros((0, 3))).shape == (0,)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 251])
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.9, 0.999, 1.0])
+def test_quantile_linear_is_numpy_quantile(n, q):
+    rng = np.random.default_rng(n)
+    for x in (rng.standard_normal(n) ** 2, np.round(rng.random(n), 1)):
+        # the same arithmetic as numpy's default (linear) method: bitwise equal
+        assert quantile_linear(x.copy(), q) == np.quantile(x, q)
+    x = rng.random(n)
+    x[n // 2] = np.nan
+    assert np.isnan(quantile_linear(x, q))
+
+
+def test_clip_rows_inplace_matches_clip_rows():
+    rng = np.random.default_rng(1)
+    M = rng.standard_normal((50, 4)) * rng.uniform(0, 3, (50, 1))
+    M[3] = 0.0
+    for tau in (0.0, 0.5, 1.5, 100.0):
+        out = M.copy()
+        clip_rows_inplace(out, row_norms(out), tau)
+        np.testing.assert_allclose(out, clip_rows(M, tau), rtol=1e-15, atol=0)
+        assert np.all(np.linalg.norm(out, axis=1) <= tau * (1 + 1e-12))
+
+
+@pytest.mark.parametrize("shape", [(4,), (3, 5), (2, 3, 4), (2, 1, 3, 4)])
+def test_mode_product_flat_matches_tensordot(shape):
+    rng = np.random.default_rng(2)
+    T = rng.standard_normal(shape)
+    for mode in range(len(shape)):
+        M = rng.standard_normal((3, shape[mode]))
+        ref = np.moveaxis(np.tensordot(M, T, axes=(1, mode)), 0, mode)
+        out = mode_product_flat(T.ravel(), np.array(shape, dtype=np.int64), mode, M)
+        np.testing.assert_allclose(out.reshape(ref.shape), ref, rtol=1e-13, atol=1e-14)
+
+
+def test_pinv_matches_numpy():
+    rng = np.random.default_rng(3)
+    full = rng.standard_normal((3, 8))
+    deficient = rng.standard_normal((3, 1)) @ rng.standard_normal((1, 8))
+    for a in (full, deficient, np.zeros((2, 4)), full.T.copy()):
+        np.testing.assert_allclose(pinv(a), np.linalg.pinv(a), rtol=1e-10, atol=1e-12)
+
+
+def _tangent_project_ref(G, core, factors):
+    """Spec 2.0 term by term with numpy (no shared intermediates)."""
+    N = G.ndim
+
+    def mdot(T, mats):
+        for k, M in mats.items():
+            T = np.moveaxis(np.tensordot(M, T, axes=(1, k)), 0, k)
+        return T
+
+    C = mdot(G, {k: factors[k].T for k in range(N)})
+    out = mdot(C, dict(enumerate(factors)))
+    for j in range(N):
+        Gj = mdot(G, {k: factors[k].T for k in range(N) if k != j})
+        M = np.moveaxis(Gj, j, 0).reshape(G.shape[j], -1)
+        M = M - factors[j] @ (factors[j].T @ M)
+        Wj = M @ np.linalg.pinv(np.moveaxis(core, j, 0).reshape(core.shape[j], -1))
+        out = out + mdot(core, {k: (Wj if k == j else factors[k]) for k in range(N)})
+    return out
+
+
+@pytest.mark.parametrize("shape, rank", [
+    ((5, 5, 10, 5), (3, 3, 3, 3)), ((6, 4, 5), (2, 3, 2)), ((7, 6), (2, 2)),
+    ((4, 3, 2), (1, 1, 1)), ((1, 10, 5), (1, 3, 3)), ((3, 4, 5, 2, 3), (2, 2, 3, 2, 2)),
+    ((4, 3, 5), (4, 3, 5)),
+])
+def test_tangent_kernels_match_the_term_by_term_reference(shape, rank):
+    rng = np.random.default_rng(4)
+    _, core, factors = retract(rng.standard_normal(shape), rank)
+    projector = TangentProjector(core, factors)
+    for _ in range(3):
+        G = rng.standard_normal(shape)
+        ref = _tangent_project_ref(G, core, factors)
+        np.testing.assert_allclose(projector(G), ref, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(tangent_project(G, core, factors), ref, rtol=0, atol=1e-12)
+    # the setup pieces themselves
+    dims, ranks = np.array(shape, dtype=np.int64), np.array(rank, dtype=np.int64)
+    Us = tuple(np.ascontiguousarray(U) for U in factors)  # one array type in the tuple
+    core_pinv, z, horner = tangent_setup(core.ravel(), dims, ranks, Us)
+    for j in range(len(shape)):
+        unf = np.moveaxis(core, j, 0).reshape(rank[j], -1)
+        np.testing.assert_allclose(core_pinv[j], np.linalg.pinv(unf), atol=1e-12)
+    np.testing.assert_allclose(horner[0], core.ravel())
+    G = rng.standard_normal(shape)
+    out = tangent_apply(G.ravel(), dims, ranks, Us,
+                        tuple(np.ascontiguousarray(U.T) for U in factors),
+                        tuple(core_pinv), tuple(z), tuple(horner))
+    np.testing.assert_allclose(out.reshape(shape), _tangent_project_ref(G, core, factors),
+                               atol=1e-12)
+
+
+def test_tangent_projection_at_a_rank_deficient_core():
+    # A_0 = 0 (e.g. a zero start): every core unfolding is zero, pinv is zero,
+    # and the projection keeps only the core block G x U^T x U
+    rng = np.random.default_rng(5)
+    factors = [np.linalg.qr(rng.standard_normal((n, 2)))[0] for n in (4, 3, 5)]
+    core = np.zeros((2, 2, 2))
+    G = rng.standard_normal((4, 3, 5))
+    np.testing.assert_allclose(tangent_project(G, core, factors),
+                               _tangent_project_ref(G, core, factors), atol=1e-12)
+
+
+def test_tangent_projection_of_read_only_arrays():
+    # a broadcast's arrays are read-only (the engine's copies); results are the same
+    rng = np.random.default_rng(6)
+    _, core, factors = retract(rng.standard_normal((4, 3, 5)), (2, 2, 2))
+    G = rng.standard_normal((4, 3, 5))
+    ref = _tangent_project_ref(G, core, factors)
+    frozen = [np.array(a) for a in [G, core, *factors]]
+    for a in frozen:
+        a.setflags(write=False)
+    np.testing.assert_allclose(tangent_project(frozen[0], frozen[1], frozen[2:]), ref,
+                               atol=1e-12)

@@ -11,7 +11,7 @@ from sklearn.preprocessing import StandardScaler
 from skfed.datasets import make_tensor_regression
 from skfed.federated import Federation
 from skfed.privacy import pftr_noise_std
-from skfed.tensor import PersonalizedTensorRegressor, retract
+from skfed.tensor import PersonalizedTensorRegressor, retract, tangent_project
 from skfed.tensor._stages import StageOne
 
 
@@ -285,3 +285,34 @@ def test_groups_reach_fit_through_metadata_routing(small):
             cv=KFold(2, shuffle=True, random_state=0),
         ).fit(X, y, groups=groups)
     assert search.best_estimator_[-1].clients_.tolist() == [0, 1, 2]
+
+
+def test_stage_one_sets_up_the_tangent_projector_once_per_broadcast(small):
+    X, y, groups, _ = small
+    fed = Federation.from_arrays(X, y, groups)
+    rng = np.random.default_rng(0)
+    init = retract(rng.standard_normal((3, 5, 4)), (2, 2, 2))[0]
+    alg = StageOne((3, 5, 4), (2, 2, 2), init, step_size=0.1, n_rounds=3, epsilon=None,
+                   delta=0.1)
+    states = [alg.client_init(c, rng) for c in fed.clients]
+    server, broadcast = alg.server_init(rng)
+    assert not broadcast["core"].flags.writeable  # immutable, like the engine's copies
+    projector = alg._projector(broadcast)
+    msgs = {}
+    for k, c in enumerate(fed.clients):
+        states[k], msgs[k] = alg.client_step(c, states[k], broadcast, rng)
+        assert alg._projector(broadcast) is projector
+    server, new_broadcast = alg.server_step(server, msgs, rng)
+    assert server["coef"].flags.writeable
+    assert alg._projector(new_broadcast) is not projector
+    # writable arrays are compared by value: equal values share, a change is seen
+    copy = {k: np.array(v) for k, v in new_broadcast.items()}
+    assert alg._projector(copy) is alg._projector(new_broadcast)
+    copy["core"][0, 0, 0] += 1.0
+    changed = alg._projector(copy)
+    factors = [copy[f"factor_{j}"] for j in range(3)]
+    G = rng.standard_normal((3, 5, 4))
+    np.testing.assert_allclose(changed(G), tangent_project(G, copy["core"], factors),
+                               atol=1e-13)
+    with pytest.raises(ValueError, match="shape"):
+        changed(G[:2])

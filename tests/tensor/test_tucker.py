@@ -109,3 +109,14 @@ def test_check_tucker_rank():
         check_tucker_rank(0, (4, 3))
     with pytest.raises(ValueError, match="retraction"):
         retract(np.zeros((3, 3)), (1, 1), "hooi")
+
+
+def test_leading_singular_vectors_are_numpys():
+    from skfed.tensor._tucker import _leading_left_singular_vectors
+
+    rng = np.random.default_rng(7)
+    for M in (rng.standard_normal((5, 250)), rng.standard_normal((10, 4)),
+              np.zeros((3, 6)), rng.standard_normal((4, 9)).astype(np.float32),
+              np.asfortranarray(rng.standard_normal((6, 8)))):
+        ref = np.linalg.svd(M, full_matrices=False)[0][:, :2]
+        np.testing.assert_allclose(_leading_left_singular_vectors(M, 2), ref, atol=1e-6)
