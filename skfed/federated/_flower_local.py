@@ -104,6 +104,11 @@ class LocalFederation:
     tls : dict or None, default=None
         ``{"ca", "cert", "key"}`` PEM paths (see :func:`make_certificates`)
         to run over TLS; ``None`` runs insecure (local trials only).
+    auth : bool, default=False
+        Switch on SuperNode authentication (needs ``tls``): the SuperLink
+        accepts only SuperNodes whose public keys were registered with
+        ``flwr supernode register``; each SuperNode gets its own EC P-384
+        key pair (OpenSSH format) in ``workdir/keys``.
 
     Examples
     --------
@@ -112,10 +117,13 @@ class LocalFederation:
     ...     done = fed.run(write_app("/tmp/fl/app", APP_SOURCE), {"min-nodes": 1})
     """
 
-    def __init__(self, workdir, node_configs, tls=None):
+    def __init__(self, workdir, node_configs, tls=None, auth=False):
+        if auth and not tls:
+            raise ValueError("auth=True needs tls: SuperNode authentication runs over TLS.")
         self.workdir = Path(workdir)
         self.node_configs = node_configs
         self.tls = tls
+        self.auth = auth
         self.home = self.workdir / "flwr-home"
         self.cli_home = self.workdir / "flwr-cli-home"
         self.port = _free_port()
@@ -130,25 +138,25 @@ class LocalFederation:
         return proc
 
     def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)  # nothing left running
+            raise
+        return self
+
+    def _start(self):
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
         self.cli_home.mkdir(parents=True, exist_ok=True)
         security = (["--ssl-certfile", str(self.tls["cert"]), "--ssl-keyfile",
                      str(self.tls["key"]), "--ssl-ca-certfile", str(self.tls["ca"])]
                     if self.tls else ["--insecure"])
+        if self.auth:
+            security.append("--enable-supernode-auth")
         self._spawn([str(BIN / "flower-superlink"), *security, "--host", "127.0.0.1",
                      "--port", str(self.port), "--disable-runtime-dependency-installation"],
                     "superlink.log")
-        self._wait_port(self.port)
-        node_security = (["--root-certificates", str(self.tls["ca"])] if self.tls
-                         else ["--insecure"])
-        for i, config in enumerate(self.node_configs):
-            node_port = _free_port()
-            config_str = " ".join(f"{k}={_toml_value(v)}" for k, v in config.items())
-            self.nodes.append(self._spawn(
-                [str(BIN / "flower-supernode"), *node_security, "--superlink",
-                 f"127.0.0.1:{self.port}", "--port", str(node_port),
-                 "--node-config", config_str],
-                f"supernode-{i}.log"))
         conn = {"address": f'"127.0.0.1:{self.port}"'}
         if self.tls:
             conn["root-certificates"] = f'"{self.tls["ca"]}"'
@@ -157,7 +165,40 @@ class LocalFederation:
         body = "\n".join(f"{k} = {v}" for k, v in conn.items())
         (self.cli_home / "config.toml").write_text(
             f'[superlink]\ndefault = "test"\n\n[superlink.test]\n{body}\n')
-        return self
+        self._wait_port(self.port)
+        node_security = (["--root-certificates", str(self.tls["ca"])] if self.tls
+                         else ["--insecure"])
+        for i, config in enumerate(self.node_configs):
+            auth = ["--auth-supernode-private-key", str(self._register(i))] if self.auth else []
+            node_port = _free_port()
+            config_str = " ".join(f"{k}={_toml_value(v)}" for k, v in config.items())
+            self.nodes.append(self._spawn(
+                [str(BIN / "flower-supernode"), *node_security, *auth, "--superlink",
+                 f"127.0.0.1:{self.port}", "--port", str(node_port),
+                 "--node-config", config_str],
+                f"supernode-{i}.log"))
+
+    def _register(self, i):
+        """Make SuperNode ``i``'s key pair and register its public key; return the private key."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        keys = self.workdir / "keys"
+        keys.mkdir(exist_ok=True)
+        key = ec.generate_private_key(ec.SECP384R1())
+        private, public = keys / f"supernode-{i}", keys / f"supernode-{i}.pub"
+        private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                              serialization.PrivateFormat.OpenSSH,
+                                              serialization.NoEncryption()))
+        private.chmod(0o600)
+        public.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                         serialization.PublicFormat.OpenSSH))
+        done = subprocess.run([str(BIN / "flwr"), "supernode", "register", str(public), "test"],
+                              env=_env(self.cli_home), capture_output=True, text=True,
+                              timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"registering SuperNode {i} failed: {done.stdout}{done.stderr}")
+        return private
 
     def _wait_port(self, port, timeout=60):
         deadline = time.monotonic() + timeout

@@ -34,7 +34,8 @@ def load_data(node_config, run_config):
     return data["X_" + kind], data["y_" + kind]
 
 
-federation = FlowerFederation(make_estimator, load_data, round_timeout=120)
+# generous: on a busy 2-core machine a flwr-clientapp process can take minutes to answer
+federation = FlowerFederation(make_estimator, load_data, round_timeout=900)
 server_app = federation.server_app
 client_app = federation.client_app
 """
@@ -67,11 +68,15 @@ def sites(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def running(sites, tmp_path_factory, local_federation, flower_app, tls_certificates):
-    """One SuperLink and three SuperNodes, over TLS, shared by the runs of this module."""
+    """One SuperLink and three SuperNodes shared by the runs of this module.
+
+    Over TLS, with SuperNode authentication: the SuperLink admits only the
+    SuperNodes whose public keys were registered.
+    """
     root, *_, configs = sites
     app = flower_app(root / "app", APP, RUN_CONFIG)
     with local_federation(tmp_path_factory.mktemp("federation"), configs,
-                          tls=tls_certificates) as fed:
+                          tls=tls_certificates, auth=True) as fed:
         yield fed, app
 
 
@@ -145,8 +150,8 @@ def _run_and_kill_one_node(fed, app, run_config, node, after_rounds, timeout=600
 
 @pytest.mark.skipif(
     not os.environ.get("SKFED_FLOWER_KILL_TESTS"),
-    reason="unfinished (issue 6): on a loaded 2-core machine a reply of a surviving node was "
-    "lost after another node was killed; opt in with SKFED_FLOWER_KILL_TESTS=1",
+    reason="slow and timing-dependent (a real SuperNode is stopped mid-run); the failure "
+    "policy on Flower is tested in test_flower_adapter.py; opt in with SKFED_FLOWER_KILL_TESTS=1",
 )
 @pytest.mark.parametrize("policy", ["skip", "raise"])
 def test_killed_supernode_follows_the_failure_policy(sites, local_federation, flower_app,
