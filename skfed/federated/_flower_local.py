@@ -26,6 +26,19 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _die_with_parent():
+    """In the child (Linux): get SIGTERM if this process dies without cleaning up.
+
+    The processes run in their own sessions (so that a whole process group can
+    be stopped), hence they would outlive a killed parent otherwise.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _env(flwr_home):
     env = dict(os.environ)
     env["FLWR_HOME"] = str(flwr_home)
@@ -133,7 +146,8 @@ class LocalFederation:
     def _spawn(self, args, log_name):
         log = open(self.workdir / log_name, "wb")
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                env=_env(self.home), start_new_session=True)
+                                env=_env(self.home), start_new_session=True,
+                                preexec_fn=_die_with_parent)
         self.procs.append(proc)
         return proc
 
