@@ -251,11 +251,15 @@ def joint_means(Ws, Bs, prior_prec, R, s2):
     return joint_means_gram(Wst @ Wst.T, Wst @ R, Bs, prior_prec, [W.shape[0] for W in Ws], s2)
 
 
-def block_cov(W, beta, prior_prec, s2):
-    """Optimal whitened covariance ``(p I + beta W W^T / s2)^{-1}`` and its Cholesky factor."""
-    P = beta * (W @ W.T) / s2
+def block_cov_gram(Phi, beta, s2, prior_prec=1.0):
+    """Cholesky factor of the optimal whitened covariance ``(p I + beta Phi / s2)^{-1}``.
+
+    ``Phi = W W^T`` is the Gram matrix of the latent's basis (summed over
+    clients for the server's block) and ``beta = |b|^2`` its loading's norm.
+    """
+    P = beta * Phi / s2
     P[np.diag_indices_from(P)] += prior_prec
-    return _inv_chol_spd(P)
+    return _inv_chol_spd(P)[1]
 
 
 def ridge_loadings(R, H, v):
@@ -296,7 +300,7 @@ def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3):
             beta = np.sum(out[kB] ** 2, axis=0)
             Ls = np.empty((len(bs),) + bs[0].W.shape[:1] * 2)
             for r, b in enumerate(bs):
-                _, Ls[r] = block_cov(b.W, beta[r], p, s2)
+                Ls[r] = block_cov_gram(b.W @ b.W.T, beta[r], s2, p)
                 Ws.append(b.W)
                 Bs.append(out[kB][:, r])
                 pp.append(p)

@@ -188,12 +188,12 @@ def test_one_output_unit_loading_is_the_scalar_elbo():
 
 def _optimal_global_only(X, Y, g, cfg, n_sweeps):
     """Coordinate ascent on q(u_g^(r)) with B_g fixed (server closed form, one client)."""
-    from skfed.gaussian_process._ilmm import block_cov, joint_means
+    from skfed.gaussian_process._ilmm import block_cov_gram, joint_means
 
     s2 = float(softplus(g["noise"]))
     gbs = global_bases(X, g, cfg)
     beta = np.sum(g["Bg"] ** 2, axis=0)
-    g["Lg"] = np.stack([block_cov(b.W, beta[r], 1.0, s2)[1] for r, b in enumerate(gbs)])
+    g["Lg"] = np.stack([block_cov_gram(b.W @ b.W.T, beta[r], s2) for r, b in enumerate(gbs)])
     for _ in range(n_sweeps):
         g["mg"] = np.array(joint_means([b.W for b in gbs], list(g["Bg"].T), [1.0] * len(gbs), Y, s2))
     return ilmm_terms(X, Y, g, {}, cfg, gbs=gbs)[0] - ilmm_server_kl(g, cfg)[0]
