@@ -21,7 +21,13 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from ..baselines import LocalEstimator, PooledEstimator
 from ..datasets import make_hierarchical_gp
 from ..gaussian_process import PFedGPRegressor, PFedHGPRegressor
-from ..metrics import covariance_error, crps_gaussian, gaussian_nll, interval_coverage, interval_width
+from ..metrics import (
+    covariance_error,
+    crps_gaussian,
+    gaussian_nll,
+    interval_coverage,
+    interval_width,
+)
 from ._registry import Experiment, register
 
 SIZES = {
@@ -48,7 +54,8 @@ def _models(size):
                   local_steps=size["local_steps"], random_state=0)
     models = {name: (lambda comps=comps: PFedHGPRegressor(components=comps, **common))
               for name, comps in ABLATIONS.items()}
-    models["Full (cavi)"] = lambda: PFedHGPRegressor(**{**common, "optimizer": "cavi", "local_steps": 10})
+    models["Full (cavi)"] = lambda: PFedHGPRegressor(
+        **{**common, "optimizer": "cavi", "local_steps": 10})
     models["pFedGP"] = lambda: PFedGPRegressor(
         n_inducing=size["Mi"], n_latents=size["R"], optimizer=size["optimizer"],
         n_rounds=size["n_rounds"],

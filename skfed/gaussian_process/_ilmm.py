@@ -198,7 +198,8 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
                     W_bar += np.outer(g["mg"][r], Eres @ g["Bg"][:, r]) - bg[r] * (Lr @ (Lr.T @ W))
                 if cfg.use_deviation:
                     Lr = loc["Ld"][r]
-                    W_bar += np.outer(loc["md"][r], Eres @ loc["Bd"][:, r]) - bd[r] * (Lr @ (Lr.T @ W))
+                    W_bar += np.outer(loc["md"][r], Eres @ loc["Bd"][:, r])
+                    W_bar -= bd[r] * (Lr @ (Lr.T @ W))
                 W_bar = (W_bar + kappa * W) / s2
                 ls = cfg.lengthscale(g["ls_g"][r])
                 _, gls, gZ = basis_backward(X, g["Zg"], ls, cfg.variance_global, cfg.kind, b, W_bar)

@@ -248,7 +248,8 @@ class _IlmmSteps(_PFedHGPSteps):
             c += float(bd @ (st["v"]["d"] - float(softplus(g["phi"])) * st["t_g"]))
             msg["a"] = float(bd @ st["t_g"])
             msg["D"] = st["D"]
-            msg["logdet_d"] = float(sum(2.0 * np.sum(np.log(np.abs(np.diag(L)))) for L in loc["Ld"]))
+            msg["logdet_d"] = float(sum(2.0 * np.sum(np.log(np.abs(np.diag(L))))
+                                        for L in loc["Ld"]))
         if cfg.use_local:
             R -= st["H"]["l"] @ loc["Bl"].T
             c += float(np.sum(loc["Bl"] ** 2, axis=0) @ st["v"]["l"])
@@ -374,7 +375,8 @@ class _IlmmSteps(_PFedHGPSteps):
         def global_terms(mg, Lg, Bg):
             """``|R - H_g B_g^T|^2`` summed over clients, ``R^T H_g``, ``H_g^T H_g``, ``v_g``."""
             RtH = np.column_stack([WR[blk[r]].T @ mg[r] for r in range(R)])
-            HtH = np.array([[mg[r] @ G[blk[r], blk[s]] @ mg[s] for s in range(R)] for r in range(R)])
+            HtH = np.array([[mg[r] @ G[blk[r], blk[s]] @ mg[s] for s in range(R)]
+                            for r in range(R)])
             v = np.array([np.sum(G[blk[r], blk[r]] * (Lg[r] @ Lg[r].T)) for r in range(R)]) + t_g
             err = rr - 2 * np.sum(Bg * RtH) + np.sum((Bg.T @ Bg) * HtH)
             return err, RtH, HtH, v

@@ -195,7 +195,8 @@ def _optimal_global_only(X, Y, g, cfg, n_sweeps):
     beta = np.sum(g["Bg"] ** 2, axis=0)
     g["Lg"] = np.stack([block_cov_gram(b.W @ b.W.T, beta[r], s2) for r, b in enumerate(gbs)])
     for _ in range(n_sweeps):
-        g["mg"] = np.array(joint_means([b.W for b in gbs], list(g["Bg"].T), [1.0] * len(gbs), Y, s2))
+        Ws = [b.W for b in gbs]
+        g["mg"] = np.array(joint_means(Ws, list(g["Bg"].T), [1.0] * len(gbs), Y, s2))
     return ilmm_terms(X, Y, g, {}, cfg, gbs=gbs)[0] - ilmm_server_kl(g, cfg)[0]
 
 
@@ -226,7 +227,8 @@ def test_exact_multi_output_evidence_when_z_is_x():
     g["Bg"] = rng.normal(size=(Q, R))
     cov = noise * np.eye(n * Q)
     for r in range(R):
-        cov += np.kron(kernel_matrix(X, X, ls[r:r + 1], 1.0, 0), np.outer(g["Bg"][:, r], g["Bg"][:, r]))
+        b = g["Bg"][:, r]
+        cov += np.kron(kernel_matrix(X, X, ls[r:r + 1], 1.0, 0), np.outer(b, b))
     exact = multivariate_normal(np.zeros(n * Q), cov).logpdf(Y.ravel())
     assert _optimal_global_only(X, Y, g, cfg, n_sweeps=3) < exact
 
