@@ -31,12 +31,12 @@ scalar adjoints per latent with ``e -> (Y - Y_hat) b`` and ``S -> |b|^2 S``
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_solve, cholesky
+from scipy.linalg import LinAlgError, cho_solve, cholesky
+from scipy.linalg.lapack import dpotrf, dpotri
 
 from ._elbo import (
     LOG2PI,
     ModelConfig,
-    _inv_chol_spd,
     basis_backward,
     basis_forward,
     kl_whitened,
@@ -239,7 +239,7 @@ def joint_means_gram(G, C, Bs, prior_prec, sizes, s2):
     Bm = np.column_stack(Bs)
     coup = np.repeat(np.repeat(Bm.T @ Bm, sizes, axis=0), sizes, axis=1)
     P = coup * G / s2
-    P[np.diag_indices_from(P)] += np.repeat(prior_prec, sizes)
+    P.flat[::P.shape[0] + 1] += np.repeat(prior_prec, sizes)
     rhs = np.concatenate([C[off[k]:off[k + 1]] @ Bs[k] for k in range(len(sizes))]) / s2
     Lp = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
     m = cho_solve((Lp, True), rhs, check_finite=False)
@@ -259,8 +259,16 @@ def block_cov_gram(Phi, beta, s2, prior_prec=1.0):
     clients for the server's block) and ``beta = |b|^2`` its loading's norm.
     """
     P = beta * Phi / s2
-    P[np.diag_indices_from(P)] += prior_prec
-    return _inv_chol_spd(P)[1]
+    P.flat[::P.shape[0] + 1] += prior_prec
+    # LAPACK directly: these small factorizations are many, the scipy wrappers dominate
+    Lp, info = dpotrf(0.5 * (P + P.T), lower=1, clean=1)
+    if info == 0:
+        Sl, info = dpotri(Lp, lower=1)
+    if info == 0:
+        Ls, info = dpotrf(np.tril(Sl) + np.tril(Sl, -1).T, lower=1, clean=1)
+    if info != 0:
+        raise LinAlgError(f"optimal covariance factorization failed (info={info}).")
+    return Ls
 
 
 def ridge_loadings(R, H, v):
