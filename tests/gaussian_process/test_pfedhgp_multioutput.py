@@ -207,3 +207,14 @@ def test_bad_input_errors_and_failed_fit_keeps_the_model(fitted, data):
     fitted.set_params(n_latents=2)
     assert fitted.n_outputs_ == 3
     np.testing.assert_array_equal(fitted.predict(data.X_test, groups=data.groups_test), before)
+
+
+def test_refit_with_other_outputs_is_a_fresh_fit(data):
+    # like scikit-learn estimators, a new fit may change Q; predictions follow the new fit
+    m = PFedHGPRegressor(optimizer="cavi", n_rounds=2, local_steps=2, **SMALL)
+    m.fit(data.X_train, data.y_train, groups=data.groups_train)
+    m.fit(data.X_train, data.y_train[:, :2], groups=data.groups_train)
+    assert m.n_outputs_ == 2 and m.loadings_global_.shape == (2, 2)
+    assert m.predict(data.X_test[:3], groups=[0, 1, 2]).shape == (3, 2)
+    m.fit(data.X_train, data.y_train[:, 0], groups=data.groups_train)
+    assert m.n_outputs_ == 1 and m.predict(data.X_test[:3]).shape == (3,)
