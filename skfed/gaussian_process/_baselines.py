@@ -1,14 +1,18 @@
 """The paper's pFedGP baseline (adapted, spec 5.4): client GPs with FedAvg'd kernels."""
 
-import numpy as np
-from sklearn.utils.validation import validate_data
 
 from ..base import transactional_fit
 from ..utils._validation import check_positive_int
 from ._elbo import ModelConfig
+from ._ilmm import IlmmConfig
 from ._kernels import KERNEL_KINDS
-from ._pfedhgp import DEFAULT_LOCAL_STEPS, OPTIMIZERS, PFedHGPRegressor, _check_positive
-from ._steps import _PFedHGPSteps
+from ._pfedhgp import (
+    DEFAULT_LOCAL_STEPS,
+    OPTIMIZERS,
+    PFedHGPRegressor,
+    _check_n_latents,
+    _check_positive,
+)
 
 __all__ = ["PFedGPRegressor"]
 
@@ -24,10 +28,17 @@ class PFedGPRegressor(PFedHGPRegressor):
     adopts at the start of the next round (paper sec. 4.4, spec 5.4). This is
     NOT the deep-kernel pFedGP of Achituve et al. (2021).
 
+    Multi-output ``y`` (``Q >= 2`` columns) gives each client an ILMM of its
+    own: ``R`` latent sparse GPs mixed by the client's loadings ``B_i`` (the
+    local-only component of :class:`PFedHGPRegressor`); the per-latent
+    lengthscales are averaged across clients.
+
     Parameters
     ----------
     kernel : {"rbf", "matern32", "matern52"}, default="rbf"
     ard : bool, default=False
+    n_latents : int, default=2
+        Multi-output ``y`` only: latent GPs per client.
     n_inducing : int, default=25
         Inducing inputs per client, started at distinct rows of the client's
         ``X`` (each client needs at least that many distinct rows).
@@ -75,6 +86,7 @@ class PFedGPRegressor(PFedHGPRegressor):
         *,
         kernel="rbf",
         ard=False,
+        n_latents=2,
         n_inducing=25,
         init_lengthscale=0.35,
         init_variance=1.0,
@@ -94,6 +106,7 @@ class PFedGPRegressor(PFedHGPRegressor):
     ):
         self.kernel = kernel
         self.ard = ard
+        self.n_latents = n_latents
         self.n_inducing = n_inducing
         self.init_lengthscale = init_lengthscale
         self.init_variance = init_variance
@@ -116,7 +129,7 @@ class PFedGPRegressor(PFedHGPRegressor):
         return [cls(n_inducing=10, ard=True, optimizer="cavi", n_rounds=10, local_steps=5,
                     init_lengthscale=3.0, normalize_y=True, random_state=0)]
 
-    def _steps_algorithm(self, n_features):
+    def _steps_algorithm(self, n_features, n_outputs=None):
         if self.kernel not in KERNEL_KINDS:
             raise ValueError(f"kernel must be one of {tuple(KERNEL_KINDS)}, got {self.kernel!r}.")
         if self.optimizer not in OPTIMIZERS:
@@ -129,10 +142,25 @@ class PFedGPRegressor(PFedHGPRegressor):
         Mi = check_positive_int(self.n_inducing, "n_inducing")
         local_steps = DEFAULT_LOCAL_STEPS[self.optimizer] if self.local_steps is None else \
             check_positive_int(self.local_steps, "local_steps", minimum=0)
-        cfg = ModelConfig(kind=KERNEL_KINDS[self.kernel], ard=bool(self.ard), n_features=n_features,
-                          use_global=False, use_deviation=False, use_local=True,
-                          jitter=float(self.jitter), learn_inducing=bool(self.learn_inducing))
-        return _PFedHGPSteps(
+        fields = dict(kind=KERNEL_KINDS[self.kernel], ard=bool(self.ard), n_features=n_features,
+                      use_global=False, use_deviation=False, use_local=True,
+                      jitter=float(self.jitter), learn_inducing=bool(self.learn_inducing))
+        if n_outputs is None:
+            cfg = ModelConfig(**fields)
+        else:
+            if isinstance(self.n_latents, (tuple, list)):
+                raise ValueError(f"n_latents must be an integer >= 1, got {self.n_latents!r}.")
+            r, _ = _check_n_latents(self.n_latents)
+            cfg = IlmmConfig(**fields, n_outputs=n_outputs, rank_global=1, rank_local=r,
+                             variance_local=float(self.init_variance))
+        return self._make_steps_baseline(cfg, Mi, local_steps)
+
+    def _make_steps_baseline(self, cfg, Mi, local_steps):
+        from ._ilmm_steps import _IlmmSteps
+        from ._steps import _PFedHGPSteps
+
+        steps_class = _IlmmSteps if isinstance(cfg, IlmmConfig) else _PFedHGPSteps
+        return steps_class(
             cfg, optimizer=self.optimizer, n_inducing_global=1, n_inducing_local=Mi,
             init_inducing_global=None, init_lengthscale_global=1.0,
             init_lengthscale_local=self.init_lengthscale, init_variance_global=1.0,
@@ -155,14 +183,14 @@ class PFedGPRegressor(PFedHGPRegressor):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
         groups : array-like of shape (n_samples,), default=None
 
         Returns
         -------
         self : PFedGPRegressor
         """
-        X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64)
-        steps = self._steps_algorithm(X.shape[1])
+        X, y, n_outputs = self._validate_fit_data(X, y)
+        steps = self._steps_algorithm(X.shape[1], n_outputs)
         self._check_client_sizes(X, groups, steps)
         return self._fit_federation(X, y, groups, steps)

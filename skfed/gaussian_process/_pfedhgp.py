@@ -13,6 +13,9 @@ from ..base import FederatedEstimatorMixin, transactional_fit
 from ..federated import Federation, run_federation
 from ..utils._validation import check_groups, check_positive_int
 from ._elbo import ModelConfig, chol_jitter, softplus
+from ._ilmm import IlmmConfig
+from ._ilmm_predict import ilmm_moments
+from ._ilmm_steps import _IlmmSteps
 from ._kernels import KERNEL_KINDS, kernel_matrix
 from ._steps import _PFedHGPSteps
 
@@ -45,6 +48,27 @@ def _check_components(components):
     return set(comps)
 
 
+def _check_n_latents(n_latents):
+    """``(R_g, R_l)`` from ``n_latents``: an int, or ``(R_g, R_delta, R_l)`` with ``R_delta = R_g``."""
+    def ok(v):
+        return not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= 1
+
+    if ok(n_latents):
+        return int(n_latents), int(n_latents)
+    if isinstance(n_latents, (tuple, list)) and len(n_latents) == 3 and all(map(ok, n_latents)):
+        r_g, r_d, r_l = (int(v) for v in n_latents)
+        if r_d != r_g:
+            raise ValueError(
+                "n_latents: the deviation latent r has kernel phi * k_g^(r), so R_delta must "
+                f"equal R_g; got (R_g, R_delta, R_l) = {tuple(n_latents)!r}."
+            )
+        return r_g, r_l
+    raise ValueError(
+        "n_latents must be an integer >= 1 or a tuple (R_g, R_delta, R_l) of integers >= 1, "
+        f"got {n_latents!r}."
+    )
+
+
 class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     """Personalized federated hierarchical sparse Gaussian process regression (pFedHGP).
 
@@ -70,6 +94,31 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     sum and sum of squares of its targets and the range of each feature (to
     normalize ``y`` and to place ``Z_g``); ``n_rounds`` training rounds follow.
 
+    **Multi-output** ``y`` of shape ``(n_samples, Q)`` with ``Q >= 2`` is
+    fitted with the paper's ILMM (sec. 3.9, 4.2; spec 3.6)::
+
+        y(x) = B_g h_g(x) + B_delta_i h_delta_i(x) + B_l_i h_l_i(x) + eps,  eps ~ N(0, s2 I_Q)
+
+    with ``R_g`` global latents (loadings ``B_g`` shared, learned by the
+    server), ``R_g`` deviation latents (latent ``r`` has kernel ``phi
+    k_g^(r)``) and ``R_l`` local latents, with loadings ``B_delta_i`` and
+    ``B_l_i`` learned by client ``i``. Every latent is an independent sparse GP
+    with its own lengthscale; the global and deviation latents share ``Z_g``,
+    the local ones ``Z_i``. The latent output variances are **fixed** at
+    ``init_variance_global`` / ``init_variance_local`` (the loadings carry the
+    scale; learning both is redundant, spec 3.6). Loadings start at the
+    principal directions of the second moments of ``y``, each component
+    explaining an equal share, plus a 10% random perturbation: ``B_g`` from
+    the pooled ``Q x Q`` moments ``sum_i Y_i^T Y_i`` sent in the set-up round,
+    ``B_delta_i`` and ``B_l_i`` from the client's own ``Y_i`` (on the client).
+    In the set-up round each client sends its ``Q`` column sums and its
+    ``Q x Q`` second moments instead of the scalar sums.
+    ``predict`` returns ``(n_samples, Q)`` means and, on request, ``(n_samples,
+    Q)`` standard deviations or the ``(n_samples, Q, Q)`` joint covariance of
+    the outputs at each row (eqs. 38-39). A single-column ``y`` of shape
+    ``(n_samples, 1)`` is fitted with the scalar model and predicted as 1-D,
+    like scikit-learn's ``GaussianProcessRegressor``.
+
     Parameters
     ----------
     components : tuple of {"global", "deviation", "local"}, default=("global", "deviation", "local")
@@ -81,6 +130,10 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         Stationary kernel of every component.
     ard : bool, default=False
         One lengthscale per feature (else one shared lengthscale per kernel).
+    n_latents : int or tuple of 3 int, default=2
+        Multi-output ``y`` only: the latent ranks ``(R_g, R_delta, R_l)``, or
+        one int for all three (the paper uses 2). ``R_delta`` must equal
+        ``R_g`` (deviation latent ``r`` uses ``phi k_g^(r)``).
     n_inducing_global : int, default=25
         Number ``M`` of global inducing inputs ``Z_g``: an even grid over the
         pooled feature range for one feature, a scrambled Halton set in the
@@ -95,7 +148,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     init_lengthscale_global, init_lengthscale_local : float, default=2.0, 0.35
         Initial lengthscales (the paper's simulation values).
     init_variance_global, init_variance_local : float, default=1.0
-        Initial kernel output variances.
+        Initial kernel output variances (multi-output: the fixed latent
+        variances).
     init_phi : float, default=1.0
         Initial deviation scale ``phi``.
     init_noise : float, default=0.0025
@@ -137,18 +191,29 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     ----------
     clients_ : ndarray of shape (n_clients,)
         Sorted client labels seen in ``fit``.
+    n_outputs_ : int
+        Number of outputs ``Q`` (1 for 1-D or single-column ``y``).
     phi_ : float
         Learned deviation scale (0 without the deviation component).
-    noise_variance_ : float
-        Learned noise variance, in units of ``y``.
+    noise_variance_ : float or ndarray of shape (Q,)
+        Learned noise variance, in units of ``y`` (per output for
+        multi-output ``y``: ``sigma^2`` times the squared output scale).
     lengthscale_global_ : ndarray of shape (1,) or (n_features,)
-        Global kernel lengthscale(s) (``None`` without a global basis).
+        Global kernel lengthscale(s) (``None`` without a global basis);
+        multi-output: shape ``(R_g, 1 or n_features)``, one row per latent.
     variance_global_ : float
-        Global kernel output variance, in units of ``y`` squared.
+        Global kernel output variance, in units of ``y`` squared
+        (multi-output: the fixed latent variance).
+    loadings_global_ : ndarray of shape (Q, R_g)
+        Multi-output only: ``B_g`` in units of ``y`` (``None`` otherwise).
+    loadings_deviation_, loadings_local_ : ndarray of shape (n_clients, Q, R)
+        Multi-output only: each client's ``B_delta_i`` and ``B_l_i`` in units
+        of ``y`` (``None`` without the component or for 1-D ``y``).
     inducing_global_ : ndarray of shape (M, n_features)
         Learned ``Z_g``.
     lengthscales_local_ : ndarray of shape (n_clients, 1 or n_features)
-        Each client's local lengthscale(s) (``None`` without local component).
+        Each client's local lengthscale(s) (``None`` without local component;
+        multi-output: shape ``(n_clients, R_l, 1 or n_features)``).
     variances_local_ : ndarray of shape (n_clients,)
         Each client's local output variance, in units of ``y`` squared.
     inducing_local_ : list of ndarray
@@ -178,6 +243,16 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     >>> mean, std = model.predict(X[:2], groups=groups[:2], return_std=True)
     >>> mean.shape, bool(np.all(std > 0))
     ((2,), True)
+
+    Two outputs that mix shared latent functions (ILMM):
+
+    >>> Y = np.column_stack([y, np.cos(X[:, 0]) - y])
+    >>> model = PFedHGPRegressor(n_latents=1, n_inducing_global=10, n_inducing_local=5,
+    ...                          optimizer="cavi", n_rounds=5, random_state=0)
+    >>> model = model.fit(X, Y, groups=groups)
+    >>> mean, cov = model.predict(X[:2], groups=groups[:2], return_cov=True)
+    >>> mean.shape, cov.shape, model.loadings_global_.shape
+    ((2, 2), (2, 2, 2), (2, 1))
     """
 
     def __init__(
@@ -186,6 +261,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         *,
         kernel="rbf",
         ard=False,
+        n_latents=2,
         n_inducing_global=25,
         n_inducing_local=25,
         init_inducing_global=None,
@@ -211,6 +287,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.components = components
         self.kernel = kernel
         self.ard = ard
+        self.n_latents = n_latents
         self.n_inducing_global = n_inducing_global
         self.n_inducing_local = n_inducing_local
         self.init_inducing_global = init_inducing_global
@@ -247,10 +324,11 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         tags.input_tags.sparse = False
         # the paper's protocol takes one server Adam step per round: short fits underfit
         tags.regressor_tags.poor_score = self.optimizer == "paper"
+        tags.target_tags.multi_output = True
         return tags
 
     # ------------------------------------------------------------------ fit
-    def _steps_algorithm(self, n_features):
+    def _steps_algorithm(self, n_features, n_outputs=None):
         comps = _check_components(self.components)
         if "deviation" in comps and "global" not in comps:
             raise ValueError(
@@ -280,16 +358,24 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
                 )
         else:
             check_positive_int(self.n_inducing_global, "n_inducing_global")
-        cfg = ModelConfig(
+        fields = dict(
             kind=KERNEL_KINDS[self.kernel], ard=bool(self.ard), n_features=n_features,
             use_global="global" in comps, use_deviation="deviation" in comps,
             use_local="local" in comps, jitter=float(self.jitter),
             learn_inducing=bool(self.learn_inducing),
         )
+        if n_outputs is None:
+            cfg = ModelConfig(**fields)
+        else:
+            r_g, r_l = _check_n_latents(self.n_latents)
+            cfg = IlmmConfig(**fields, n_outputs=n_outputs, rank_global=r_g, rank_local=r_l,
+                             variance_global=float(self.init_variance_global),
+                             variance_local=float(self.init_variance_local))
         return self._make_steps(cfg, Zg, Mi, local_steps)
 
     def _make_steps(self, cfg, Zg, Mi, local_steps, share_local_hypers=False):
-        return _PFedHGPSteps(
+        steps_class = _IlmmSteps if isinstance(cfg, IlmmConfig) else _PFedHGPSteps
+        return steps_class(
             cfg, optimizer=self.optimizer, n_inducing_global=self.n_inducing_global,
             n_inducing_local=Mi, init_inducing_global=Zg,
             init_lengthscale_global=self.init_lengthscale_global,
@@ -323,8 +409,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         ----------
         X : array-like of shape (n_samples, n_features)
             Training inputs of all clients.
-        y : array-like of shape (n_samples,)
-            Targets.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets; two or more columns fit the multi-output ILMM.
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` means a single client.
 
@@ -333,10 +419,28 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self : PFedHGPRegressor
             The fitted estimator.
         """
-        X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64)
-        steps = self._steps_algorithm(X.shape[1])
+        X, y, n_outputs = self._validate_fit_data(X, y)
+        steps = self._steps_algorithm(X.shape[1], n_outputs)
         self._check_client_sizes(X, groups, steps)
         return self._fit_federation(X, y, groups, steps)
+
+    def _validate_fit_data(self, X, y):
+        """``(X, y, Q)``; 1-D and single-column ``y`` give the scalar model (``Q = None``)."""
+        try:  # name y in the error (scikit-learn's message does not)
+            shape = np.shape(y)
+        except TypeError:  # array-likes that refuse numpy functions; validate_data decides
+            shape = (0,)
+        if y is not None and len(shape) not in (1, 2):
+            raise ValueError(
+                f"y must be 1-D (n_samples,) or 2-D (n_samples, n_outputs), got shape {shape}."
+            )
+        if y is not None and len(shape) == 2 and shape[1] == 0:
+            raise ValueError(f"y must have at least one output column, got shape {shape}.")
+        X, y = validate_data(self, X, y, y_numeric=True, multi_output=True, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        if y.ndim == 2 and y.shape[1] == 1:
+            return X, y[:, 0], None
+        return X, y, (y.shape[1] if y.ndim == 2 else None)
 
     def _fit_federation(self, X, y, groups, steps):
         federation = Federation.from_arrays(X, y, groups)
@@ -351,9 +455,13 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
 
     def _store(self, steps, federation, result):
         cfg = steps.cfg
+        if isinstance(cfg, IlmmConfig):
+            return self._store_ilmm(steps, federation, result)
         server = result.server_state
         g = server["g"]
         scale2 = server["y_scale"] ** 2
+        self.n_outputs_ = 1
+        self.loadings_global_ = self.loadings_deviation_ = self.loadings_local_ = None
         self.clients_ = federation.labels
         self.communication_ = result.ledger
         self.y_mean_ = float(server["y_shift"])
@@ -377,6 +485,45 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             self.inducing_local_ = [np.array(l["Zl"]) for l in self._locals]
         else:
             self.lengthscales_local_ = self.variances_local_ = self.inducing_local_ = None
+
+    def _store_ilmm(self, steps, federation, result):
+        cfg = steps.cfg
+        server = result.server_state
+        g = server["g"]
+        scale = np.asarray(server["y_scale"], dtype=float)
+        self.n_outputs_ = cfg.n_outputs
+        self.clients_ = federation.labels
+        self.communication_ = result.ledger
+        self.y_mean_ = np.asarray(server["y_shift"], dtype=float)
+        self.y_std_ = scale
+        self.elbo_ = np.asarray(server["elbo"], dtype=float)
+        self.jitter_ = max(float(server["jitter"]), float(self.jitter))
+        self.noise_variance_ = float(softplus(g["noise"])) * scale**2
+        self.phi_ = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+        self._cfg = cfg
+        self._global = {k: np.array(v) for k, v in g.items()}
+        self._locals = [dict(s["loc"]) for s in result.client_states]
+        self.loadings_global_ = g["Bg"] * scale[:, None] if cfg.use_global else None
+        self.loadings_deviation_ = np.array([lc["Bd"] * scale[:, None] for lc in self._locals]) \
+            if cfg.use_deviation else None
+        self.loadings_local_ = np.array([lc["Bl"] * scale[:, None] for lc in self._locals]) \
+            if cfg.use_local else None
+        if cfg.global_basis:
+            self.lengthscale_global_ = softplus(g["ls_g"])
+            self.variance_global_ = cfg.variance_global
+            self.inducing_global_ = np.array(g["Zg"])
+        else:
+            self.lengthscale_global_ = self.variance_global_ = self.inducing_global_ = None
+        if cfg.use_local:
+            self.lengthscales_local_ = np.array([softplus(lc["ls_l"]) for lc in self._locals])
+            self.variances_local_ = np.full(len(self._locals), cfg.variance_local)
+            self.inducing_local_ = [np.array(lc["Zl"]) for lc in self._locals]
+        else:
+            self.lengthscales_local_ = self.variances_local_ = self.inducing_local_ = None
+
+    @property
+    def _multi(self):
+        return isinstance(self._cfg, IlmmConfig)
 
     # ------------------------------------------------------------------ predict
     def _global_pred_basis(self, Xs):
@@ -479,6 +626,12 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         clients' median local kernel, and noise. A model fitted on a single
         client predicts every row with that client.
 
+        For multi-output fits the same holds per row with ``Q x Q``
+        covariances (eqs. 38-39); a population row maps its deviation and
+        local priors through the clients' average loading outer products
+        ``mean_i B_i[:, r] B_i[:, r]^T`` (a new client has no loadings of its
+        own).
+
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
@@ -489,24 +642,38 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         return_std : bool, default=False
             Also return the predictive standard deviation.
         return_cov : bool, default=False
-            Also return the joint predictive covariance of the rows (rows of
-            different clients are correlated through the global component).
+            Also return the predictive covariance: scalar ``y``, the joint
+            covariance of the rows (rows of different clients are correlated
+            through the global component); multi-output ``y``, the joint
+            covariance of the ``Q`` outputs at each row.
 
         Returns
         -------
-        y_mean : ndarray of shape (n_samples,)
-        y_std : ndarray of shape (n_samples,), optional
-        y_cov : ndarray of shape (n_samples, n_samples), optional
+        y_mean : ndarray of shape (n_samples,) or (n_samples, Q)
+        y_std : ndarray of shape (n_samples,) or (n_samples, Q), optional
+        y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, Q, Q), optional
         """
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         X, index = self._validate_predict(X, groups)
+        if self._multi:
+            return self._predict_multi(X, index, return_std, return_cov)
         mean, cov = self._moments(X, index, full=return_cov)
         mean = mean * self.y_std_ + self.y_mean_
         if return_cov:
             return mean, cov * self.y_std_**2
         if return_std:
             return mean, np.sqrt(np.maximum(cov, 0.0)) * self.y_std_
+        return mean
+
+    def _predict_multi(self, X, index, return_std, return_cov):
+        mean, cov = ilmm_moments(X, index, self._cfg, self._global, self._locals, self.jitter_)
+        mean = mean * self.y_std_ + self.y_mean_
+        cov = cov * np.outer(self.y_std_, self.y_std_)
+        if return_cov:
+            return mean, cov
+        if return_std:
+            return mean, np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
         return mean
 
     def sample_y(self, X, n_samples=1, random_state=0, groups=None):
@@ -525,11 +692,45 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
 
         Returns
         -------
-        y_samples : ndarray of shape (n_samples_X, n_samples)
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, Q, n_samples)
+            Multi-output draws are joint over rows and outputs.
         """
         rng = check_random_state(random_state)
+        if self._multi:
+            X, index = self._validate_predict(X, groups)
+            mean, cov = ilmm_moments(X, index, self._cfg, self._global, self._locals,
+                                     self.jitter_, joint=True)
+            n, Q = mean.shape
+            draws = rng.multivariate_normal(mean.ravel(), cov.reshape(n * Q, n * Q), n_samples)
+            draws = draws.reshape(n_samples, n, Q) * self.y_std_ + self.y_mean_
+            return np.moveaxis(draws, 0, -1)
         mean, cov = self.predict(X, groups=groups, return_cov=True)
         return rng.multivariate_normal(mean, cov, n_samples).T
+
+    def score(self, X, y, groups=None, sample_weight=None):
+        """R^2 of the personalized predictions (averaged uniformly over outputs).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test rows.
+        y : array-like of shape (n_samples,) or (n_samples, Q)
+            True targets.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` scores the population model.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights.
+
+        Returns
+        -------
+        score : float
+        """
+        check_is_fitted(self)
+        Q = np.shape(y)[1] if np.ndim(y) == 2 else 1
+        if Q != self.n_outputs_:
+            raise ValueError(f"y has {Q} output(s) but the model was fitted with "
+                             f"n_outputs_={self.n_outputs_}.")
+        return super().score(X, y, groups=groups, sample_weight=sample_weight)
 
     def client_dissimilarity(self, X, groups):
         """The clients' dissimilarity matrix from projection operators (sec. 3.8.2).
@@ -549,5 +750,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         """
         from ._clustering import client_dissimilarity
 
+        check_is_fitted(self)
+        if self._multi:
+            raise ValueError("client_dissimilarity supports scalar-output fits only "
+                             "(the model was fitted with multi-output y).")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return client_dissimilarity(self, X, groups)

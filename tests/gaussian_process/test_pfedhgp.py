@@ -183,8 +183,10 @@ def test_bad_input_errors():
         PFedHGPRegressor(kernel="linear", n_inducing_local=3).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="init_inducing_global"):
         PFedHGPRegressor(init_inducing_global=np.zeros((3, 2)), n_inducing_local=3).fit(X, y, groups=groups)
-    with pytest.raises(ValueError):
-        PFedHGPRegressor(n_inducing_local=3).fit(X, np.ones((30, 3)), groups=groups)
+    with pytest.raises(ValueError, match="y must be"):
+        PFedHGPRegressor(n_inducing_local=3).fit(X, np.ones((30, 3, 2)), groups=groups)
+    with pytest.raises(ValueError, match="y must have"):
+        PFedHGPRegressor(n_inducing_local=3).fit(X, np.ones((30, 0)), groups=groups)
     model = PFedHGPRegressor(n_inducing_local=3, n_inducing_global=5, n_rounds=1, local_steps=1)
     model.fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="features"):

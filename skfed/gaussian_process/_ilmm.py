@@ -1,0 +1,336 @@
+"""Multi-output pFedHGP (ILMM, spec 3.6): ELBO, analytic gradients, closed forms.
+
+Client ``i`` observes ``Y_i`` of shape ``(n_i, Q)``::
+
+    y_i(x) = B_g h_g(x) + B_delta_i h_delta_i(x) + B_l_i h_l_i(x) + eps,  eps ~ N(0, s2 I_Q)
+
+Every latent coordinate ``r`` of every component is an independent sparse GP
+with its own kernel hyperparameters: global latent ``r`` has kernel
+``k_g^(r)`` on the shared inducing inputs ``Z_g``, deviation latent ``r`` has
+``phi k_g^(r)`` on the same ``Z_g`` (so ``R_delta = R_g``) and local latent
+``r`` has ``k_l^(r)`` on the client's ``Z_i``. The latent output variances
+are fixed (the loadings carry the scale; spec 3.6 removes the redundancy
+this way). Variational blocks are whitened as in :mod:`._elbo` (W2 for the
+deviations) and stored stacked over latents: ``mg`` of shape ``(R_g, M)``,
+``Lg`` of shape ``(R_g, M, M)`` and so on.
+
+With ``H_c[:, r] = W_r^T m_c^(r)`` (latent means at the data) and
+``V_c[:, r]`` the latent variances (``diag(W^T S W)`` plus ``kappa_c`` times
+the residual ``k(x, x) - q(x, x)``; ``kappa = 1, phi, 1``), the expected
+squared error is (spec 3.6)::
+
+    E = |Y - H_g B_g^T - H_d B_d^T - H_l B_l^T|_F^2 + sum_c sum_r |B_c[:, r]|^2 1^T V_c[:, r]
+
+since the latents are independent under ``q``; ``ELL = -nQ/2 log(2 pi s2) -
+E / (2 s2)`` and the KL terms are those of the scalar model, one per latent.
+Gradients with respect to kernel hyperparameters and inducing inputs are the
+scalar adjoints per latent with ``e -> (Y - Y_hat) b`` and ``S -> |b|^2 S``
+(spec 4.5).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_solve, cholesky
+from scipy.linalg.lapack import dpotrf, dpotri
+
+from ._elbo import (
+    LOG2PI,
+    ModelConfig,
+    basis_backward,
+    basis_forward,
+    kl_whitened,
+    kl_whitened_grads,
+    sigmoid,
+    softplus,
+)
+
+
+@dataclass(frozen=True)
+class IlmmConfig(ModelConfig):
+    """:class:`ModelConfig` plus the output dimension and the latent ranks."""
+
+    n_outputs: int = 1
+    rank_global: int = 1  # R_g = R_delta
+    rank_local: int = 1
+    variance_global: float = 1.0  # fixed latent output variances
+    variance_local: float = 1.0
+
+    @property
+    def R_g(self):
+        return self.rank_global if self.global_basis else 0
+
+    @property
+    def R_l(self):
+        return self.rank_local if self.use_local else 0
+
+
+def bases(X, Z, ls_raw, variance, cfg):
+    """One whitened basis per latent: ``W_r = L_r^{-1} k_r(Z, X)`` (``k_r`` own lengthscale)."""
+    return [basis_forward(X, Z, cfg.lengthscale(ls_raw[r]), variance, cfg.kind, cfg.jitter)
+            for r in range(ls_raw.shape[0])]
+
+
+def global_bases(X, g, cfg):
+    return bases(X, g["Zg"], g["ls_g"], cfg.variance_global, cfg)
+
+
+def local_bases(X, loc, cfg):
+    return bases(X, loc["Zl"], loc["ls_l"], cfg.variance_local, cfg)
+
+
+def _colsq(A):
+    return float(np.sum(A * A))
+
+
+def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_global=False,
+               want_local_hyper=None):
+    """Client ``i``'s ILMM ELBO contribution ``ELL_i - KL_delta_i - KL_u_i`` and gradients.
+
+    Parameters and returns as :func:`skfed.gaussian_process._elbo.client_terms`,
+    with ``Y`` of shape ``(n, Q)``, stacked per-latent blocks and the loadings
+    ``Bg`` (global), ``Bd``, ``Bl`` (local). ``stats`` also holds the latent
+    means ``H`` and variance sums ``v`` per component for the closed forms.
+    """
+    if want_local_hyper is None:
+        want_local_hyper = want_local
+    s2 = float(softplus(g["noise"]))
+    phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+    n, Q = Y.shape
+    Yhat = np.zeros((n, Q))
+    stats = {"gbs": None, "lbs": None, "n": n, "H": {}, "v": {}, "t_g": None, "t_l": None,
+             "D": 0.0}
+    if cfg.global_basis:
+        if gbs is None:
+            gbs = global_bases(X, g, cfg)
+        stats["gbs"] = gbs
+        # residual traces tr(K - Q) per latent
+        t_g = np.array([n * cfg.variance_global - _colsq(b.W) for b in gbs])
+        stats["t_g"] = t_g
+    if cfg.use_local:
+        if lbs is None:
+            lbs = local_bases(X, loc, cfg)
+        stats["lbs"] = lbs
+        t_l = np.array([n * cfg.variance_local - _colsq(b.W) for b in lbs])
+        stats["t_l"] = t_l
+    # (component, bases, mean, chol, loading, residual multiplier)
+    comps = []
+    if cfg.use_global:
+        comps.append(("g", gbs, g["mg"], g["Lg"], g["Bg"], 1.0, t_g))
+    if cfg.use_deviation:
+        comps.append(("d", gbs, loc["md"], loc["Ld"], loc["Bd"], phi, t_g))
+    if cfg.use_local:
+        comps.append(("l", lbs, loc["mu"], loc["Lu"], loc["Bl"], 1.0, t_l))
+    for c, bs, m, _, B, _, _ in comps:
+        H = np.column_stack([b.W.T @ m[r] for r, b in enumerate(bs)])
+        stats["H"][c] = H
+        Yhat += H @ B.T
+    Eres = Y - Yhat
+    E = _colsq(Eres)
+    for c, bs, m, L, B, kappa, t in comps:
+        v = np.array([_colsq(L[r].T @ b.W) for r, b in enumerate(bs)]) + kappa * t
+        stats["v"][c] = v
+        E += float(np.sum(B * B, axis=0) @ v)
+    value = -0.5 * n * Q * (LOG2PI + np.log(s2)) - E / (2.0 * s2)
+    if cfg.use_deviation:
+        D = np.array([_colsq(loc["Ld"][r]) + loc["md"][r] @ loc["md"][r] for r in range(cfg.R_g)])
+        stats["D"] = float(D.sum())
+        value -= sum(kl_whitened(loc["md"][r], loc["Ld"][r], phi) for r in range(cfg.R_g))
+    if cfg.use_local:
+        value -= sum(kl_whitened(loc["mu"][r], loc["Lu"][r]) for r in range(cfg.R_l))
+    stats["E"] = E
+    stats["Eres"] = Eres
+
+    gl, gg = {}, {}
+    owners = {"g": gg, "d": gl, "l": gl}
+    names = {"g": ("mg", "Lg", "Bg"), "d": ("md", "Ld", "Bd"), "l": ("mu", "Lu", "Bl")}
+    prior = {"g": 1.0, "d": phi, "l": 1.0}
+    for c, bs, m, L, B, _, _ in comps:
+        if (c == "g" and not want_global) or (c != "g" and not want_local):
+            continue
+        out = owners[c]
+        beta = np.sum(B * B, axis=0)
+        km_name, kL_name, kB_name = names[c]
+        gm, gL = np.empty_like(m), np.empty_like(L)
+        for r, b in enumerate(bs):
+            gm[r] = b.W @ (Eres @ B[:, r]) / s2
+            gL[r] = -beta[r] * np.tril(b.W @ (b.W.T @ L[r])) / s2
+            if c != "g":  # the client's KLs; KL_g is the server's
+                km, kL = kl_whitened_grads(m[r], L[r], prior[c])
+                gm[r] -= km
+                gL[r] -= kL
+        out[km_name], out[kL_name] = gm, gL
+        out[kB_name] = (Eres.T @ stats["H"][c] - B * stats["v"][c][None, :]) / s2
+
+    if cfg.use_local and want_local_hyper:
+        Bl = loc["Bl"]
+        beta = np.sum(Bl * Bl, axis=0)
+        g_ls = np.empty_like(np.asarray(loc["ls_l"], dtype=float))
+        g_Z = np.zeros_like(loc["Zl"])
+        for r, b in enumerate(lbs):
+            Su = loc["Lu"][r] @ loc["Lu"][r].T
+            V_bar = (np.outer(loc["mu"][r], Eres @ Bl[:, r]) - beta[r] * (Su @ b.W)
+                     + beta[r] * b.W) / s2
+            ls = cfg.lengthscale(loc["ls_l"][r])
+            _, gls, gZ = basis_backward(X, loc["Zl"], ls, cfg.variance_local, cfg.kind, b, V_bar)
+            g_ls[r] = cfg.fold_lengthscale_grad(gls, loc["ls_l"][r])
+            g_Z += gZ
+        gl["ls_l"] = g_ls
+        gl["Zl"] = g_Z if cfg.learn_inducing else np.zeros_like(g_Z)
+
+    if want_global:
+        gg["noise"] = np.asarray((-n * Q / (2 * s2) + E / (2 * s2 * s2)) * sigmoid(g["noise"]))
+        if cfg.global_basis:
+            bg = np.sum(g["Bg"] ** 2, axis=0) if cfg.use_global else np.zeros(cfg.R_g)
+            bd = np.sum(loc["Bd"] ** 2, axis=0) if cfg.use_deviation else np.zeros(cfg.R_g)
+            if cfg.use_deviation:
+                M = gbs[0].W.shape[0]
+                dphi = -float(bd @ t_g) / (2 * s2) + 0.5 * (stats["D"] / phi**2 - cfg.R_g * M / phi)
+                gg["phi"] = np.asarray(dphi * sigmoid(g["phi"]))
+            g_ls = np.empty_like(np.asarray(g["ls_g"], dtype=float))
+            g_Z = np.zeros_like(g["Zg"])
+            for r, b in enumerate(gbs):
+                W = b.W
+                W_bar = np.zeros_like(W)
+                kappa = bg[r] + phi * bd[r]
+                if cfg.use_global:
+                    Lr = g["Lg"][r]
+                    W_bar += np.outer(g["mg"][r], Eres @ g["Bg"][:, r]) - bg[r] * (Lr @ (Lr.T @ W))
+                if cfg.use_deviation:
+                    Lr = loc["Ld"][r]
+                    W_bar += np.outer(loc["md"][r], Eres @ loc["Bd"][:, r])
+                    W_bar -= bd[r] * (Lr @ (Lr.T @ W))
+                W_bar = (W_bar + kappa * W) / s2
+                ls = cfg.lengthscale(g["ls_g"][r])
+                _, gls, gZ = basis_backward(X, g["Zg"], ls, cfg.variance_global, cfg.kind, b, W_bar)
+                g_ls[r] = cfg.fold_lengthscale_grad(gls, g["ls_g"][r])
+                g_Z += gZ
+            gg["ls_g"] = g_ls
+            gg["Zg"] = g_Z if cfg.learn_inducing else np.zeros_like(g_Z)
+    return float(value), gl, gg, stats
+
+
+def ilmm_server_kl(g, cfg):
+    """``sum_r KL_g^(r)`` and its gradients (``mg``, ``Lg``)."""
+    if not cfg.use_global:
+        return 0.0, {}
+    gm, gL = np.empty_like(g["mg"]), np.empty_like(g["Lg"])
+    kl = 0.0
+    for r in range(cfg.R_g):
+        kl += kl_whitened(g["mg"][r], g["Lg"][r])
+        gm[r], gL[r] = kl_whitened_grads(g["mg"][r], g["Lg"][r])
+    return kl, {"mg": gm, "Lg": gL}
+
+
+# ----------------------------------------------------------------------------
+# closed forms (CAVI mode)
+# ----------------------------------------------------------------------------
+def joint_means_gram(G, C, Bs, prior_prec, sizes, s2):
+    """Jointly optimal whitened means of independent latents that share a residual.
+
+    Maximizes ``-|R - sum_k (W_k^T m_k) b_k^T|^2 / (2 s2) - sum_k p_k |m_k|^2 / 2``
+    over all ``m_k`` by one linear solve of size ``sum_k M_k``, from the Gram
+    matrix ``G = W W^T`` of the stacked bases ``W = [W_1; W_2; ...]`` and ``C
+    = W R`` (what a client sends the server in the closed-form mode). ``Bs``
+    are the loading columns ``b_k`` and ``prior_prec`` the prior precisions
+    ``p_k``.
+    """
+    off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    Bm = np.column_stack(Bs)
+    coup = np.repeat(np.repeat(Bm.T @ Bm, sizes, axis=0), sizes, axis=1)
+    P = coup * G / s2
+    P.flat[::P.shape[0] + 1] += np.repeat(prior_prec, sizes)
+    rhs = np.concatenate([C[off[k]:off[k + 1]] @ Bs[k] for k in range(len(sizes))]) / s2
+    Lp = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
+    m = cho_solve((Lp, True), rhs, check_finite=False)
+    return [m[off[k]:off[k + 1]] for k in range(len(sizes))]
+
+
+def joint_means(Ws, Bs, prior_prec, R, s2):
+    """:func:`joint_means_gram` from the bases ``Ws`` and the residual ``R`` themselves."""
+    Wst = np.vstack(Ws)
+    return joint_means_gram(Wst @ Wst.T, Wst @ R, Bs, prior_prec, [W.shape[0] for W in Ws], s2)
+
+
+def block_cov_gram(Phi, beta, s2, prior_prec=1.0):
+    """Cholesky factor of the optimal whitened covariance ``(p I + beta Phi / s2)^{-1}``.
+
+    ``Phi = W W^T`` is the Gram matrix of the latent's basis (summed over
+    clients for the server's block) and ``beta = |b|^2`` its loading's norm.
+    """
+    P = beta * Phi / s2
+    P.flat[::P.shape[0] + 1] += prior_prec
+    # LAPACK directly: these small factorizations are many, the scipy wrappers dominate
+    Lp, info = dpotrf(0.5 * (P + P.T), lower=1, clean=1)
+    if info == 0:
+        Sl, info = dpotri(Lp, lower=1)
+    if info == 0:
+        Ls, info = dpotrf(np.tril(Sl) + np.tril(Sl, -1).T, lower=1, clean=1)
+    if info != 0:
+        raise LinAlgError(f"optimal covariance factorization failed (info={info}).")
+    return Ls
+
+
+def ridge_loadings(R, H, v):
+    """Optimal loadings ``R^T H (H^T H + diag(v))^{-1}`` (spec 3.6)."""
+    A = H.T @ H
+    A[np.diag_indices_from(A)] += v
+    return np.linalg.solve(A, H.T @ R).T
+
+
+def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3):
+    """Coordinate ascent on the client's ILMM blocks with the global block fixed.
+
+    Alternates (i) the optimal covariances and the jointly optimal means of
+    every deviation and local latent and (ii) the jointly optimal
+    ``(B_delta_i, B_l_i)``, ``n_sweeps`` times, then (i) once more; the local
+    ELBO never decreases. (``q`` goes first: at ``m = 0`` the optimal loadings
+    would be zero.)
+    """
+    s2 = float(softplus(g["noise"]))
+    phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+    out = dict(loc)
+    R = np.array(Y, dtype=float)
+    if cfg.use_global:
+        Hg = np.column_stack([b.W.T @ g["mg"][r] for r, b in enumerate(gbs)])
+        R = R - Hg @ g["Bg"].T
+    parts = []  # (mean key, chol key, loading key, bases, prior precision, kappa, t)
+    if cfg.use_deviation:
+        t_g = np.array([X.shape[0] * cfg.variance_global - _colsq(b.W) for b in gbs])
+        parts.append(("md", "Ld", "Bd", gbs, 1.0 / phi, phi, t_g))
+    if cfg.use_local:
+        t_l = np.array([X.shape[0] * cfg.variance_local - _colsq(b.W) for b in lbs])
+        parts.append(("mu", "Lu", "Bl", lbs, 1.0, 1.0, t_l))
+    if not parts:
+        return out
+    for sweep in range(n_sweeps + 1):
+        Ws, Bs, pp = [], [], []
+        for km, kL, kB, bs, p, _, _ in parts:
+            beta = np.sum(out[kB] ** 2, axis=0)
+            Ls = np.empty((len(bs),) + bs[0].W.shape[:1] * 2)
+            for r, b in enumerate(bs):
+                Ls[r] = block_cov_gram(b.W @ b.W.T, beta[r], s2, p)
+                Ws.append(b.W)
+                Bs.append(out[kB][:, r])
+                pp.append(p)
+            out[kL] = Ls
+        means = joint_means(Ws, Bs, pp, R, s2)
+        if sweep == n_sweeps:  # end with q optimal for the final loadings
+            k = 0
+            for km, _, _, bs, *_ in parts:
+                out[km] = np.array(means[k:k + len(bs)])
+                k += len(bs)
+            break
+        k = 0
+        Hs, vs = [], []
+        for km, kL, kB, bs, p, kappa, t in parts:
+            out[km] = np.array(means[k:k + len(bs)])
+            k += len(bs)
+            Hs.append(np.column_stack([b.W.T @ out[km][r] for r, b in enumerate(bs)]))
+            vs.append(np.array([_colsq(out[kL][r].T @ b.W) for r, b in enumerate(bs)]) + kappa * t)
+        B = ridge_loadings(R, np.hstack(Hs), np.concatenate(vs))
+        k = 0
+        for (km, kL, kB, bs, *_), H in zip(parts, Hs):
+            out[kB] = B[:, k:k + H.shape[1]]
+            k += H.shape[1]
+    return out

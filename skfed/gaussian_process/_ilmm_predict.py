@@ -1,0 +1,129 @@
+"""Multi-output (ILMM) predictive moments (paper eqs. 38-39, spec 3.6).
+
+For client ``i`` at a test input ``x``::
+
+    mu_i(x)    = B_g h_g(x) + B_delta_i h_delta_i(x) + B_l_i h_l_i(x)
+    Sigma_i(x) = sum_c B_c diag_r(a_r^T S_r a_r + kappa_c res_r(x)) B_c^T + s2 I_Q
+
+``res_r(x) = k_r(x, x) - q_r(x, x)`` is the sparse-GP residual of latent ``r``
+(``kappa = 1, phi, 1`` for the global, deviation and local components): the
+``R_i(x)`` term of eq. 39 mapped through the loadings. The same sums with
+full latent covariances over the rows give the joint covariance of all rows
+and outputs (used by ``sample_y``).
+
+A population row (``groups=None`` or an unseen client) has no deviation or
+local loadings of its own. Its deviation and local latents follow their
+priors (``phi k_g^(r)``, and ``k_l^(r)`` with the clients' median local
+lengthscale of latent ``r``), mapped through the clients' average loading
+outer product ``mean_i b_i^(r) b_i^(r)T``: the covariance of ``b h`` when the
+new client's loading column is drawn from the fitted clients' loadings.
+"""
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from ._elbo import chol_jitter, softplus
+from ._kernels import kernel_matrix
+
+
+def _basis(Xs, Z, ls, var, kind, jitter):
+    L, _ = chol_jitter(kernel_matrix(Z, Z, ls, var, kind), jitter)
+    return solve_triangular(L, kernel_matrix(Z, Xs, ls, var, kind), lower=True)
+
+
+class _Cov:
+    """Accumulates ``c(x, x') * P`` terms per point (``(n, Q, Q)``) or jointly."""
+
+    def __init__(self, n, Q, joint):
+        self.joint, self.Q = joint, Q
+        self.a = np.zeros((n, Q, n, Q)) if joint else np.zeros((n, Q, Q))
+
+    def add(self, rows, c, P):
+        """``c``: latent covariance over ``rows`` (joint) or its diagonal; ``P``: Q x Q."""
+        q = np.arange(self.Q)
+        if self.joint:
+            self.a[np.ix_(rows, q, rows, q)] += c[:, None, :, None] * P[None, :, None, :]
+        else:
+            self.a[rows] += c[:, None, None] * P
+
+
+def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False):
+    """Predictive mean ``(n, Q)`` and covariance (normalized units).
+
+    Parameters
+    ----------
+    Xs : ndarray of shape (n, d)
+    index : ndarray of shape (n,)
+        Client index of each row (-1: population).
+    cfg : IlmmConfig
+    g, locs : dict, list of dict
+        Raw global and client parameters.
+    jitter : float
+    joint : bool
+        ``(n, Q, n, Q)`` joint covariance of every row and output (rows of
+        different clients are correlated through the global component), else
+        ``(n, Q, Q)`` per row.
+    latent : bool
+        Leave out the observation noise.
+    """
+    n, Q = Xs.shape[0], cfg.n_outputs
+    mean = np.zeros((n, Q))
+    cov = _Cov(n, Q, joint)
+    s2 = float(softplus(g["noise"]))
+    phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+    everyone = np.arange(n)
+    Wg = []
+    for r in range(cfg.R_g):
+        ls = cfg.lengthscale(g["ls_g"][r])
+        W = _basis(Xs, g["Zg"], ls, cfg.variance_global, cfg.kind, jitter)
+        K = kernel_matrix(Xs, Xs, ls, cfg.variance_global, cfg.kind) if joint else \
+            np.full(n, cfg.variance_global)
+        res = K - (W.T @ W if joint else np.sum(W * W, axis=0))
+        Wg.append((W, K, res))
+        if cfg.use_global:
+            b = g["Bg"][:, r]
+            mean += np.outer(W.T @ g["mg"][r], b)
+            A = g["Lg"][r].T @ W
+            cov.add(everyone, (A.T @ A if joint else np.sum(A * A, axis=0)) + res, np.outer(b, b))
+    for k in np.unique(index):
+        rows = np.flatnonzero(index == k)
+        sub = np.ix_(rows, rows) if joint else rows
+        if k >= 0:
+            loc = locs[k]
+            if cfg.use_deviation:
+                for r, (W, _, res) in enumerate(Wg):
+                    b = loc["Bd"][:, r]
+                    Wr = W[:, rows]
+                    mean[rows] += np.outer(Wr.T @ loc["md"][r], b)
+                    A = loc["Ld"][r].T @ Wr
+                    c = (A.T @ A if joint else np.sum(A * A, axis=0)) + phi * res[sub]
+                    cov.add(rows, c, np.outer(b, b))
+            if cfg.use_local:
+                for r in range(cfg.R_l):
+                    ls = cfg.lengthscale(loc["ls_l"][r])
+                    V = _basis(Xs[rows], loc["Zl"], ls, cfg.variance_local, cfg.kind, jitter)
+                    b = loc["Bl"][:, r]
+                    mean[rows] += np.outer(V.T @ loc["mu"][r], b)
+                    A = loc["Lu"][r].T @ V
+                    if joint:
+                        Kl = kernel_matrix(Xs[rows], Xs[rows], ls, cfg.variance_local, cfg.kind)
+                        c = A.T @ A + Kl - V.T @ V
+                    else:
+                        c = np.sum(A * A, axis=0) + cfg.variance_local - np.sum(V * V, axis=0)
+                    cov.add(rows, c, np.outer(b, b))
+        else:
+            if cfg.use_deviation:
+                for r, (_, K, _) in enumerate(Wg):
+                    P = np.mean([np.outer(lc["Bd"][:, r], lc["Bd"][:, r]) for lc in locs], axis=0)
+                    cov.add(rows, phi * K[sub], P)
+            if cfg.use_local:
+                for r in range(cfg.R_l):
+                    ls = np.median([softplus(lc["ls_l"][r]) for lc in locs], axis=0)
+                    ls = np.broadcast_to(ls, (cfg.n_features,)).astype(float)
+                    P = np.mean([np.outer(lc["Bl"][:, r], lc["Bl"][:, r]) for lc in locs], axis=0)
+                    c = kernel_matrix(Xs[rows], Xs[rows], ls, cfg.variance_local, cfg.kind) \
+                        if joint else np.full(rows.size, cfg.variance_local)
+                    cov.add(rows, c, P)
+    if not latent:
+        cov.add(everyone, np.eye(n) if joint else np.ones(n), s2 * np.eye(Q))
+    return mean, cov.a

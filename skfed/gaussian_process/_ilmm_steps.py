@@ -1,0 +1,428 @@
+"""Federated rounds of the multi-output (ILMM) pFedHGP on :mod:`skfed.federated`.
+
+The same protocol as the scalar :class:`._steps._PFedHGPSteps` (paper Alg. 1)
+with the ILMM blocks of :mod:`._ilmm`:
+
+* set-up round: each client sends its row count, its column sums
+  ``1^T Y_i`` (Q numbers), its ``Q x Q`` second-moment matrix ``Y_i^T Y_i``
+  (packed) and its input ranges. The server standardizes per output (if
+  ``normalize_y``), places ``Z_g`` and initializes ``B_g`` from the principal
+  directions of the pooled second moments (see :func:`pca_loadings`).
+* ``optimizer="paper"``: ``local_steps`` Adam steps on every client block
+  (``q(delta_i^(r))``, ``q(u_i^(r))``, ``B_delta_i``, ``B_l_i``, local
+  lengthscales, ``Z_i``), then the client sends the gradient of its ELBO terms
+  with respect to the global block, ``B_g`` included; the server adds
+  ``-grad KL_g`` and takes one Adam step.
+* ``optimizer="cavi"``: closed-form ``q`` and loadings on the client (with
+  Adam steps on its local kernel), which sends the Gram matrix of its stacked
+  global bases, their product with its partial residual, the residual's
+  squared norm and a few scalars; the server alternates the closed-form
+  ``q(u_g^(r))`` (jointly over latents), ``B_g`` (spec 3.6), ``sigma^2`` and
+  ``phi``, and takes an Adam step on the global lengthscales and ``Z_g``.
+
+Raw rows, client posteriors, client loadings and local kernels stay on the
+clients.
+"""
+
+import numpy as np
+
+from ._elbo import (
+    LOG2PI,
+    kl_whitened,
+    optimal_phi,
+    softplus,
+    softplus_inv,
+    tril_pack,
+    tril_unpack,
+)
+from ._ilmm import (
+    IlmmConfig,
+    block_cov_gram,
+    global_bases,
+    ilmm_server_kl,
+    ilmm_terms,
+    joint_means_gram,
+    local_bases,
+    solve_local_ilmm,
+)
+from ._steps import (
+    LOCAL_HYPER,
+    _PFedHGPSteps,
+    adam_ascent,
+    adam_init,
+    farthest_point_rows,
+    grid_in_box,
+)
+
+STACKED_TRIL = ("Lg",)
+
+
+def pca_loadings(C, R, n_components, prior_var, rng, perturb=0.1):
+    """Loadings whose prior covariance matches a share of the second moments ``C``.
+
+    ``B = V_R diag(sqrt(lambda_R / (n_components * prior_var)))`` from the top
+    ``R`` eigenpairs of ``C``: each of the ``n_components`` model components
+    starts explaining an equal share of the outputs' second moments along
+    their principal directions. A small random perturbation (``perturb``
+    times the typical entry) breaks the tie between components that start on
+    the same directions and fills latents beyond ``Q``.
+    """
+    Q = C.shape[0]
+    lam, V = np.linalg.eigh(0.5 * (C + C.T))
+    lam, V = np.maximum(lam[::-1], 1e-12), V[:, ::-1]
+    k = min(R, Q)
+    B = np.zeros((Q, R))
+    B[:, :k] = V[:, :k] * np.sqrt(lam[:k] / (n_components * prior_var))
+    B += perturb * np.sqrt(lam.mean() / (n_components * prior_var)) * rng.standard_normal((Q, R))
+    return B
+
+
+def _pack_stack(L):
+    return np.stack([tril_pack(Lr) for Lr in L])
+
+
+def _unpack_stack(v, m):
+    return np.stack([tril_unpack(vr, m) for vr in np.atleast_2d(v)])
+
+
+class _IlmmSteps(_PFedHGPSteps):
+    """Hyperparameters of one multi-output pFedHGP fit (state lives in the step values)."""
+
+    def __init__(self, cfg, **kwargs):
+        if not isinstance(cfg, IlmmConfig):
+            raise TypeError("cfg must be an IlmmConfig")
+        super().__init__(cfg, **kwargs)
+
+    # --- parameter bookkeeping ------------------------------------------------
+    def global_keys(self):
+        cfg = self.cfg
+        keys = ["noise"]
+        if cfg.global_basis:
+            keys += ["ls_g"] + (["Zg"] if cfg.learn_inducing else [])
+        if cfg.use_deviation:
+            keys.append("phi")
+        if cfg.use_global:
+            keys += ["mg", "Lg", "Bg"]
+        return keys
+
+    def local_keys(self, hyper_only=False):
+        cfg = self.cfg
+        keys = []
+        if cfg.use_local:
+            keys += ["ls_l"] + (["Zl"] if cfg.learn_inducing else [])
+        if hyper_only:
+            return keys
+        if cfg.use_deviation:
+            keys += ["md", "Ld", "Bd"]
+        if cfg.use_local:
+            keys += ["mu", "Lu", "Bl"]
+        return keys
+
+    def pack_global(self, g):
+        return {k: (_pack_stack(v) if k in STACKED_TRIL else np.asarray(v, dtype=float))
+                for k, v in g.items()}
+
+    def unpack_global(self, b):
+        g = {}
+        for k, v in b.items():
+            if k in STACKED_TRIL:
+                g[k] = _unpack_stack(np.asarray(v, dtype=float), self.M)
+            elif k in ("phase", "y_shift", "y_scale", "z_scale") or k in LOCAL_HYPER:
+                continue
+            else:
+                g[k] = np.array(v, dtype=float)
+        return g
+
+    # --- client ----------------------------------------------------------------
+    def client_init(self, data, rng):
+        cfg, loc = self.cfg, {}
+        if cfg.use_local:
+            loc["Zl"] = farthest_point_rows(data.X, self.Mi)
+            loc["ls_l"] = np.full((cfg.R_l, self.n_ls), softplus_inv(self.init_lengthscale_local))
+            loc["mu"] = np.zeros((cfg.R_l, self.Mi))
+            loc["Lu"] = np.stack([np.eye(self.Mi)] * cfg.R_l)
+        if cfg.use_deviation:
+            loc["md"] = np.zeros((cfg.R_g, self.M))
+            loc["Ld"] = np.stack([np.eye(self.M)] * cfg.R_g)
+        # the loadings wait for the normalization of the set-up round
+        return {"loc": loc, "adam": None, "jitter": 0.0, "loadings": False}
+
+    def _init_loadings(self, Y, loc, rng):
+        cfg = self.cfg
+        C = Y.T @ Y / Y.shape[0]
+        n_comp = cfg.use_global + cfg.use_deviation + cfg.use_local
+        if cfg.use_deviation:
+            loc["Bd"] = pca_loadings(C, cfg.R_g, n_comp, self.init_phi * cfg.variance_global, rng)
+        if cfg.use_local:
+            loc["Bl"] = pca_loadings(C, cfg.R_l, n_comp, cfg.variance_local, rng)
+        return loc
+
+    def client_step(self, data, state, broadcast, rng):
+        if int(broadcast["phase"]) == 0:
+            Y = np.asarray(data.y, dtype=float)
+            return state, {
+                "n": np.int64(data.n_samples),
+                "sum_y": Y.sum(axis=0),
+                "yty": tril_pack(Y.T @ Y),
+                "x_min": data.X.min(axis=0),
+                "x_max": data.X.max(axis=0),
+            }
+        g = self.unpack_global(broadcast)
+        shift = np.asarray(broadcast["y_shift"], dtype=float)
+        scale = np.asarray(broadcast["y_scale"], dtype=float)
+        Y = (np.asarray(data.y, dtype=float) - shift) / scale
+        X = data.X
+        zscale = {"Zl": np.asarray(broadcast["z_scale"])}
+        loc = dict(state["loc"])
+        if not state["loadings"]:
+            loc = self._init_loadings(Y, loc, rng)
+        if self.share_local_hypers and "ls_l" in broadcast:
+            loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
+        gbs = global_bases(X, g, self.cfg) if self.cfg.global_basis else None
+        jit = max([b.jitter for b in gbs]) if gbs else 0.0
+        if self.optimizer == "paper":
+            loc, adam, jit_l = self._paper_local(X, Y, g, loc, gbs, state["adam"], zscale)
+            value, _, gg, _ = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, want_global=True)
+            msg = {"value": value}
+            for k in self.global_keys():
+                msg["g_" + k] = _pack_stack(gg[k]) if k in STACKED_TRIL else gg[k]
+        else:
+            loc, adam, jit_l, lbs = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale)
+            msg = self._cavi_message(X, Y, g, loc, gbs, lbs)
+        if self.share_local_hypers:
+            msg["ls_l"] = loc["ls_l"]
+        jit = max(jit, jit_l, state["jitter"])
+        msg["jitter"] = jit
+        return {"loc": loc, "adam": adam, "jitter": jit, "loadings": True}, msg
+
+    def _paper_local(self, X, Y, g, loc, gbs, adam, zscale):
+        keys = self.local_keys()
+        if not keys:
+            return loc, adam, 0.0
+        if adam is None:
+            adam = adam_init(loc, keys)
+        jit = 0.0
+        for _ in range(self.local_steps):
+            _, gl, _, st = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, want_local=True)
+            if st["lbs"]:
+                jit = max([jit] + [b.jitter for b in st["lbs"]])
+            loc, adam = adam_ascent(loc, gl, adam, self.local_lr, keys, scale=zscale)
+            for k in ("Ld", "Lu"):
+                if k in loc:
+                    loc[k] = np.tril(loc[k])
+        return loc, adam, jit
+
+    def _cavi_local(self, X, Y, g, loc, gbs, adam, zscale):
+        cfg = self.cfg
+        hyper = self.local_keys(hyper_only=True)
+        if adam is None and hyper:
+            adam = adam_init(loc, hyper)
+        lbs = local_bases(X, loc, cfg) if cfg.use_local else None
+        jit = max([b.jitter for b in lbs]) if lbs else 0.0
+        loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs)
+        for _ in range(self.local_steps if hyper else 0):
+            _, gl, _, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_local_hyper=True)
+            loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
+            lbs = local_bases(X, loc, cfg)
+            jit = max([jit] + [b.jitter for b in lbs])
+            loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=1)
+        return loc, adam, jit, lbs
+
+    def _cavi_message(self, X, Y, g, loc, gbs, lbs):
+        """Sufficient statistics of the global block (the paper message's information).
+
+        With ``W`` the stacked global bases and ``R`` the client's partial
+        residual ``Y - H_d B_d^T - H_l B_l^T``: ``W W^T`` (packed), ``W R``,
+        ``|R|^2``, the residual traces, the client's variance terms, and the
+        deviation statistics for ``phi``. The gradient for ``ls_g, Z_g`` too.
+        """
+        cfg = self.cfg
+        _, _, gg, st = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_global=True)
+        R = np.array(Y, dtype=float)
+        c = 0.0
+        msg = {"n": np.int64(Y.shape[0])}
+        if cfg.use_deviation:
+            R -= st["H"]["d"] @ loc["Bd"].T
+            bd = np.sum(loc["Bd"] ** 2, axis=0)
+            # the deviation variance terms without their phi * t_g part
+            c += float(bd @ (st["v"]["d"] - float(softplus(g["phi"])) * st["t_g"]))
+            msg["a"] = float(bd @ st["t_g"])
+            msg["D"] = st["D"]
+            msg["logdet_d"] = float(sum(2.0 * np.sum(np.log(np.abs(np.diag(L))))
+                                        for L in loc["Ld"]))
+        if cfg.use_local:
+            R -= st["H"]["l"] @ loc["Bl"].T
+            c += float(np.sum(loc["Bl"] ** 2, axis=0) @ st["v"]["l"])
+            msg["kl_u"] = float(sum(kl_whitened(m, L) for m, L in zip(loc["mu"], loc["Lu"])))
+        else:
+            msg["kl_u"] = 0.0
+        msg["rr"] = float(np.sum(R * R))
+        msg["c"] = c
+        if cfg.global_basis:
+            msg["t_g"] = st["t_g"]
+        if cfg.use_global:
+            Wst = np.vstack([b.W for b in gbs])
+            msg["Phi"] = tril_pack(Wst @ Wst.T)
+            msg["WR"] = Wst @ R
+        for k in ("ls_g", "Zg"):
+            if k in self.global_keys():
+                msg["g_" + k] = gg[k]
+        return msg
+
+    # --- server ----------------------------------------------------------------
+    def _setup(self, messages, rng):
+        cfg = self.cfg
+        msgs = list(messages.values())
+        Q = cfg.n_outputs
+        n = sum(float(m["n"]) for m in msgs)
+        s1 = sum(np.asarray(m["sum_y"], dtype=float) for m in msgs)
+        S2 = tril_unpack(sum(np.asarray(m["yty"], dtype=float) for m in msgs), Q, symmetric=True)
+        shift, scale = np.zeros(Q), np.ones(Q)
+        if self.normalize_y:
+            shift = s1 / n
+            var = np.maximum(np.diag(S2) / n - shift**2, 0.0)
+            scale = np.where(var > 0, np.sqrt(var), 1.0)
+        # pooled second moments about the shift, in the normalized units
+        C = (S2 / n - np.outer(shift, s1 / n) - np.outer(s1 / n, shift) + np.outer(shift, shift))
+        C = C / np.outer(scale, scale)
+        lo = np.min([m["x_min"] for m in msgs], axis=0)
+        hi = np.max([m["x_max"] for m in msgs], axis=0)
+        g = {"noise": np.asarray(softplus_inv(self.init_noise))}
+        if cfg.global_basis:
+            if self.init_inducing_global is not None:
+                g["Zg"] = np.array(self.init_inducing_global, dtype=float)
+            else:
+                g["Zg"] = grid_in_box(lo, hi, self.M, rng)
+            g["ls_g"] = np.full((cfg.R_g, self.n_ls), softplus_inv(self.init_lengthscale_global))
+        if cfg.use_deviation:
+            g["phi"] = np.asarray(softplus_inv(self.init_phi))
+        if cfg.use_global:
+            g["mg"] = np.zeros((cfg.R_g, self.M))
+            g["Lg"] = np.stack([np.eye(self.M)] * cfg.R_g)
+            n_comp = cfg.use_global + cfg.use_deviation + cfg.use_local
+            g["Bg"] = pca_loadings(C, cfg.R_g, n_comp, cfg.variance_global, rng)
+        width = np.where(hi > lo, hi - lo, 1.0)
+        return {"phase": 1, "g": g, "z_scale": width / 10.0, "round": 0,
+                "adam": adam_init(g, self.global_keys()), "hyper_adam": None, "elbo": [],
+                "jitter": 0.0, "y_shift": shift, "y_scale": scale, "shared": None}
+
+    def _broadcast(self, state):
+        b = self.pack_global(state["g"])
+        b["phase"] = np.int64(1)
+        b["y_shift"] = np.asarray(state["y_shift"], dtype=float)
+        b["y_scale"] = np.asarray(state["y_scale"], dtype=float)
+        b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
+        if state.get("shared") is not None:
+            b.update(state["shared"])
+        return b
+
+    def server_step(self, state, messages, rng):
+        if state["phase"] == 0:
+            state = self._setup(messages, rng)
+            return state, self._broadcast(state)
+        state = dict(state)
+        state["jitter"] = max([state["jitter"]] + [float(m["jitter"]) for m in messages.values()])
+        if self.optimizer == "paper":
+            state = self._paper_server(state, messages)
+        else:
+            state = self._cavi_server(state, messages)
+        state["round"] += 1
+        if self.share_local_hypers:
+            state["shared"] = {"ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0)}
+        return state, self._broadcast(state)
+
+    def _paper_server(self, state, messages):
+        g = state["g"]
+        keys = self.global_keys()
+        kl, kl_grads = ilmm_server_kl(g, self.cfg)
+        grads = {}
+        for k in keys:
+            total = sum(np.asarray(m["g_" + k], dtype=float) for m in messages.values())
+            if k in STACKED_TRIL:
+                total = _unpack_stack(total, self.M)
+            grads[k] = total - kl_grads.get(k, 0.0)
+        elbo = sum(float(m["value"]) for m in messages.values()) - kl
+        g_new, adam = adam_ascent(g, grads, state["adam"], self.server_lr, keys,
+                                  scale={"Zg": state["z_scale"]})
+        if "Lg" in g_new:
+            g_new["Lg"] = np.tril(g_new["Lg"])
+        state.update(g=g_new, adam=adam, elbo=state["elbo"] + [elbo])
+        return state
+
+    def _cavi_server(self, state, messages):
+        cfg = self.cfg
+        g = dict(state["g"])
+        msgs = list(messages.values())
+        T, M, R, Q = len(msgs), self.M, cfg.R_g, cfg.n_outputs
+        n = sum(float(m["n"]) for m in msgs)
+        rr = sum(float(m["rr"]) for m in msgs)
+        c = sum(float(m["c"]) for m in msgs)
+        kl_u = sum(float(m["kl_u"]) for m in msgs)
+        t_g = sum(np.asarray(m["t_g"], dtype=float) for m in msgs) if cfg.global_basis else None
+        if cfg.use_deviation:
+            a = sum(float(m["a"]) for m in msgs)
+            D = sum(float(m["D"]) for m in msgs)
+            logdet_d = sum(float(m["logdet_d"]) for m in msgs)
+        s2 = float(softplus(g["noise"]))
+        phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+        mg, Lg, Bg = g.get("mg"), g.get("Lg"), g.get("Bg")
+        if cfg.use_global:
+            G = tril_unpack(sum(np.asarray(m["Phi"], dtype=float) for m in msgs), R * M,
+                            symmetric=True)
+            WR = sum(np.asarray(m["WR"], dtype=float) for m in msgs)
+            blk = [slice(r * M, (r + 1) * M) for r in range(R)]
+
+        def global_terms(mg, Lg, Bg):
+            """``|R - H_g B_g^T|^2`` summed over clients, ``R^T H_g``, ``H_g^T H_g``, ``v_g``."""
+            RtH = np.column_stack([WR[blk[r]].T @ mg[r] for r in range(R)])
+            HtH = np.array([[mg[r] @ G[blk[r], blk[s]] @ mg[s] for s in range(R)]
+                            for r in range(R)])
+            v = np.array([np.sum(G[blk[r], blk[r]] * (Lg[r] @ Lg[r].T)) for r in range(R)]) + t_g
+            err = rr - 2 * np.sum(Bg * RtH) + np.sum((Bg.T @ Bg) * HtH)
+            return err, RtH, HtH, v
+
+        def total_E(mg, Lg, Bg, phi):
+            E = c + phi * a if cfg.use_deviation else c
+            if cfg.use_global:
+                err, _, _, v = global_terms(mg, Lg, Bg)
+                E += err + float(np.sum(Bg**2, axis=0) @ v)
+            else:
+                E += rr
+            return E
+
+        for _ in range(self.server_iterations):
+            if cfg.use_global:
+                beta = np.sum(Bg**2, axis=0)
+                Lg = np.stack([block_cov_gram(G[blk[r], blk[r]], beta[r], s2) for r in range(R)])
+                mg = np.array(joint_means_gram(G, WR, list(Bg.T), [1.0] * R, [M] * R, s2))
+                _, RtH, HtH, v = global_terms(mg, Lg, Bg)
+                A = HtH + np.diag(v)
+                Bg = np.linalg.solve(A, RtH.T).T
+            E = total_E(mg, Lg, Bg, phi)
+            s2 = max(E / (n * Q), 1e-10)
+            if cfg.use_deviation:
+                phi = max(optimal_phi(D, a, T * R, M, s2), 1e-10)
+        E = total_E(mg, Lg, Bg, phi)
+        elbo = -0.5 * n * Q * (LOG2PI + np.log(s2)) - E / (2 * s2) - kl_u
+        if cfg.use_deviation:
+            elbo -= 0.5 * (D / phi - T * R * M + T * R * M * np.log(phi) - logdet_d)
+        if cfg.use_global:
+            g["mg"], g["Lg"], g["Bg"] = mg, Lg, Bg
+            elbo -= ilmm_server_kl(g, cfg)[0]
+        g["noise"] = np.asarray(softplus_inv(s2))
+        if cfg.use_deviation:
+            g["phi"] = np.asarray(softplus_inv(phi))
+        # kernel steps every other round, never the last (see the scalar _cavi_server)
+        hyper = [k for k in ("ls_g", "Zg") if k in self.global_keys()]
+        last = state["round"] + 1 >= self.n_rounds
+        consistent = bool(state["elbo"]) and not state.get("moved", False)
+        state["moved"] = False
+        if hyper and consistent and not last:
+            state["moved"] = True
+            grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs) for k in hyper}
+            adam = state["hyper_adam"] or adam_init(g, hyper)
+            g, adam = adam_ascent(g, grads, adam, self.server_lr, hyper,
+                                  scale={"Zg": state["z_scale"]})
+            state["hyper_adam"] = adam
+        state.update(g=g, elbo=state["elbo"] + [float(elbo)])
+        return state
