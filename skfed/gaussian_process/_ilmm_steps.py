@@ -50,6 +50,7 @@ from ._steps import (
     _PFedHGPSteps,
     adam_ascent,
     adam_init,
+    adam_server_update,
     farthest_point_rows,
     grid_in_box,
 )
@@ -332,22 +333,13 @@ class _IlmmSteps(_PFedHGPSteps):
         return state, self._broadcast(state)
 
     def _paper_server(self, state, messages):
-        g = state["g"]
-        keys = self.global_keys()
-        kl, kl_grads = ilmm_server_kl(g, self.cfg)
-        grads = {}
-        for k in keys:
-            total = sum(np.asarray(m["g_" + k], dtype=float) for m in messages.values())
-            if k in STACKED_TRIL:
-                total = _unpack_stack(total, self.M)
-            grads[k] = total - kl_grads.get(k, 0.0)
-        elbo = sum(float(m["value"]) for m in messages.values()) - kl
-        g_new, adam = adam_ascent(g, grads, state["adam"], self.server_lr, keys,
-                                  scale={"Zg": state["z_scale"]})
-        if "Lg" in g_new:
-            g_new["Lg"] = np.tril(g_new["Lg"])
-        state.update(g=g_new, adam=adam, elbo=state["elbo"] + [elbo])
-        return state
+        kl, kl_grads = ilmm_server_kl(state["g"], self.cfg)
+
+        def unpack(k, total):
+            return _unpack_stack(total, self.M) if k in STACKED_TRIL else total
+
+        return adam_server_update(state, messages, self.global_keys(), kl, kl_grads, unpack,
+                                  self.server_lr)
 
     def _cavi_server(self, state, messages):
         cfg = self.cfg

@@ -77,6 +77,26 @@ def adam_ascent(params, grads, state, lr, keys, b1=0.9, b2=0.999, eps=1e-8, scal
 # ----------------------------------------------------------------------------
 # initialisation helpers
 # ----------------------------------------------------------------------------
+def adam_server_update(state, messages, keys, kl, kl_grads, unpack, lr):
+    """The paper's server step: one Adam ascent step on the global block.
+
+    Sums the clients' gradient summaries ``g_<key>`` (``unpack(key, total)``
+    restores packed triangular blocks), subtracts the global KL's gradient
+    and records the federated ELBO. Shared by the scalar and ILMM models.
+    """
+    grads = {}
+    for k in keys:
+        total = sum(np.asarray(m["g_" + k], dtype=float) for m in messages.values())
+        grads[k] = unpack(k, total) - kl_grads.get(k, 0.0)
+    elbo = sum(float(m["value"]) for m in messages.values()) - kl
+    g_new, adam = adam_ascent(state["g"], grads, state["adam"], lr, keys,
+                              scale={"Zg": state["z_scale"]})
+    if "Lg" in g_new:
+        g_new["Lg"] = np.tril(g_new["Lg"])
+    state.update(g=g_new, adam=adam, elbo=state["elbo"] + [elbo])
+    return state
+
+
 def farthest_point_rows(X, m):
     """``m`` distinct rows of ``X`` spread out (greedy farthest-point traversal).
 
@@ -361,22 +381,13 @@ class _PFedHGPSteps(FederatedAlgorithm):
         return state, self._broadcast(state)
 
     def _paper_server(self, state, messages):
-        g = state["g"]
-        keys = self.global_keys()
-        kl, kl_grads = server_kl(g, self.cfg)
-        grads = {}
-        for k in keys:
-            total = sum(np.asarray(m["g_" + k], dtype=float) for m in messages.values())
-            if k in TRIL_KEYS:
-                total = tril_unpack(total, self.M)
-            grads[k] = total - kl_grads.get(k, 0.0)
-        elbo = sum(float(m["value"]) for m in messages.values()) - kl
-        g_new, adam = adam_ascent(g, grads, state["adam"], self.server_lr, keys,
-                                  scale={"Zg": state["z_scale"]})
-        if "Lg" in g_new:
-            g_new["Lg"] = np.tril(g_new["Lg"])
-        state.update(g=g_new, adam=adam, elbo=state["elbo"] + [elbo])
-        return state
+        kl, kl_grads = server_kl(state["g"], self.cfg)
+
+        def unpack(k, total):
+            return tril_unpack(total, self.M) if k in TRIL_KEYS else total
+
+        return adam_server_update(state, messages, self.global_keys(), kl, kl_grads, unpack,
+                                  self.server_lr)
 
     def _cavi_server(self, state, messages):
         cfg = self.cfg
