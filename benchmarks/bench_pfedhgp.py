@@ -11,8 +11,7 @@ Measures, in one run:
 * a single-client fit (deviation and local off) against scikit-learn's exact
   ``GaussianProcessRegressor`` (time and test NLL).
 
-The GPyTorch comparison of the issue is not included: torch is not installed
-in this environment.
+The GPyTorch comparison is ``benchmarks/bench_pfedhgp_gpytorch.py``.
 
 Usage: ``python benchmarks/bench_pfedhgp.py [--quick] [--plot out.png]``
 """
