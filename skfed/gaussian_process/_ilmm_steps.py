@@ -307,30 +307,9 @@ class _IlmmSteps(_PFedHGPSteps):
                 "adam": adam_init(g, self.global_keys()), "hyper_adam": None, "elbo": [],
                 "jitter": 0.0, "y_shift": shift, "y_scale": scale, "shared": None}
 
-    def _broadcast(self, state):
-        b = self.pack_global(state["g"])
-        b["phase"] = np.int64(1)
-        b["y_shift"] = np.asarray(state["y_shift"], dtype=float)
-        b["y_scale"] = np.asarray(state["y_scale"], dtype=float)
-        b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
-        if state.get("shared") is not None:
-            b.update(state["shared"])
-        return b
-
-    def server_step(self, state, messages, rng):
-        if state["phase"] == 0:
-            state = self._setup(messages, rng)
-            return state, self._broadcast(state)
-        state = dict(state)
-        state["jitter"] = max([state["jitter"]] + [float(m["jitter"]) for m in messages.values()])
-        if self.optimizer == "paper":
-            state = self._paper_server(state, messages)
-        else:
-            state = self._cavi_server(state, messages)
-        state["round"] += 1
-        if self.share_local_hypers:
-            state["shared"] = {"ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0)}
-        return state, self._broadcast(state)
+    def _shared_hypers(self, messages):
+        """pFedGP: latent lengthscales averaged (the latent variances are fixed)."""
+        return {"ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0)}
 
     def _paper_server(self, state, messages):
         kl, kl_grads = ilmm_server_kl(state["g"], self.cfg)

@@ -355,8 +355,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def _broadcast(self, state):
         b = self.pack_global(state["g"])
         b["phase"] = np.int64(1)
-        b["y_shift"] = np.float64(state["y_shift"])
-        b["y_scale"] = np.float64(state["y_scale"])
+        b["y_shift"] = np.asarray(state["y_shift"], dtype=float)  # a scalar, or Q values
+        b["y_scale"] = np.asarray(state["y_scale"], dtype=float)
         b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
         if state.get("shared") is not None:
             b.update(state["shared"])
@@ -374,11 +374,15 @@ class _PFedHGPSteps(FederatedAlgorithm):
             state = self._cavi_server(state, messages)
         state["round"] += 1
         if self.share_local_hypers:
-            state["shared"] = {
-                "ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0),
-                "var_l": np.asarray(np.mean([m["var_l"] for m in messages.values()])),
-            }
+            state["shared"] = self._shared_hypers(messages)
         return state, self._broadcast(state)
+
+    def _shared_hypers(self, messages):
+        """pFedGP: the clients' local kernel hyperparameters, averaged (FedAvg-style)."""
+        return {
+            "ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0),
+            "var_l": np.asarray(np.mean([m["var_l"] for m in messages.values()])),
+        }
 
     def _paper_server(self, state, messages):
         kl, kl_grads = server_kl(state["g"], self.cfg)
