@@ -45,10 +45,11 @@ from ._engine import (
 )
 from ._fit import client_summary, combine_summaries
 from ._flower_local import LocalFederation, make_certificates, write_app
+from ._flower_memory import InMemoryGrid
 from ._ledger import Ledger
 from ._protocol import ClientData, check_message
 
-__all__ = ["FlowerFederation", "FlowerTransport", "LocalFederation", "exchange",
+__all__ = ["FlowerFederation", "FlowerTransport", "InMemoryGrid", "LocalFederation", "exchange",
            "make_certificates", "supports_federation", "write_app"]
 
 _CONTRACT = ("_federated_algorithm", "_engine_params", "_set_federated_result",

@@ -12,71 +12,11 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
-
 from skfed.baselines import FedAvgRegressor  # noqa: E402
 from skfed.datasets import make_federated_regression  # noqa: E402
 from skfed.federated import ClientDropout  # noqa: E402
-from skfed.federated.flower import FlowerFederation  # noqa: E402
+from skfed.federated.flower import FlowerFederation, InMemoryGrid  # noqa: E402
 from skfed.linear_model import DPFedDROClassifier  # noqa: E402
-
-
-class InMemoryGrid:
-    """A ``Grid`` whose SuperNodes are ``ClientApp`` calls in this process.
-
-    ``offline_after`` maps a node id to the number of ``train`` messages it
-    answers before it leaves (like a SuperNode stopped by SIGTERM).
-    """
-
-    def __init__(self, federation, node_configs, run_config, offline_after=None):
-        self.federation = federation
-        self.run_config = run_config
-        self.contexts = {
-            100 + i: Context(run_id=1, node_id=100 + i, node_config=cfg, state=RecordDict(),
-                             run_config=run_config)
-            for i, cfg in enumerate(node_configs)
-        }
-        self.offline_after = dict(offline_after or {})
-        self.offline = set()
-        self.replies = {}
-        self.trained = {n: 0 for n in self.contexts}
-
-    def get_node_ids(self):
-        return [n for n in self.contexts if n not in self.offline]
-
-    def push_messages(self, messages):
-        ids = []
-        for msg in messages:
-            msg.metadata.__dict__["_message_id"] = msg.object_id
-            node = msg.metadata.dst_node_id
-            ids.append(msg.metadata.message_id)
-            if node in self.offline:
-                continue
-            if msg.metadata.message_type == "train":
-                if self.trained[node] == self.offline_after.get(node, -1):
-                    self.offline.add(node)  # leaves without answering
-                    continue
-                self.trained[node] += 1
-            TaskIdentity.node_id = node
-            try:
-                reply = self.federation.client_app(message=msg, context=self.contexts[node])
-            except Exception as exc:  # the Flower runtime turns it into an error reply
-                reply = Message(Error(code=1, reason=f"{type(exc).__name__}: {exc}"),
-                                reply_to=msg)
-            self.replies[msg.metadata.message_id] = reply
-        return ids
-
-    def pull_messages(self, message_ids):
-        return [self.replies.pop(i) for i in message_ids if i in self.replies]
-
-    def run(self):
-        TaskIdentity.run_id = 1
-        TaskIdentity.task_id = 1
-        TaskIdentity.node_id = 0
-        context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                          run_config=self.run_config)
-        return self.federation._server_main(self, context)
 
 
 def _fedavg(run_config):
