@@ -17,10 +17,14 @@ kept in the SuperNode's ``context.state`` and never leaves the site.
 
 Message types: ``query.setup`` (each site validates its data and sends its
 set-up summary: row and feature counts, plus the estimator's extras such as
-class labels), ``train.init`` (the combined set-up summary, counted in the
-ledger like the in-process set-up exchange, and the control values seed and
-client index, not counted), ``train`` (one round), ``train.finalize`` (the
-final broadcast, when the algorithm asks for it).
+class labels), ``train`` (one round), ``train.finalize`` (the final
+broadcast, when the algorithm asks for it). The first message a site gets
+after the set-up also carries the combined set-up summary (counted in the
+ledger as the in-process set-up exchange is) and the control values seed and
+client index (not counted): the site builds the algorithm and its local
+state from them. Folding this into the first round saves a whole exchange,
+which on Flower costs seconds (each message starts a ``flwr-clientapp``
+process).
 """
 
 import inspect
@@ -194,26 +198,37 @@ class FlowerTransport:
         Byte counters ``{"up", "down"}`` to add the serialized payloads to.
     offline_grace : float, default=10.0
         See :func:`exchange`.
+    setup : mapping or None, default=None
+        The combined set-up summary. Until a site has answered once, its
+        messages carry it (and ``entropy``), so the site can build the
+        algorithm and its local state first.
+    entropy : int or None, default=None
+        Seed of the random streams (see :func:`skfed.federated.round_rng`).
     """
 
-    def __init__(self, grid, node_ids, labels, timeout, wire=None, offline_grace=10.0):
+    def __init__(self, grid, node_ids, labels, timeout, wire=None, offline_grace=10.0,
+                 setup=None, entropy=None):
         self.grid = grid
         self.node_ids = list(node_ids)
         self.labels = list(labels)
         self.timeout = timeout
         self.wire = {"up": 0, "down": 0} if wire is None else wire
         self.offline_grace = offline_grace
+        self.setup = setup
+        self.entropy = entropy
+        self.started = set()
+
+    def _message(self, k, message_type, arrays, config):
+        content = {"arrays": _to_record(arrays),
+                   "config": ConfigRecord({**config, "client-index": int(k)})}
+        if self.setup is not None and k not in self.started:
+            content["setup"] = _to_record(self.setup)
+            content["config"]["entropy"] = str(self.entropy)
+        return Message(RecordDict(content), dst_node_id=self.node_ids[k],
+                       message_type=message_type)
 
     def _exchange(self, asked, message_type, arrays, config):
-        messages = {
-            int(k): Message(
-                RecordDict({"arrays": _to_record(arrays),
-                            "config": ConfigRecord({**config, "client-index": int(k)})}),
-                dst_node_id=self.node_ids[k],
-                message_type=message_type,
-            )
-            for k in asked
-        }
+        messages = {int(k): self._message(int(k), message_type, arrays, config) for k in asked}
         replies, lost = exchange(self.grid, messages, self.timeout, wire=self.wire,
                                  offline_grace=self.offline_grace)
         outcomes = []
@@ -225,6 +240,7 @@ class FlowerTransport:
             elif reply.has_error():
                 outcomes.append((False, ClientDropout(f"{where} failed: {reply.error.reason}")))
             else:
+                self.started.add(int(k))
                 outcomes.append((True, check_message(_from_record(reply.content["arrays"]),
                                                      sender=f"client {self.labels[k]!r}")))
         return outcomes
@@ -298,7 +314,6 @@ class FlowerFederation:
         self.server_app.main()(self._server_main)
         self.client_app = ClientApp()
         self.client_app.query("setup")(self._client_setup)
-        self.client_app.train("init")(self._client_init)
         self.client_app.train()(self._client_round)
         self.client_app.train("finalize")(self._client_finalize)
 
@@ -330,35 +345,38 @@ class FlowerFederation:
         )
         return reply
 
-    def _load_state(self, context):
-        record = context.state[_STATE_KEY]
-        return pickle.loads(record["state"]), int(record["index"]), int(record["entropy"])
-
     def _save_state(self, context, state, index, entropy, algorithm):
         context.state[_STATE_KEY] = ConfigRecord({
             "state": pickle.dumps(state), "index": index, "entropy": str(entropy),
             "algorithm": pickle.dumps(algorithm),
         })
 
-    def _client_init(self, msg, context):
-        estimator, X, y, label = self._site(context)
+    def _start(self, msg, estimator, X, y, label):
+        """Build the algorithm and the initial local state from the set-up summary."""
         config = msg.content["config"]
         index, entropy = int(config["client-index"]), int(config["entropy"])
-        setup = check_message(_from_record(msg.content["arrays"]), sender="server",
+        setup = check_message(_from_record(msg.content["setup"]), sender="server",
                               allow_text=True)
         algorithm = estimator._federated_algorithm(setup)
         data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
         state = algorithm.client_init(data, round_rng(entropy, _CLIENT_INIT, index))
-        self._save_state(context, state, index, entropy, algorithm)
-        return self._reply(msg, {})
+        return algorithm, data, state, index, entropy
 
     def _step(self, msg, context, final):
-        _, X, y, label = self._site(context)
-        state, index, entropy = self._load_state(context)
-        algorithm = pickle.loads(context.state[_STATE_KEY]["algorithm"])
+        estimator, X, y, label = self._site(context)
+        if _STATE_KEY in context.state:
+            record = context.state[_STATE_KEY]
+            state, index, entropy = (pickle.loads(record["state"]), int(record["index"]),
+                                     int(record["entropy"]))
+            algorithm = pickle.loads(record["algorithm"])
+            data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
+        elif "setup" in msg.content.array_records:
+            algorithm, data, state, index, entropy = self._start(msg, estimator, X, y, label)
+        else:
+            raise RuntimeError(f"site {label!r} got a {msg.metadata.message_type!r} message "
+                               "before the set-up summary.")
         rnd = int(msg.content["config"]["round"])
         broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
-        data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
         if final:
             state = algorithm.client_finalize(data, state, broadcast,
                                               round_rng(entropy, _CLIENT_FINAL, index, rnd))
@@ -430,24 +448,9 @@ class FlowerFederation:
         algorithm = estimator._federated_algorithm(setup)
         entropy = seed_entropy(params["random_state"])
 
-        init = {
-            k: Message(
-                RecordDict({"arrays": _to_record(setup),
-                            "config": ConfigRecord({"client-index": k, "entropy": str(entropy)})}),
-                dst_node_id=node, message_type="train.init",
-            )
-            for k, (_, node, _) in enumerate(sites)
-        }
-        answered, lost = exchange(grid, init, self.round_timeout, wire=wire,
-                                  offline_grace=self.offline_grace)
-        for k, (label, node, _) in enumerate(sites):
-            reply = answered.get(k)
-            if reply is None or reply.has_error():
-                reason = lost[k] if reply is None else reply.error.reason
-                raise RuntimeError(f"site {label!r} (node {node}) failed to start: {reason}")
-
         transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout,
-                                    wire=wire, offline_grace=self.offline_grace)
+                                    wire=wire, offline_grace=self.offline_grace, setup=setup,
+                                    entropy=entropy)
         server_state, participation = _drive_rounds(
             algorithm, transport, params["n_rounds"],
             _check_fraction(params.get("client_fraction", 1.0)),

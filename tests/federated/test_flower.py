@@ -39,7 +39,7 @@ federation = FlowerFederation(make_estimator, load_data, round_timeout=900)
 server_app = federation.server_app
 client_app = federation.client_app
 """
-RUN_CONFIG = {"n-rounds": 5, "policy": "raise", "estimator": "fedavg"}
+RUN_CONFIG = {"n-rounds": 2, "policy": "raise", "estimator": "fedavg"}
 
 
 def _classification_data():
@@ -97,8 +97,8 @@ def _same_ledger_totals(a, b):
 
 def test_flower_run_equals_in_process_fit(sites, running, tmp_path):
     root, X, y, groups, configs = sites
-    remote = _run(running, tmp_path, **{**RUN_CONFIG, "n-rounds": 5})
-    local = FedAvgRegressor(n_rounds=5, fine_tune_epochs=2, random_state=0).fit(
+    remote = _run(running, tmp_path, **RUN_CONFIG)
+    local = FedAvgRegressor(n_rounds=2, fine_tune_epochs=2, random_state=0).fit(
         X, y, groups=groups)
     np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-8)
     assert remote.intercept_ == pytest.approx(local.intercept_, abs=1e-8)
@@ -110,8 +110,8 @@ def test_flower_run_equals_in_process_fit(sites, running, tmp_path):
 def test_dp_fed_dro_on_flower_equals_in_process_fit(running, tmp_path):
     """Same noise streams on the sites: the released models agree to 1e-8."""
     X, y, groups = _classification_data()
-    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "dpfeddro", "n-rounds": 4})
-    local = DPFedDROClassifier(epsilon=0.5, delta=1e-5, n_rounds=4, fit_intercept=True,
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "dpfeddro"})
+    local = DPFedDROClassifier(epsilon=0.5, delta=1e-5, n_rounds=2, fit_intercept=True,
                                intercept_scaling=0.5, random_state=0).fit(X, y, groups=groups)
     assert remote.classes_.tolist() == ["setosa", "versicolor", "virginica"]
     np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-8)

@@ -57,6 +57,38 @@ def test_in_memory_grid_equals_in_process_fit(regression_sites):
     assert a.wire_bytes["up"] + a.wire_bytes["down"] < a.total_bytes + 200 * n_arrays
 
 
+def test_set_up_summary_reaches_each_site_once_with_its_first_message(regression_sites):
+    """No separate start-up exchange: a site not sampled in round 0 starts later."""
+    X, y, groups, data = regression_sites
+
+    def make(run_config):
+        return FedAvgRegressor(n_rounds=4, fine_tune_epochs=1, client_fraction=0.5,
+                               random_state=3)
+
+    grid = _grid(make, data)
+    sent = []
+    push = grid.push_messages
+
+    def spy(messages):
+        messages = list(messages)
+        sent.extend((m.metadata.dst_node_id, m.metadata.message_type,
+                     "setup" in m.content.array_records) for m in messages)
+        return push(messages)
+
+    grid.push_messages = spy
+    remote = grid.run()
+    local = make({}).fit(X, y, groups=groups)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-12)
+    assert remote.communication_.total_bytes == local.communication_.total_bytes
+    assert {t for _, t, _ in sent} == {"query.setup", "train", "train.finalize"}
+    for node in grid.contexts:
+        carried = [has for n, t, has in sent if n == node and t != "query.setup"]
+        assert carried[0] and not any(carried[1:])  # the first message only
+    # with 2 of 3 sites per round, some site first hears of the run after round 0
+    first_round = {n for n, t, has in sent[3:5]}
+    assert len(first_round) == 2 and set(grid.contexts) - first_round
+
+
 def test_dp_fed_dro_with_text_labels_equals_in_process_fit():
     rng = np.random.default_rng(1)
     groups = np.repeat([0, 1, 2], [15, 20, 25])
