@@ -1,5 +1,6 @@
 """FedAvg for linear regression, with optional local fine-tuning (a pFL baseline)."""
 
+import copy
 import numbers
 
 import numpy as np
@@ -254,6 +255,15 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.n_features_in_ = int(setup["n_features"])
         self.n_iter_ = result.n_rounds
         self.communication_ = result.ledger
+
+    def _with_site_state(self, label, state):
+        """This fitted model with one site's fine-tuned model (see ``skfed.federated.flower``)."""
+        site = copy.deepcopy(self)
+        coef, intercept = state if self.fine_tune_epochs else (self.coef_, self.intercept_)
+        site.clients_ = np.array([label])
+        site.client_coefs_ = np.asarray(coef)[None]
+        site.client_intercepts_ = np.array([intercept], dtype=float)
+        return site
 
     def predict(self, X, groups=None):
         """Predict with each row's client model (the global model for others).

@@ -27,7 +27,9 @@ which on Flower costs seconds (each message starts a ``flwr-clientapp``
 process).
 """
 
+import copy
 import inspect
+import os
 import pickle
 import time
 
@@ -54,7 +56,7 @@ from ._ledger import Ledger
 from ._protocol import ClientData, check_message
 
 __all__ = ["FlowerFederation", "FlowerTransport", "InMemoryGrid", "LocalFederation", "exchange",
-           "make_certificates", "supports_federation", "write_app"]
+           "make_certificates", "site_model", "supports_federation", "write_app"]
 
 _CONTRACT = ("_federated_algorithm", "_engine_params", "_set_federated_result",
              "_validate_site_data")
@@ -75,6 +77,46 @@ def _n_positional(func):
 def supports_federation(estimator):
     """Whether ``estimator`` follows the contract of :func:`skfed.federated.fit_federated`."""
     return all(hasattr(estimator, name) for name in _CONTRACT)
+
+
+def site_model(estimator, path):
+    """A site's personalized model, in the site's own process.
+
+    During a Flower run each site whose node config names a file under
+    :class:`FlowerFederation`'s ``site_model_key`` (``"model-path"`` by
+    default) keeps its local state there, updated after each of its steps;
+    nothing of it is sent. This combines that file with the fitted estimator
+    the run returned (the shared parts, as released to the sites).
+
+    Parameters
+    ----------
+    estimator : fitted skfed estimator
+        The run's result (``run_config["output"]``).
+    path : str or path-like
+        The site's file.
+
+    Returns
+    -------
+    model : fitted estimator
+        A copy of ``estimator`` whose only client is this site, with its
+        personalized parts: ``model.predict(X, groups=[label] * len(X))``
+        equals the personalized prediction of an in-process fit. Estimators
+        without personalized parts (e.g. ``DPFedDROClassifier``) return an
+        unchanged copy.
+    """
+    with open(path, "rb") as fh:
+        saved = pickle.load(fh)
+    if type(estimator).__name__ != saved["estimator"]:
+        raise ValueError(f"{path} holds the state of a {saved['estimator']} site, not of a "
+                         f"{type(estimator).__name__} (estimator).")
+    labels = list(getattr(estimator, "clients_", []))
+    if saved["label"] not in labels:
+        raise ValueError(f"site {saved['label']!r} of {path} is not a client of this fitted "
+                         f"estimator (clients_ = {labels}).")
+    hook = getattr(estimator, "_with_site_state", None)
+    if hook is None:
+        return copy.deepcopy(estimator)
+    return hook(saved["label"], saved["state"])
 
 
 def _to_record(message):
@@ -280,6 +322,11 @@ class FlowerFederation:
     offline_grace : float, default=10
         Seconds a SuperNode must stay offline before it counts as gone (a
         live node's heartbeat can be late on a busy machine).
+    site_model_key : str, default="model-path"
+        Node-config key naming a file on the site where the site keeps its
+        local state after each of its steps (never sent); :func:`site_model`
+        turns it into the site's personalized model. Sites without the key
+        keep nothing.
 
     Attributes
     ----------
@@ -295,7 +342,8 @@ class FlowerFederation:
     """
 
     def __init__(self, make_estimator, load_data, *, client_key="client-id", min_nodes=None,
-                 connect_timeout=120.0, round_timeout=600.0, offline_grace=10.0):
+                 connect_timeout=120.0, round_timeout=600.0, offline_grace=10.0,
+                 site_model_key="model-path"):
         probe = make_estimator({})
         if not supports_federation(probe):
             raise TypeError(
@@ -310,6 +358,7 @@ class FlowerFederation:
         self.connect_timeout = connect_timeout
         self.round_timeout = round_timeout
         self.offline_grace = offline_grace
+        self.site_model_key = site_model_key
         self.server_app = ServerApp()
         self.server_app.main()(self._server_main)
         self.client_app = ClientApp()
@@ -386,7 +435,18 @@ class FlowerFederation:
                                                    round_rng(entropy, _CLIENT_STEP, index, rnd))
             message = check_message(message, sender=f"client {label!r}")
         self._save_state(context, state, index, entropy, algorithm)
+        path = context.node_config.get(self.site_model_key)
+        if path:
+            self._keep_site_state(str(path), estimator, label, state)
         return self._reply(msg, message)
+
+    @staticmethod
+    def _keep_site_state(path, estimator, label, state):
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            pickle.dump({"estimator": type(estimator).__name__, "label": label,
+                         "state": state}, fh)
+        os.replace(tmp, path)  # a reader never sees half a file
 
     def _client_round(self, msg, context):
         return self._step(msg, context, final=False)

@@ -168,3 +168,31 @@ def test_estimator_without_the_contract_is_refused():
 
     with pytest.raises(TypeError, match="Ridge does not support federation"):
         FlowerFederation(lambda config: Ridge(), lambda config: None)
+
+
+def test_site_keeps_its_personalized_model_on_the_site(regression_sites, tmp_path):
+    """``site_model`` gives a site the personalized prediction of an in-process fit."""
+    from skfed.federated.flower import site_model
+
+    X, y, groups, data = regression_sites
+
+    def load_data(node_config):
+        return data[node_config["client-id"]]
+
+    configs = [{"client-id": k, "model-path": str(tmp_path / f"site{k}.pkl")} for k in range(3)]
+    grid = InMemoryGrid(FlowerFederation(_fedavg, load_data, round_timeout=5), configs,
+                        {"min-nodes": 3})
+    remote = grid.run()
+    local = _fedavg({}).fit(X, y, groups=groups)
+    for k in range(3):
+        site = site_model(remote, tmp_path / f"site{k}.pkl")
+        rows = X[groups == k]
+        np.testing.assert_allclose(site.predict(rows, groups=np.full(len(rows), k)),
+                                   local.predict(rows, groups=np.full(len(rows), k)),
+                                   rtol=0, atol=1e-12)
+        assert site.clients_.tolist() == [k]
+    # the personalized models differ from the global one the server holds
+    assert not np.allclose(site.client_coefs_[0], remote.coef_)
+    with pytest.raises(ValueError, match="not a client"):
+        site_model(_fedavg({}).fit(X[groups < 2], y[groups < 2], groups=groups[groups < 2]),
+                   tmp_path / "site2.pkl")
