@@ -10,6 +10,7 @@ pytest.importorskip("flwr")
 
 from skfed.baselines import FedAvgRegressor  # noqa: E402
 from skfed.datasets import make_federated_regression  # noqa: E402
+from skfed.federated.flower import site_model  # noqa: E402
 from skfed.linear_model import DPFedDROClassifier  # noqa: E402
 
 
@@ -62,7 +63,8 @@ def sites(tmp_path_factory):
         path = root / f"site{k}.npz"
         np.savez(path, X_fedavg=X[groups == k], y_fedavg=y[groups == k],
                  X_dpfeddro=Xc[gc == k], y_dpfeddro=yc[gc == k])
-        configs.append({"client-id": k, "data-path": str(path)})
+        configs.append({"client-id": k, "data-path": str(path),
+                        "model-path": str(root / f"site{k}-model.pkl")})
     return root, X, y, groups, configs
 
 
@@ -105,6 +107,12 @@ def test_flower_run_equals_in_process_fit(sites, running, tmp_path):
     np.testing.assert_allclose(remote.predict(X[:5]), local.predict(X[:5]), atol=1e-8)
     assert remote.clients_.tolist() == [0, 1, 2]
     _same_ledger_totals(remote.communication_, local.communication_)
+    # each SuperNode kept its fine-tuned model in its own file
+    for k, config in enumerate(configs):
+        mine = site_model(remote, config["model-path"])
+        rows = X[groups == k]
+        np.testing.assert_allclose(mine.predict(rows, groups=[k] * len(rows)),
+                                   local.predict(rows, groups=[k] * len(rows)), atol=1e-8)
 
 
 def test_dp_fed_dro_on_flower_equals_in_process_fit(running, tmp_path):
