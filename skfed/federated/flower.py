@@ -332,6 +332,9 @@ class FlowerFederation:
     ----------
     server_app : flwr.serverapp.ServerApp
     client_app : flwr.clientapp.ClientApp
+    fitted_ : estimator or None
+        The estimator fitted by the last run whose ``ServerApp`` ran in this
+        process (with Flower's simulation engine, the caller's process).
 
     Notes
     -----
@@ -359,6 +362,7 @@ class FlowerFederation:
         self.round_timeout = round_timeout
         self.offline_grace = offline_grace
         self.site_model_key = site_model_key
+        self.fitted_ = None
         self.server_app = ServerApp()
         self.server_app.main()(self._server_main)
         self.client_app = ClientApp()
@@ -520,6 +524,7 @@ class FlowerFederation:
         result = FederationResult(server_state=server_state, client_states=None, ledger=ledger,
                                   n_rounds=len(participation), participation=participation)
         estimator._set_federated_result(result, setup, np.array(labels))
+        self.fitted_ = estimator
         output = run_config.get("output")
         if output:
             with open(output, "wb") as fh:
