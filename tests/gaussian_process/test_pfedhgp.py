@@ -106,7 +106,7 @@ def test_fitted_attributes_and_ledger(fitted, data):
     ledger = fitted.communication_
     n_rows = {int(g): int(np.sum(data.groups_train == g)) for g in range(3)}
     up = [r for r in ledger.records if r.direction == "up"]
-    assert len(up) == 3 * (8 + 1)  # set-up round + training rounds
+    assert len(up) == 3 * (1 + 1 + 8)  # set-up exchange, set-up round, training rounds
     for r in up:
         # nothing row-shaped crosses: every array is sized by M, d or a scalar
         for shape in r.shapes:
