@@ -21,7 +21,9 @@ with the ILMM blocks of :mod:`._ilmm`:
   ``phi``, and takes an Adam step on the global lengthscales and ``Z_g``.
 
 Raw rows, client posteriors, client loadings and local kernels stay on the
-clients.
+clients; with ``release_population`` each client adds its local lengthscales
+and the outer products ``b b^T`` of its loading columns to its last message
+(for the population prediction).
 """
 
 import numpy as np

@@ -700,8 +700,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         if self._locals is None:
             seen = index[index >= 0]
             if seen.size:
+                label = self.clients_.tolist()[seen[0]]
                 raise ValueError(
-                    f"client {self.clients_[seen[0]]!r} was fitted on a distributed engine: "
+                    f"client {label!r} was fitted on a distributed engine: "
                     "its personalized model lives on its site. Predict there, or pass "
                     "groups=None for the population prediction."
                 )

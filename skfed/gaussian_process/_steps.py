@@ -20,7 +20,9 @@ the last round when the clients release their population summaries, see
   optimum (coordinate ascent, spec 4.2-4.4) and takes one Adam step on the
   global kernel hyperparameters and ``Z_g``.
 
-Raw rows, ``q(delta_i)``, ``q(u_i)`` and the local kernel stay on the client.
+Raw rows, ``q(delta_i)``, ``q(u_i)`` and the local kernel stay on the client,
+except that with ``release_population`` each client adds its local kernel
+hyperparameters to its last message (for the population prediction).
 """
 
 import functools

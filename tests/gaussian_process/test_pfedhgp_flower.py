@@ -107,7 +107,8 @@ def test_population_local_none_sends_less(scalar_data, multi_data):
         remote = flower_fit(est, X, y, g)
         assert_same_fit(remote, none, d.X_test)
         # only the last round's messages differ; the global model does not
-        up_m, up_n = median.communication_.bytes_up_per_round, none.communication_.bytes_up_per_round
+        up_m = median.communication_.bytes_up_per_round
+        up_n = none.communication_.bytes_up_per_round
         np.testing.assert_array_equal(up_m[:-1], up_n[:-1])
         assert up_m[-1] > up_n[-1]
         np.testing.assert_array_equal(median.elbo_, none.elbo_)
