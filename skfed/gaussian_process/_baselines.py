@@ -1,7 +1,6 @@
 """The paper's pFedGP baseline (adapted, spec 5.4): client GPs with FedAvg'd kernels."""
 
 
-from ..base import transactional_fit
 from ..utils._validation import check_positive_int
 from ._elbo import ModelConfig
 from ._ilmm import IlmmConfig
@@ -11,6 +10,7 @@ from ._pfedhgp import (
     OPTIMIZERS,
     PFedHGPRegressor,
     _check_n_latents,
+    _check_population_local,
     _check_positive,
 )
 
@@ -57,7 +57,14 @@ class PFedGPRegressor(PFedHGPRegressor):
     normalize_y : bool, default=False
     jitter : float, default=1e-6
     unknown_client : {"global", "error"}, default="global"
-        Unseen clients get the prior with the shared kernel.
+        Unseen clients get the population prediction: a GP prior.
+    population_local : {"median", "none"}, default="median"
+        The kernel of that prior. ``"median"``: the clients' median final
+        kernel hyperparameters, which they send in the last round anyway
+        (multi-output: their packed loading outer products ``b b^T`` too,
+        released by the sites for this purpose, see
+        :class:`PFedHGPRegressor`). ``"none"``: the server keeps nothing and
+        the population prediction is the noise alone.
     random_state : int, RandomState instance or None, default=None
     n_jobs : int or None, default=None
     verbose : int, default=0
@@ -66,7 +73,8 @@ class PFedGPRegressor(PFedHGPRegressor):
     ----------
     clients_, lengthscales_local_, variances_local_, inducing_local_,
     noise_variance_, elbo_, jitter_, communication_, n_features_in_
-        As in :class:`PFedHGPRegressor`.
+        As in :class:`PFedHGPRegressor` (the per-client ones are ``None``
+        when fitted on a distributed engine).
 
     Examples
     --------
@@ -100,6 +108,7 @@ class PFedGPRegressor(PFedHGPRegressor):
         normalize_y=False,
         jitter=1e-6,
         unknown_client="global",
+        population_local="median",
         random_state=None,
         n_jobs=None,
         verbose=0,
@@ -120,6 +129,7 @@ class PFedGPRegressor(PFedHGPRegressor):
         self.normalize_y = normalize_y
         self.jitter = jitter
         self.unknown_client = unknown_client
+        self.population_local = population_local
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
@@ -168,6 +178,7 @@ class PFedGPRegressor(PFedHGPRegressor):
             local_steps=local_steps, local_lr=self.local_lr, server_lr=self.server_lr,
             normalize_y=bool(self.normalize_y), share_local_hypers=True,
             n_rounds=int(self.n_rounds),
+            release_population=_check_population_local(self.population_local),
         )
 
     def _check_client_sizes(self, X, groups, steps):
@@ -176,7 +187,6 @@ class PFedGPRegressor(PFedHGPRegressor):
         except ValueError as exc:
             raise ValueError(str(exc).replace("n_inducing_local", "n_inducing")) from None
 
-    @transactional_fit
     def fit(self, X, y, groups=None):
         """Fit one sparse GP per client with FedAvg'd kernel hyperparameters.
 
@@ -190,7 +200,4 @@ class PFedGPRegressor(PFedHGPRegressor):
         -------
         self : PFedGPRegressor
         """
-        X, y, n_outputs = self._validate_fit_data(X, y)
-        steps = self._steps_algorithm(X.shape[1], n_outputs)
-        self._check_client_sizes(X, groups, steps)
-        return self._fit_federation(X, y, groups, steps)
+        return super().fit(X, y, groups=groups)

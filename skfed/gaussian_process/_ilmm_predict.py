@@ -16,13 +16,16 @@ local loadings of its own. Its deviation and local latents follow their
 priors (``phi k_g^(r)``, and ``k_l^(r)`` with the clients' median local
 lengthscale of latent ``r``), mapped through the clients' average loading
 outer product ``mean_i b_i^(r) b_i^(r)T``: the covariance of ``b h`` when the
-new client's loading column is drawn from the fitted clients' loadings.
+new client's loading column is drawn from the fitted clients' loadings. The
+outer products and lengthscales are those the clients released in the last
+round (the server state's ``released``); without them (``population_local=
+"none"``) both terms are left out.
 """
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ._elbo import chol_jitter, softplus
+from ._elbo import chol_jitter, softplus, tril_unpack
 from ._kernels import kernel_matrix
 
 
@@ -47,7 +50,12 @@ class _Cov:
             self.a[rows] += c[:, None, None] * P
 
 
-def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False):
+def _mean_outer(packed, Q):
+    """Mean over clients of the packed ``Q x Q`` outer products ``packed[i]``."""
+    return np.mean([tril_unpack(v, Q, symmetric=True) for v in packed], axis=0)
+
+
+def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False, released=None):
     """Predictive mean ``(n, Q)`` and covariance (normalized units).
 
     Parameters
@@ -56,8 +64,9 @@ def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False):
     index : ndarray of shape (n,)
         Client index of each row (-1: population).
     cfg : IlmmConfig
-    g, locs : dict, list of dict
-        Raw global and client parameters.
+    g, locs : dict, list of dict or None
+        Raw global and client parameters (``locs`` is only read for rows of
+        seen clients).
     jitter : float
     joint : bool
         ``(n, Q, n, Q)`` joint covariance of every row and output (rows of
@@ -65,6 +74,11 @@ def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False):
         ``(n, Q, Q)`` per row.
     latent : bool
         Leave out the observation noise.
+    released : dict or None
+        The clients' last-round release, stacked over clients: packed outer
+        products ``Pd`` ``(T, R_g, Q(Q+1)/2)``, ``Pl`` ``(T, R_l, Q(Q+1)/2)``
+        and raw local lengthscales ``ls_l`` ``(T, R_l, 1 or d)``. ``None``:
+        population rows get the global part and the noise only.
     """
     n, Q = Xs.shape[0], cfg.n_outputs
     mean = np.zeros((n, Q))
@@ -111,16 +125,15 @@ def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False):
                     else:
                         c = np.sum(A * A, axis=0) + cfg.variance_local - np.sum(V * V, axis=0)
                     cov.add(rows, c, np.outer(b, b))
-        else:
+        elif released is not None:
             if cfg.use_deviation:
                 for r, (_, K, _) in enumerate(Wg):
-                    P = np.mean([np.outer(lc["Bd"][:, r], lc["Bd"][:, r]) for lc in locs], axis=0)
-                    cov.add(rows, phi * K[sub], P)
+                    cov.add(rows, phi * K[sub], _mean_outer(released["Pd"][:, r], Q))
             if cfg.use_local:
                 for r in range(cfg.R_l):
-                    ls = np.median([softplus(lc["ls_l"][r]) for lc in locs], axis=0)
+                    ls = np.median(softplus(released["ls_l"][:, r]), axis=0)
                     ls = np.broadcast_to(ls, (cfg.n_features,)).astype(float)
-                    P = np.mean([np.outer(lc["Bl"][:, r], lc["Bl"][:, r]) for lc in locs], axis=0)
+                    P = _mean_outer(released["Pl"][:, r], Q)
                     c = kernel_matrix(Xs[rows], Xs[rows], ls, cfg.variance_local, cfg.kind) \
                         if joint else np.full(rows.size, cfg.variance_local)
                     cov.add(rows, c, P)

@@ -21,7 +21,9 @@ with the ILMM blocks of :mod:`._ilmm`:
   ``phi``, and takes an Adam step on the global lengthscales and ``Z_g``.
 
 Raw rows, client posteriors, client loadings and local kernels stay on the
-clients.
+clients; with ``release_population`` each client adds its local lengthscales
+and the outer products ``b b^T`` of its loading columns to its last message
+(for the population prediction).
 """
 
 import numpy as np
@@ -53,6 +55,7 @@ from ._steps import (
     adam_server_update,
     farthest_point_rows,
     grid_in_box,
+    one_blas_thread,
 )
 
 STACKED_TRIL = ("Lg",)
@@ -80,6 +83,11 @@ def pca_loadings(C, R, n_components, prior_var, rng, perturb=0.1):
 
 def _pack_stack(L):
     return np.stack([tril_pack(Lr) for Lr in L])
+
+
+def _outer_stack(B):
+    """Packed ``b b^T`` of each column ``b`` of ``B``, shape ``(R, Q (Q + 1) / 2)``."""
+    return np.stack([tril_pack(np.outer(b, b)) for b in B.T])
 
 
 def _unpack_stack(v, m):
@@ -158,6 +166,7 @@ class _IlmmSteps(_PFedHGPSteps):
             loc["Bl"] = pca_loadings(C, cfg.R_l, n_comp, cfg.variance_local, rng)
         return loc
 
+    @one_blas_thread
     def client_step(self, data, state, broadcast, rng):
         if int(broadcast["phase"]) == 0:
             Y = np.asarray(data.y, dtype=float)
@@ -192,9 +201,31 @@ class _IlmmSteps(_PFedHGPSteps):
             msg = self._cavi_message(X, Y, g, loc, gbs, lbs)
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
+        if int(broadcast["phase"]) == 2:
+            msg.update(self.population_release(loc))
         jit = max(jit, jit_l, state["jitter"])
         msg["jitter"] = jit
         return {"loc": loc, "adam": adam, "jitter": jit, "loadings": True}, msg
+
+    def population_release(self, loc):
+        """What a client releases in the last round for the population prediction.
+
+        Per latent ``r``, the outer products ``b b^T`` of its deviation and
+        local loading columns (packed lower triangles, ``Pd`` and ``Pl``) and
+        its local lengthscales: the server averages the outer products and
+        takes the median lengthscale (see :mod:`._ilmm_predict`).
+        """
+        cfg, out = self.cfg, {}
+        if cfg.use_deviation:
+            out["Pd"] = _outer_stack(loc["Bd"])
+        if cfg.use_local:
+            out["Pl"] = _outer_stack(loc["Bl"])
+            out["ls_l"] = loc["ls_l"]
+        return out
+
+    def population_release_keys(self):
+        return (["Pd"] if self.cfg.use_deviation else []) + \
+            (["Pl", "ls_l"] if self.cfg.use_local else [])
 
     def _paper_local(self, X, Y, g, loc, gbs, adam, zscale):
         keys = self.local_keys()
@@ -305,7 +336,8 @@ class _IlmmSteps(_PFedHGPSteps):
         width = np.where(hi > lo, hi - lo, 1.0)
         return {"phase": 1, "g": g, "z_scale": width / 10.0, "round": 0,
                 "adam": adam_init(g, self.global_keys()), "hyper_adam": None, "elbo": [],
-                "jitter": 0.0, "y_shift": shift, "y_scale": scale, "shared": None}
+                "jitter": 0.0, "y_shift": shift, "y_scale": scale, "shared": None,
+                "released": None}
 
     def _shared_hypers(self, messages):
         """pFedGP: latent lengthscales averaged (the latent variances are fixed)."""

@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_limits
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import FederatedEstimatorMixin, transactional_fit
-from ..federated import Federation, run_federation
+from ..federated import fit_federated
 from ..utils._validation import check_groups, check_positive_int
 from ._elbo import ModelConfig, chol_jitter, softplus
 from ._ilmm import IlmmConfig
@@ -24,12 +24,25 @@ __all__ = ["PFedHGPRegressor"]
 COMPONENTS = ("global", "deviation", "local")
 OPTIMIZERS = ("paper", "cavi")
 DEFAULT_LOCAL_STEPS = {"paper": 80, "cavi": 10}
+POPULATION_LOCAL = ("median", "none")
+
+
+def _n_outputs(y):
+    """``Q`` of a validated 2-D ``y``; ``None`` for 1-D ``y`` (the scalar model)."""
+    return y.shape[1] if y.ndim == 2 else None
 
 
 def _check_positive(value, name):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
     return float(value)
+
+
+def _check_population_local(value):
+    """Whether the clients release their population summaries (``"median"``)."""
+    if not (isinstance(value, str) and value in POPULATION_LOCAL):
+        raise ValueError(f"population_local must be one of {POPULATION_LOCAL}, got {value!r}.")
+    return value == "median"
 
 
 def _check_components(components):
@@ -86,10 +99,16 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     global block fixed and sends only its gradient summary (or the equivalent
     sufficient statistics in ``optimizer="cavi"``); the server updates
     ``q(u_g)``, ``phi``, the noise, the global kernel and ``Z_g``. Raw rows,
-    deviation and local posteriors and local kernels stay on the clients;
+    deviation and local posteriors and loadings stay on the clients (local
+    kernels too, except for the last-round release of ``population_local``);
     ``communication_`` records what crossed. There is no differential privacy
     or secure aggregation: "privacy-preserving" here means data locality.
 
+    The fit follows the contract of :func:`skfed.federated.fit_federated`, so
+    it runs unchanged on a Flower federation
+    (:class:`skfed.federated.flower.FlowerFederation`) with the same fitted
+    global model and ``communication_``. In the set-up exchange (ledger round
+    -1) each site sends its row and feature counts and its number of outputs.
     Round 0 is a set-up round in which each client sends its row count, the
     sum and sum of squares of its targets and the range of each feature (to
     normalize ``y`` and to place ``Z_g``); ``n_rounds`` training rounds follow.
@@ -180,6 +199,24 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     unknown_client : {"global", "error"}, default="global"
         Prediction for clients not seen in ``fit``: the population prediction
         or a ``ValueError``.
+    population_local : {"median", "none"}, default="median"
+        What the population prediction (``groups=None``, unseen clients)
+        knows of a new client's own components. ``"median"``: in the last
+        training round each client also sends its local kernel
+        hyperparameters (multi-output: its local lengthscales and, per
+        latent, the outer products ``b b^T`` of its deviation and local
+        loading columns, packed); the server keeps them, and a new client's
+        local prior uses the clients' median local kernel (multi-output: its
+        deviation and local priors are mapped through the clients' mean
+        ``b b^T``). These numbers are released by the sites, a policy choice
+        (spec section 3.2: a client's local hyperparameters are private),
+        and ``communication_`` counts their bytes. ``"none"``: nothing extra
+        is sent and the population prediction leaves out what only the
+        clients know: the global posterior plus the deviation prior ``phi *
+        k_g`` plus noise for scalar ``y`` (no local term), the global part
+        plus noise for multi-output ``y`` (no deviation or local term, whose
+        loadings are the clients'); it then understates a new client's
+        uncertainty. Seen clients' predictions are the same either way.
     random_state : int, RandomState instance or None, default=None
         Seeds the Halton placement of ``Z_g`` (more than one feature).
     n_jobs : int or None, default=None
@@ -208,7 +245,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         Multi-output only: ``B_g`` in units of ``y`` (``None`` otherwise).
     loadings_deviation_, loadings_local_ : ndarray of shape (n_clients, Q, R)
         Multi-output only: each client's ``B_delta_i`` and ``B_l_i`` in units
-        of ``y`` (``None`` without the component or for 1-D ``y``).
+        of ``y`` (``None`` without the component or for 1-D ``y``). ``None``
+        when fitted on a distributed engine: the personalized parts stay on
+        the sites.
     inducing_global_ : ndarray of shape (M, n_features)
         Learned ``Z_g``.
     lengthscales_local_ : ndarray of shape (n_clients, 1 or n_features)
@@ -217,7 +256,10 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     variances_local_ : ndarray of shape (n_clients,)
         Each client's local output variance, in units of ``y`` squared.
     inducing_local_ : list of ndarray
-        Each client's ``Z_i``.
+        Each client's ``Z_i``. These three are ``None`` when fitted on a
+        distributed engine: the personalized parts stay on the sites, and
+        ``predict`` for a seen client raises a ``ValueError`` (the
+        population prediction works).
     elbo_ : ndarray of shape (n_rounds,)
         ELBO (on the normalized scale) reached in each training round: the
         sum of the clients' terms after their local step, minus ``KL_g``
@@ -280,6 +322,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         normalize_y=False,
         jitter=1e-6,
         unknown_client="global",
+        population_local="median",
         random_state=None,
         n_jobs=None,
         verbose=0,
@@ -306,6 +349,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.normalize_y = normalize_y
         self.jitter = jitter
         self.unknown_client = unknown_client
+        self.population_local = population_local
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
@@ -385,17 +429,20 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             init_noise=self.init_noise, local_steps=local_steps, local_lr=self.local_lr,
             server_lr=self.server_lr, normalize_y=bool(self.normalize_y),
             share_local_hypers=share_local_hypers, n_rounds=int(self.n_rounds),
+            release_population=_check_population_local(self.population_local),
         )
 
     def _check_client_sizes(self, X, groups, steps):
+        """Every client (all of ``X`` for ``groups=None``) needs ``Mi`` distinct rows."""
         if not steps.cfg.use_local:
             return
         labels, index = check_groups(groups, X.shape[0])
         for k, label in enumerate(labels.tolist()):
             n_distinct = np.unique(X[index == k], axis=0).shape[0]
             if n_distinct < steps.Mi:
+                who = "X" if groups is None else f"client {label!r} (groups)"
                 raise ValueError(
-                    f"client {label!r} (groups) has only {n_distinct} sample(s) with distinct X, "
+                    f"{who} has only {n_distinct} sample(s) with distinct X, "
                     f"but its n_inducing_local={steps.Mi} local inducing inputs are initialized "
                     "at distinct rows of the client's own X; lower n_inducing_local or give "
                     "every client at least that many distinct rows."
@@ -419,12 +466,15 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self : PFedHGPRegressor
             The fitted estimator.
         """
-        X, y, n_outputs = self._validate_fit_data(X, y)
-        steps = self._steps_algorithm(X.shape[1], n_outputs)
-        self._check_client_sizes(X, groups, steps)
-        return self._fit_federation(X, y, groups, steps)
+        X, y = self._validate_site_data(X, y, reset=True)
+        self._check_client_sizes(X, groups, self._steps_algorithm(X.shape[1], _n_outputs(y)))
+        # the steps are many small (M x M) BLAS calls: threaded BLAS only adds overhead
+        with threadpool_limits(limits=1, user_api="blas"):
+            result, setup, labels = fit_federated(self, X, y, groups)
+        self._set_federated_result(result, setup, labels)
+        return self
 
-    def _validate_fit_data(self, X, y):
+    def _validate_fit_data(self, X, y, reset=True):
         """``(X, y, Q)``; 1-D and single-column ``y`` give the scalar model (``Q = None``)."""
         try:  # name y in the error (scikit-learn's message does not)
             shape = np.shape(y)
@@ -436,90 +486,118 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             )
         if y is not None and len(shape) == 2 and shape[1] == 0:
             raise ValueError(f"y must have at least one output column, got shape {shape}.")
-        X, y = validate_data(self, X, y, y_numeric=True, multi_output=True, dtype=np.float64)
+        X, y = validate_data(self, X, y, reset=reset, y_numeric=True, multi_output=True,
+                             dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         if y.ndim == 2 and y.shape[1] == 1:
-            return X, y[:, 0], None
-        return X, y, (y.shape[1] if y.ndim == 2 else None)
+            y = y[:, 0]
+        return X, y, _n_outputs(y)
 
-    def _fit_federation(self, X, y, groups, steps):
-        federation = Federation.from_arrays(X, y, groups)
-        # the steps are many small (M x M) BLAS calls: threaded BLAS only adds overhead
-        with threadpool_limits(limits=1, user_api="blas"):
-            result = run_federation(
-                steps, federation, n_rounds=int(self.n_rounds) + 1, n_jobs=self.n_jobs,
-                random_state=self.random_state, verbose=self.verbose,
-            )
-        self._store(steps, federation, result)
-        return self
+    # -- the contract of skfed.federated.fit_federated (also run by Flower) --
 
-    def _store(self, steps, federation, result):
-        cfg = steps.cfg
-        if isinstance(cfg, IlmmConfig):
-            return self._store_ilmm(steps, federation, result)
+    def _validate_site_data(self, X, y, reset=False):
+        """The checks a site runs on its own rows (in-process: on the pooled rows).
+
+        ``X`` and ``y``, the hyperparameters, and the local inducing inputs'
+        need for ``n_inducing_local`` distinct rows. A single-column ``y`` is
+        returned 1-D.
+        """
+        X, y, n_outputs = self._validate_fit_data(X, y, reset=reset)
+        self._check_client_sizes(X, None, self._steps_algorithm(X.shape[1], n_outputs))
+        return X, y
+
+    def _site_summary(self, X, y):
+        """A site's number of outputs (1 for 1-D ``y``): it selects the model."""
+        return {"n_outputs": np.int64(y.shape[1] if y.ndim == 2 else 1)}
+
+    def _combine_site_summaries(self, labels, summaries):
+        counts = {label: int(s["n_outputs"]) for label, s in zip(labels, summaries)}
+        if len(set(counts.values())) > 1:
+            raise ValueError(f"y: the sites disagree on the number of outputs: {counts}.")
+        return {"n_outputs": np.int64(next(iter(counts.values())))}
+
+    def _federated_algorithm(self, setup):
+        """The client and server steps, built from the set-up summary only."""
+        n_outputs = int(setup["n_outputs"])
+        return self._steps_algorithm(int(setup["n_features"]), n_outputs if n_outputs > 1 else None)
+
+    def _engine_params(self):
+        # one more round than n_rounds: round 0 gathers the normalization and input ranges
+        return dict(n_rounds=check_positive_int(self.n_rounds, "n_rounds") + 1,
+                    client_fraction=1.0, on_client_error="raise",
+                    random_state=self.random_state, n_jobs=self.n_jobs, verbose=self.verbose)
+
+    def _set_federated_result(self, result, setup, labels):
+        """Fitted attributes from the server state (and, in-process, the client states).
+
+        ``result.client_states`` is ``None`` on a distributed run: the
+        personalized parts stay on the sites and their attributes are ``None``.
+        """
+        cfg = self._federated_algorithm(setup).cfg
         server = result.server_state
+        g = server["g"]
+        self._cfg = cfg
+        self._global = {k: np.array(v) for k, v in g.items()}
+        self._locals = None if result.client_states is None else \
+            [dict(s["loc"]) for s in result.client_states]
+        self._released = server["released"]
+        self.clients_ = labels
+        self.n_features_in_ = int(setup["n_features"])
+        self.communication_ = result.ledger
+        self.elbo_ = np.asarray(server["elbo"], dtype=float)
+        self.jitter_ = max(float(server["jitter"]), float(self.jitter))
+        self.phi_ = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+        self.inducing_global_ = np.array(g["Zg"]) if cfg.global_basis else None
+        if isinstance(cfg, IlmmConfig):
+            var_l = self._set_ilmm_attributes(cfg, server)
+        else:
+            var_l = self._set_scalar_attributes(cfg, server)
+        # the clients' local kernels: None without the component or off the sites
+        local = cfg.use_local and self._locals is not None
+        self.lengthscales_local_ = self._client_array(lambda loc: softplus(loc["ls_l"])) \
+            if local else None
+        self.variances_local_ = self._client_array(var_l) if local else None
+        self.inducing_local_ = [np.array(loc["Zl"]) for loc in self._locals] if local else None
+
+    def _client_array(self, fn):
+        """``fn(loc)`` of every client, stacked (``None`` on a distributed run)."""
+        return None if self._locals is None else np.array([fn(loc) for loc in self._locals])
+
+    def _set_scalar_attributes(self, cfg, server):
+        """Scalar-model attributes; returns a client's local variance from its state."""
         g = server["g"]
         scale2 = server["y_scale"] ** 2
         self.n_outputs_ = 1
         self.loadings_global_ = self.loadings_deviation_ = self.loadings_local_ = None
-        self.clients_ = federation.labels
-        self.communication_ = result.ledger
         self.y_mean_ = float(server["y_shift"])
         self.y_std_ = float(server["y_scale"])
-        self.elbo_ = np.asarray(server["elbo"], dtype=float)
-        self.jitter_ = max(float(server["jitter"]), float(self.jitter))
         self.noise_variance_ = float(softplus(g["noise"])) * scale2
-        self.phi_ = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
-        self._cfg = cfg
-        self._global = {k: np.array(v) for k, v in g.items()}
-        self._locals = [dict(s["loc"]) for s in result.client_states]
         if cfg.global_basis:
             self.lengthscale_global_ = softplus(g["ls_g"])
             self.variance_global_ = float(softplus(g["var_g"])) * scale2
-            self.inducing_global_ = np.array(g["Zg"])
         else:
-            self.lengthscale_global_ = self.variance_global_ = self.inducing_global_ = None
-        if cfg.use_local:
-            self.lengthscales_local_ = np.array([softplus(l["ls_l"]) for l in self._locals])
-            self.variances_local_ = np.array([float(softplus(l["var_l"])) * scale2 for l in self._locals])
-            self.inducing_local_ = [np.array(l["Zl"]) for l in self._locals]
-        else:
-            self.lengthscales_local_ = self.variances_local_ = self.inducing_local_ = None
+            self.lengthscale_global_ = self.variance_global_ = None
+        return lambda loc: float(softplus(loc["var_l"])) * scale2
 
-    def _store_ilmm(self, steps, federation, result):
-        cfg = steps.cfg
-        server = result.server_state
+    def _set_ilmm_attributes(self, cfg, server):
+        """ILMM attributes; returns a client's (fixed) local latent variance."""
         g = server["g"]
         scale = np.asarray(server["y_scale"], dtype=float)
         self.n_outputs_ = cfg.n_outputs
-        self.clients_ = federation.labels
-        self.communication_ = result.ledger
         self.y_mean_ = np.asarray(server["y_shift"], dtype=float)
         self.y_std_ = scale
-        self.elbo_ = np.asarray(server["elbo"], dtype=float)
-        self.jitter_ = max(float(server["jitter"]), float(self.jitter))
         self.noise_variance_ = float(softplus(g["noise"])) * scale**2
-        self.phi_ = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
-        self._cfg = cfg
-        self._global = {k: np.array(v) for k, v in g.items()}
-        self._locals = [dict(s["loc"]) for s in result.client_states]
         self.loadings_global_ = g["Bg"] * scale[:, None] if cfg.use_global else None
-        self.loadings_deviation_ = np.array([lc["Bd"] * scale[:, None] for lc in self._locals]) \
+        self.loadings_deviation_ = self._client_array(lambda loc: loc["Bd"] * scale[:, None]) \
             if cfg.use_deviation else None
-        self.loadings_local_ = np.array([lc["Bl"] * scale[:, None] for lc in self._locals]) \
+        self.loadings_local_ = self._client_array(lambda loc: loc["Bl"] * scale[:, None]) \
             if cfg.use_local else None
         if cfg.global_basis:
             self.lengthscale_global_ = softplus(g["ls_g"])
             self.variance_global_ = cfg.variance_global
-            self.inducing_global_ = np.array(g["Zg"])
         else:
-            self.lengthscale_global_ = self.variance_global_ = self.inducing_global_ = None
-        if cfg.use_local:
-            self.lengthscales_local_ = np.array([softplus(lc["ls_l"]) for lc in self._locals])
-            self.variances_local_ = np.full(len(self._locals), cfg.variance_local)
-            self.inducing_local_ = [np.array(lc["Zl"]) for lc in self._locals]
-        else:
-            self.lengthscales_local_ = self.variances_local_ = self.inducing_local_ = None
+            self.lengthscale_global_ = self.variance_global_ = None
+        return lambda loc: cfg.variance_local
 
     @property
     def _multi(self):
@@ -543,9 +621,15 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         return Vs, ls, var
 
     def _population_local(self):
-        """Median local kernel of the clients: the prior of a new client's local GP."""
-        ls = np.median([softplus(l["ls_l"]) for l in self._locals], axis=0)
-        var = float(np.median([softplus(l["var_l"]) for l in self._locals]))
+        """The prior of a new client's local GP: the clients' median released kernel.
+
+        ``None`` if the clients released nothing (``population_local="none"``).
+        """
+        released = self._released
+        if released is None or "var_l" not in released:
+            return None
+        ls = np.median(softplus(released["ls_l"]), axis=0)
+        var = float(np.median(softplus(released["var_l"])))
         return self._cfg.lengthscale(np.log(np.expm1(ls))), var
 
     def _moments(self, Xs, index, full, latent=False):
@@ -594,8 +678,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             else:
                 if cfg.use_deviation:
                     part = part + phi * (Kg[np.ix_(rows, rows)] if full else Kg[rows])
-                if cfg.use_local:
-                    ls_l, var_l = self._population_local()
+                prior = self._population_local() if cfg.use_local else None
+                if prior is not None:
+                    ls_l, var_l = prior
                     if full:
                         part = part + kernel_matrix(Xs[rows], Xs[rows], ls_l, var_l, cfg.kind)
                     else:
@@ -612,7 +697,16 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         index = self._client_index(groups, X.shape[0])
-        if len(self.clients_) == 1:  # one client: the population is that client
+        if self._locals is None:
+            seen = index[index >= 0]
+            if seen.size:
+                label = self.clients_.tolist()[seen[0]]
+                raise ValueError(
+                    f"client {label!r} was fitted on a distributed engine: "
+                    "its personalized model lives on its site. Predict there, or pass "
+                    "groups=None for the population prediction."
+                )
+        elif len(self.clients_) == 1:  # one client: the population is that client
             index = np.zeros_like(index)
         return X, index
 
@@ -623,14 +717,17 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         deviation + local + noise, paper eq. 30). Rows with ``groups=None`` or
         an unseen client get the population prediction: the global posterior
         plus the deviation prior ``phi * k_g``, the local prior with the
-        clients' median local kernel, and noise. A model fitted on a single
-        client predicts every row with that client.
+        clients' median local kernel (left out with
+        ``population_local="none"``), and noise. A model fitted in-process on
+        a single client predicts every row with that client. A model fitted
+        on a distributed engine holds no client's personalized model:
+        ``groups`` naming a seen client is a ``ValueError``.
 
         For multi-output fits the same holds per row with ``Q x Q``
         covariances (eqs. 38-39); a population row maps its deviation and
         local priors through the clients' average loading outer products
         ``mean_i B_i[:, r] B_i[:, r]^T`` (a new client has no loadings of its
-        own).
+        own; with ``population_local="none"`` both priors are left out).
 
         Parameters
         ----------
@@ -667,7 +764,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         return mean
 
     def _predict_multi(self, X, index, return_std, return_cov):
-        mean, cov = ilmm_moments(X, index, self._cfg, self._global, self._locals, self.jitter_)
+        mean, cov = ilmm_moments(X, index, self._cfg, self._global, self._locals, self.jitter_,
+                                 released=self._released)
         mean = mean * self.y_std_ + self.y_mean_
         cov = cov * np.outer(self.y_std_, self.y_std_)
         if return_cov:
@@ -699,7 +797,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         if self._multi:
             X, index = self._validate_predict(X, groups)
             mean, cov = ilmm_moments(X, index, self._cfg, self._global, self._locals,
-                                     self.jitter_, joint=True)
+                                     self.jitter_, joint=True, released=self._released)
             n, Q = mean.shape
             draws = rng.multivariate_normal(mean.ravel(), cov.reshape(n * Q, n * Q), n_samples)
             draws = draws.reshape(n_samples, n, Q) * self.y_std_ + self.y_mean_
@@ -754,5 +852,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         if self._multi:
             raise ValueError("client_dissimilarity supports scalar-output fits only "
                              "(the model was fitted with multi-output y).")
+        if self._locals is None and self._cfg.use_local:
+            raise ValueError("client_dissimilarity needs the clients' local kernels, which "
+                             "stay on the sites when fitted on a distributed engine.")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return client_dissimilarity(self, X, groups)

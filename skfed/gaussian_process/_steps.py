@@ -3,7 +3,9 @@
 Round 0 is a set-up round: each client sends its row count, the sum and the
 sum of squares of its targets (for ``normalize_y``) and the per-feature range
 of its inputs (to place the global inducing inputs). The following rounds are
-the paper's block-coordinate rounds:
+the paper's block-coordinate rounds (broadcast ``phase`` 1; ``phase`` 2 marks
+the last round when the clients release their population summaries, see
+``release_population``):
 
 * ``optimizer="paper"``: the client runs ``local_steps`` Adam steps on its
   local ELBO (eq. 20) with the global block fixed, then sends the gradient of
@@ -18,11 +20,16 @@ the paper's block-coordinate rounds:
   optimum (coordinate ascent, spec 4.2-4.4) and takes one Adam step on the
   global kernel hyperparameters and ``Z_g``.
 
-Raw rows, ``q(delta_i)``, ``q(u_i)`` and the local kernel stay on the client.
+Raw rows, ``q(delta_i)``, ``q(u_i)`` and the local kernel stay on the client,
+except that with ``release_population`` each client adds its local kernel
+hyperparameters to its last message (for the population prediction).
 """
+
+import functools
 
 import numpy as np
 from scipy.stats import qmc
+from threadpoolctl import ThreadpoolController
 
 from ..federated import FederatedAlgorithm
 from ._elbo import (
@@ -43,6 +50,25 @@ from ._elbo import (
 
 LOCAL_HYPER = ("Zl", "ls_l", "var_l")
 TRIL_KEYS = ("Lg",)
+
+
+_BLAS = []  # one ThreadpoolController, made on first use (making one scans the libraries)
+
+
+def one_blas_thread(step):
+    """Run ``step`` with one BLAS thread, wherever it runs (a Flower site too).
+
+    The steps are many small (M x M) BLAS calls: threaded BLAS only adds
+    overhead, tenfold on a busy machine.
+    """
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        if not _BLAS:
+            _BLAS.append(ThreadpoolController())
+        with _BLAS[0].limit(limits=1, user_api="blas"):
+            return step(*args, **kwargs)
+
+    return wrapper
 
 
 # ----------------------------------------------------------------------------
@@ -139,7 +165,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  init_inducing_global, init_lengthscale_global, init_lengthscale_local,
                  init_variance_global, init_variance_local, init_phi, init_noise,
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
-                 server_iterations=10, n_rounds=None):
+                 server_iterations=10, n_rounds=None, release_population=False):
         self.cfg = cfg
         self.optimizer = optimizer
         self.M = n_inducing_global if init_inducing_global is None else init_inducing_global.shape[0]
@@ -158,6 +184,9 @@ class _PFedHGPSteps(FederatedAlgorithm):
         self.share_local_hypers = share_local_hypers
         self.server_iterations = server_iterations
         self.n_rounds = np.inf if n_rounds is None else n_rounds
+        # in the last round each client adds the summaries a new client's prior needs
+        # (population_release); the server keeps them (state["released"])
+        self.release_population = release_population
         self.min_samples_per_client = n_inducing_local if cfg.use_local else 1
 
     # --- parameter bookkeeping ------------------------------------------------
@@ -221,6 +250,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
             loc["Ld"] = np.eye(self.M)
         return {"loc": loc, "adam": None, "jitter": 0.0}
 
+    @one_blas_thread
     def client_step(self, data, state, broadcast, rng):
         if int(broadcast["phase"]) == 0:
             y = np.asarray(data.y, dtype=float)
@@ -253,9 +283,21 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
             msg["var_l"] = loc["var_l"]
+        if int(broadcast["phase"]) == 2:
+            msg.update(self.population_release(loc))
         jit = max(jit, jit_l, state["jitter"])
         msg["jitter"] = jit
         return {"loc": loc, "adam": adam, "jitter": jit}, msg
+
+    def population_release(self, loc):
+        """What a client releases in the last round for the population prediction.
+
+        Its local kernel hyperparameters (softplus pre-images): the server
+        takes their median as a new client's local prior.
+        """
+        if not self.cfg.use_local:
+            return {}
+        return {"ls_l": loc["ls_l"], "var_l": loc["var_l"]}
 
     def _paper_local(self, X, y, g, loc, gb, adam, zscale):
         keys = self.local_keys()
@@ -349,12 +391,16 @@ class _PFedHGPSteps(FederatedAlgorithm):
         width = np.where(hi > lo, hi - lo, 1.0)
         state = {"phase": 1, "g": g, "z_scale": width / 10.0, "round": 0, "adam": adam_init(g, self.global_keys()),
                  "hyper_adam": None, "elbo": [], "jitter": 0.0,
-                 "y_shift": shift, "y_scale": scale, "shared": None}
+                 "y_shift": shift, "y_scale": scale, "shared": None, "released": None}
         return state
+
+    def _release_round(self, state):
+        """Whether the round after ``state`` is the last one and the clients release."""
+        return self.release_population and state["round"] + 1 == self.n_rounds
 
     def _broadcast(self, state):
         b = self.pack_global(state["g"])
-        b["phase"] = np.int64(1)
+        b["phase"] = np.int64(2 if self._release_round(state) else 1)
         b["y_shift"] = np.asarray(state["y_shift"], dtype=float)  # a scalar, or Q values
         b["y_scale"] = np.asarray(state["y_scale"], dtype=float)
         b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
@@ -362,11 +408,17 @@ class _PFedHGPSteps(FederatedAlgorithm):
             b.update(state["shared"])
         return b
 
+    @one_blas_thread
     def server_step(self, state, messages, rng):
         if state["phase"] == 0:
             state = self._setup(messages, rng)
             return state, self._broadcast(state)
         state = dict(state)
+        if self._release_round(state):
+            # per-client arrays in client-index order (the engine's message order)
+            keys = self.population_release_keys()
+            state["released"] = {k: np.stack([np.asarray(m[k], dtype=float)
+                                              for m in messages.values()]) for k in keys}
         state["jitter"] = max([state["jitter"]] + [float(m["jitter"]) for m in messages.values()])
         if self.optimizer == "paper":
             state = self._paper_server(state, messages)
@@ -376,6 +428,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if self.share_local_hypers:
             state["shared"] = self._shared_hypers(messages)
         return state, self._broadcast(state)
+
+    def population_release_keys(self):
+        """Names of the message entries :meth:`population_release` adds."""
+        return ["ls_l", "var_l"] if self.cfg.use_local else []
 
     def _shared_hypers(self, messages):
         """pFedGP: the clients' local kernel hyperparameters, averaged (FedAvg-style)."""

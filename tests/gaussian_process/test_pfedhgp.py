@@ -106,7 +106,7 @@ def test_fitted_attributes_and_ledger(fitted, data):
     ledger = fitted.communication_
     n_rows = {int(g): int(np.sum(data.groups_train == g)) for g in range(3)}
     up = [r for r in ledger.records if r.direction == "up"]
-    assert len(up) == 3 * (8 + 1)  # set-up round + training rounds
+    assert len(up) == 3 * (1 + 1 + 8)  # set-up exchange, set-up round, training rounds
     for r in up:
         # nothing row-shaped crosses: every array is sized by M, d or a scalar
         for shape in r.shapes:
@@ -191,6 +191,22 @@ def test_bad_input_errors():
     model.fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="features"):
         model.predict(np.zeros((2, 3)))
+
+
+def test_site_checks_of_the_federated_contract():
+    """What a site checks on its own rows, and the set-up summary (see also the Flower tests)."""
+    X = np.repeat(np.arange(4.0)[:, None], 3, axis=0)  # 4 distinct rows
+    model = PFedHGPRegressor(n_inducing_local=5)
+    with pytest.raises(ValueError, match="X has only 4 sample.*n_inducing_local=5"):
+        model._validate_site_data(X, np.zeros(12), reset=True)
+    X_ok, y_ok = PFedHGPRegressor(n_inducing_local=4)._validate_site_data(
+        X, np.zeros((12, 1)), reset=True)
+    assert y_ok.shape == (12,)  # a single column is the scalar model
+    summaries = [{"n_outputs": np.int64(1)}, {"n_outputs": np.int64(3)}]
+    with pytest.raises(ValueError, match="disagree on the number of outputs"):
+        model._combine_site_summaries(["a", "b"], summaries)
+    with pytest.raises(ValueError, match="population_local"):
+        PFedHGPRegressor(population_local="mean", n_inducing_local=4).fit(X, np.zeros(12))
 
 
 def test_single_client_population_is_that_client(data):

@@ -129,7 +129,7 @@ def test_ledger_carries_only_summaries(data):
         else:  # Gram of the stacked global bases, their product with the partial residual
             shapes = dict(zip(up[-1].names, up[-1].shapes))
             assert shapes["Phi"] == (16 * 17 // 2,) and shapes["WR"] == (16, 3)
-        setup = dict(zip(up[0].names, up[0].shapes))
+        setup = dict(zip(up[3].names, up[3].shapes))  # round 0, after the set-up exchange
         assert setup["sum_y"] == (3,) and setup["yty"] == (6,)
 
 

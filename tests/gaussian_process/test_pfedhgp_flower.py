@@ -1,0 +1,168 @@
+"""PFedHGPRegressor on a Flower federation (in-memory grid, real Flower messages).
+
+The Flower fit must equal the in-process fit with the same ``random_state``:
+the global model, the ELBO history, the population prediction and the
+ledger. The personalized parts stay on the sites.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from skfed import PFedHGPRegressor  # noqa: E402
+from skfed.datasets import make_hierarchical_gp  # noqa: E402
+from skfed.federated import Ledger  # noqa: E402
+from skfed.federated.flower import FlowerFederation, InMemoryGrid  # noqa: E402
+from skfed.gaussian_process import PFedGPRegressor  # noqa: E402
+
+SMALL = dict(n_inducing_global=6, n_inducing_local=4, n_rounds=3, local_steps=3, random_state=0)
+GLOBAL_ATTRS = ("phi_", "noise_variance_", "lengthscale_global_", "variance_global_",
+                "inducing_global_", "loadings_global_", "y_mean_", "y_std_", "elbo_")
+LEDGER_ATTRS = ("bytes_up", "bytes_down", "bytes_setup", "bytes_up_per_round",
+                "bytes_down_per_round", "n_messages")
+
+
+@pytest.fixture(scope="module")
+def scalar_data():
+    return make_hierarchical_gp(n_clients=3, n_outputs=None, n_train=20, n_test=10,
+                                local_lengthscales=(1.0,), local_scales=(0.5,), noise=0.1,
+                                random_state=0)
+
+
+@pytest.fixture(scope="module")
+def multi_data():
+    return make_hierarchical_gp(n_clients=3, n_outputs=3, n_train=20, n_test=10,
+                                local_lengthscales=(1.0, 1.5), local_scales=(0.5, 0.4),
+                                noise=0.1, random_state=0)
+
+
+def flower_fit(estimator, X, y, groups):
+    """Fit a clone of ``estimator`` with one Flower SuperNode per client."""
+    def load_data(node_config):
+        rows = groups == node_config["client-id"]
+        return X[rows], y[rows]
+
+    app = FlowerFederation(lambda run_config: estimator.__class__(**estimator.get_params()),
+                           load_data, round_timeout=60)
+    labels = np.unique(groups)
+    grid = InMemoryGrid(app, [{"client-id": int(c)} for c in labels],
+                        {"min-nodes": len(labels)})
+    return grid.run()
+
+
+def assert_same_fit(remote, local, X_test):
+    for name in GLOBAL_ATTRS:
+        a, b = getattr(remote, name), getattr(local, name)
+        if b is None:
+            assert a is None, name
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10, err_msg=name)
+    np.testing.assert_array_equal(remote.clients_, local.clients_)
+    mean_r, std_r = remote.predict(X_test, return_std=True)
+    mean_l, std_l = local.predict(X_test, return_std=True)
+    np.testing.assert_allclose(mean_r, mean_l, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(std_r, std_l, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(remote.sample_y(X_test[:4], n_samples=3),
+                               local.sample_y(X_test[:4], n_samples=3), rtol=1e-6, atol=1e-8)
+    for name in LEDGER_ATTRS:
+        np.testing.assert_array_equal(getattr(remote.communication_, name),
+                                      getattr(local.communication_, name), err_msg=name)
+    assert remote.communication_.wire_bytes is not None
+
+
+@pytest.mark.parametrize("case", [
+    ("scalar", dict(optimizer="paper", ard=True, normalize_y=True)),
+    ("scalar", dict(optimizer="cavi")),
+    ("multi", dict(optimizer="cavi", normalize_y=True)),
+    ("multi", dict(optimizer="paper")),
+])
+def test_flower_fit_equals_in_process_fit(case, scalar_data, multi_data):
+    kind, params = case
+    d = scalar_data if kind == "scalar" else multi_data
+    est = PFedHGPRegressor(**SMALL, **params)
+    local = est.__class__(**est.get_params()).fit(d.X_train, d.y_train, groups=d.groups_train)
+    remote = flower_fit(est, d.X_train, d.y_train, d.groups_train)
+    assert_same_fit(remote, local, d.X_test)
+    # the personalized parts stay on the sites
+    for name in ("lengthscales_local_", "variances_local_", "inducing_local_",
+                 "loadings_deviation_", "loadings_local_"):
+        assert getattr(remote, name) is None, name
+    assert local.lengthscales_local_ is not None
+    with pytest.raises(ValueError, match="lives on its site"):
+        remote.predict(d.X_test[:2], groups=d.groups_test[:2])
+    # an unseen client gets the population prediction
+    np.testing.assert_allclose(remote.predict(d.X_test[:2], groups=[99, 99]),
+                               local.predict(d.X_test[:2]))
+
+
+def test_population_local_none_sends_less(scalar_data, multi_data):
+    for d in (scalar_data, multi_data):
+        X, y, g = d.X_train, d.y_train, d.groups_train
+        median = PFedHGPRegressor(optimizer="cavi", **SMALL).fit(X, y, groups=g)
+        est = PFedHGPRegressor(optimizer="cavi", population_local="none", **SMALL)
+        none = est.__class__(**est.get_params()).fit(X, y, groups=g)
+        remote = flower_fit(est, X, y, g)
+        assert_same_fit(remote, none, d.X_test)
+        # only the last round's messages differ; the global model does not
+        up_m = median.communication_.bytes_up_per_round
+        up_n = none.communication_.bytes_up_per_round
+        np.testing.assert_array_equal(up_m[:-1], up_n[:-1])
+        assert up_m[-1] > up_n[-1]
+        np.testing.assert_array_equal(median.elbo_, none.elbo_)
+        # seen clients predict the same; a new client's prediction drops the local term
+        np.testing.assert_array_equal(median.predict(d.X_test, groups=d.groups_test),
+                                      none.predict(d.X_test, groups=d.groups_test))
+        _, sd_m = median.predict(d.X_test, return_std=True)
+        _, sd_n = none.predict(d.X_test, return_std=True)
+        assert np.all(sd_n < sd_m)
+
+
+def test_pfedgp_on_flower(scalar_data):
+    d = scalar_data
+    est = PFedGPRegressor(n_inducing=4, optimizer="cavi", n_rounds=2, random_state=0)
+    local = est.__class__(**est.get_params()).fit(d.X_train, d.y_train, groups=d.groups_train)
+    remote = flower_fit(est, d.X_train, d.y_train, d.groups_train)
+    assert_same_fit(remote, local, d.X_test)
+
+
+def test_site_errors_name_the_argument(scalar_data):
+    d = scalar_data
+    est = PFedHGPRegressor(optimizer="cavi", **{**SMALL, "n_inducing_local": 30})
+    with pytest.raises(RuntimeError, match="n_inducing_local"):
+        flower_fit(est, d.X_train, d.y_train, d.groups_train)
+
+
+def test_raw_rows_never_cross_in_process(monkeypatch, multi_data):
+    """No message of the in-process fit holds a target value or an input row.
+
+    Only the per-feature range of each client's inputs crosses (round 0, to
+    place ``Z_g``); with few rows it can coincide with a row.
+    """
+    import skfed.federated._fit as fit_module
+
+    monkeypatch.setattr(fit_module, "Ledger", functools.partial(Ledger, keep_payloads=True))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 10, (60, 2))
+    groups = np.repeat([0, 1, 2], 20)
+    for y in (np.sin(X[:, 0]) + 0.1 * rng.normal(size=60),
+              np.column_stack([np.sin(X[:, 0]), np.cos(X[:, 1]), X[:, 0] * 0.1])):
+        for opt in ("paper", "cavi"):
+            m = PFedHGPRegressor(optimizer=opt, ard=True, **SMALL).fit(X, y, groups=groups)
+            ledger = m.communication_
+            assert len(ledger.payloads) == len(ledger.records) > 0
+            for record, payload in zip(ledger.records, ledger.payloads):
+                rows = groups == record.client
+                for name, arr in payload.items():
+                    values = np.asarray(arr, dtype=float)
+                    assert not np.isin(values, y).any(), (record.round, name)
+                    if name in ("x_min", "x_max"):
+                        extreme = X[rows].min(0) if name == "x_min" else X[rows].max(0)
+                        np.testing.assert_array_equal(values, extreme)
+                        continue
+                    flat = values.reshape(-1, X.shape[1]) if values.size % 2 == 0 else values
+                    if flat.ndim == 2:
+                        hits = (flat[:, None, :] == X[None, :, :]).all(-1)
+                        assert not hits.any(), (record.round, name)
