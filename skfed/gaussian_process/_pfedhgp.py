@@ -1,5 +1,6 @@
 """PFedHGPRegressor: personalized federated hierarchical sparse Gaussian processes."""
 
+import copy
 import numbers
 
 import numpy as np
@@ -549,22 +550,47 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.phi_ = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
         self.inducing_global_ = np.array(g["Zg"]) if cfg.global_basis else None
         if isinstance(cfg, IlmmConfig):
-            var_l = self._set_ilmm_attributes(cfg, server)
+            self._set_ilmm_attributes(cfg, server)
         else:
-            var_l = self._set_scalar_attributes(cfg, server)
-        # the clients' local kernels: None without the component or off the sites
-        local = cfg.use_local and self._locals is not None
-        self.lengthscales_local_ = self._client_array(lambda loc: softplus(loc["ls_l"])) \
-            if local else None
-        self.variances_local_ = self._client_array(var_l) if local else None
-        self.inducing_local_ = [np.array(loc["Zl"]) for loc in self._locals] if local else None
+            self._set_scalar_attributes(cfg, server)
+        self._set_client_attributes()
 
-    def _client_array(self, fn):
-        """``fn(loc)`` of every client, stacked (``None`` on a distributed run)."""
-        return None if self._locals is None else np.array([fn(loc) for loc in self._locals])
+    def _set_client_attributes(self):
+        """The clients' personalized attributes from ``_locals``.
+
+        ``None`` without the component or on a distributed run (the parts
+        stay on the sites).
+        """
+        cfg, locs = self._cfg, self._locals
+        multi = isinstance(cfg, IlmmConfig)
+        scale = np.asarray(self.y_std_, dtype=float)
+
+        def stack(fn, used):
+            return np.array([fn(loc) for loc in locs]) if used and locs is not None else None
+
+        if multi:
+            self.loadings_deviation_ = stack(lambda loc: loc["Bd"] * scale[:, None],
+                                             cfg.use_deviation)
+            self.loadings_local_ = stack(lambda loc: loc["Bl"] * scale[:, None], cfg.use_local)
+        self.lengthscales_local_ = stack(lambda loc: softplus(loc["ls_l"]), cfg.use_local)
+        self.variances_local_ = stack(
+            (lambda loc: cfg.variance_local) if multi
+            else (lambda loc: float(softplus(loc["var_l"])) * scale**2),
+            cfg.use_local,
+        )
+        self.inducing_local_ = [np.array(loc["Zl"]) for loc in locs] \
+            if cfg.use_local and locs is not None else None
+
+    def _with_site_state(self, label, state):
+        """This fitted model with one site's personalized parts (see ``skfed.federated.flower``)."""
+        site = copy.deepcopy(self)
+        site.clients_ = np.array([label])
+        site._locals = [dict(state["loc"])]
+        site._set_client_attributes()
+        return site
 
     def _set_scalar_attributes(self, cfg, server):
-        """Scalar-model attributes; returns a client's local variance from its state."""
+        """Scalar-model attributes of the shared parts."""
         g = server["g"]
         scale2 = server["y_scale"] ** 2
         self.n_outputs_ = 1
@@ -577,10 +603,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             self.variance_global_ = float(softplus(g["var_g"])) * scale2
         else:
             self.lengthscale_global_ = self.variance_global_ = None
-        return lambda loc: float(softplus(loc["var_l"])) * scale2
 
     def _set_ilmm_attributes(self, cfg, server):
-        """ILMM attributes; returns a client's (fixed) local latent variance."""
+        """ILMM attributes of the shared parts."""
         g = server["g"]
         scale = np.asarray(server["y_scale"], dtype=float)
         self.n_outputs_ = cfg.n_outputs
@@ -588,16 +613,11 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.y_std_ = scale
         self.noise_variance_ = float(softplus(g["noise"])) * scale**2
         self.loadings_global_ = g["Bg"] * scale[:, None] if cfg.use_global else None
-        self.loadings_deviation_ = self._client_array(lambda loc: loc["Bd"] * scale[:, None]) \
-            if cfg.use_deviation else None
-        self.loadings_local_ = self._client_array(lambda loc: loc["Bl"] * scale[:, None]) \
-            if cfg.use_local else None
         if cfg.global_basis:
             self.lengthscale_global_ = softplus(g["ls_g"])
             self.variance_global_ = cfg.variance_global
         else:
             self.lengthscale_global_ = self.variance_global_ = None
-        return lambda loc: cfg.variance_local
 
     @property
     def _multi(self):

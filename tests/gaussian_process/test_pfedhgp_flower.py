@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from sklearn.base import clone  # noqa: E402
+
 from skfed import PFedHGPRegressor  # noqa: E402
 from skfed.datasets import make_hierarchical_gp  # noqa: E402
 from skfed.federated import Ledger  # noqa: E402
@@ -166,3 +168,33 @@ def test_raw_rows_never_cross_in_process(monkeypatch, multi_data):
                     if flat.ndim == 2:
                         hits = (flat[:, None, :] == X[None, :, :]).all(-1)
                         assert not hits.any(), (record.round, name)
+
+
+@pytest.mark.parametrize("kind", ["scalar", "multi"])
+def test_site_model_predicts_like_the_in_process_fit(kind, scalar_data, multi_data, tmp_path):
+    """``site_model``: a site's kept local state + the released fit = its personalized model."""
+    from skfed.federated.flower import site_model
+
+    d = scalar_data if kind == "scalar" else multi_data
+    X, y, groups = d.X_train, d.y_train, d.groups_train
+    est = PFedHGPRegressor(optimizer="cavi", **SMALL)
+
+    def load_data(node_config):
+        rows = groups == node_config["client-id"]
+        return X[rows], y[rows]
+
+    labels = np.unique(groups)
+    configs = [{"client-id": int(c), "model-path": str(tmp_path / f"site{c}.pkl")}
+               for c in labels]
+    app = FlowerFederation(lambda run_config: clone(est), load_data, round_timeout=60)
+    remote = InMemoryGrid(app, configs, {"min-nodes": len(labels)}).run()
+    local = clone(est).fit(X, y, groups=groups)
+    X_test = d.X_test[:6]
+    for c in labels:
+        mine = site_model(remote, tmp_path / f"site{c}.pkl")
+        g = np.full(len(X_test), c)
+        for a, b in zip(mine.predict(X_test, groups=g, return_std=True),
+                        local.predict(X_test, groups=g, return_std=True)):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+        k = int(np.searchsorted(labels, c))
+        np.testing.assert_allclose(mine.lengthscales_local_[0], local.lengthscales_local_[k])
