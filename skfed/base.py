@@ -112,3 +112,29 @@ def scatter_rows(n_samples, client_index, fn, fallback, out_shape=(), dtype=floa
     if out is None:
         out = np.empty((0, *out_shape), dtype=dtype)
     return out
+
+
+def check_on_site(client_index, clients, on_site):
+    """Refuse rows of seen clients whose personalized parts stayed on their sites.
+
+    After a fit on a distributed engine the coordinator holds only the shared
+    parts; a personalized prediction for a client runs on that client's site
+    (``skfed.federated.flower.site_model``).
+
+    Parameters
+    ----------
+    client_index : ndarray of int
+        Each row's client index (``-1`` for unseen clients and ``groups=None``).
+    clients : ndarray
+        The fitted client labels.
+    on_site : bool
+        Whether the personalized parts stayed on the sites.
+    """
+    seen = client_index[client_index >= 0]
+    if on_site and seen.size:
+        label = clients.tolist()[seen[0]]
+        raise ValueError(
+            f"client {label!r} was fitted on a distributed engine: its personalized model "
+            "lives on its site (skfed.federated.flower.site_model). Predict there, or pass "
+            "groups=None for the shared model."
+        )

@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
+from ..base import FederatedEstimatorMixin, check_on_site, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, fit_federated
 from ..utils._validation import check_positive_int
 from ._kernels import sgd_squared_epochs
@@ -133,10 +133,12 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         Global coefficients.
     intercept_ : float
         Global intercept.
-    client_coefs_ : ndarray of shape (n_clients, n_features)
-        Fine-tuned coefficients per client (the global ones without fine-tuning).
-    client_intercepts_ : ndarray of shape (n_clients,)
-        Fine-tuned intercepts per client.
+    client_coefs_ : ndarray of shape (n_clients, n_features) or None
+        Fine-tuned coefficients per client (the global ones without
+        fine-tuning). ``None`` when fine-tuned on a distributed engine: the
+        fine-tuned models stay on the sites (``skfed.federated.flower.site_model``).
+    client_intercepts_ : ndarray of shape (n_clients,) or None
+        Fine-tuned intercepts per client (``None`` as ``client_coefs_``).
     clients_ : ndarray of shape (n_clients,)
         Sorted unique client labels seen in ``fit``.
     n_iter_ : int
@@ -240,17 +242,18 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         """Copy the global model (and, when known, the clients' models) into attributes.
 
         ``result.client_states`` is ``None`` on a distributed run: the
-        fine-tuned models then stay with the sites and the clients predict
-        with the global model here.
+        fine-tuned models then stay with the sites (``client_coefs_`` and
+        ``client_intercepts_`` are ``None``).
         """
         coef, intercept = result.server_state
         states = result.client_states
-        if states is None or not self.fine_tune_epochs:
+        if not self.fine_tune_epochs:
             states = [(coef, intercept)] * len(labels)
         self.coef_ = coef
         self.intercept_ = intercept
-        self.client_coefs_ = np.array([c for c, _ in states])
-        self.client_intercepts_ = np.array([b for _, b in states], dtype=float)
+        self.client_coefs_ = None if states is None else np.array([c for c, _ in states])
+        self.client_intercepts_ = None if states is None else \
+            np.array([b for _, b in states], dtype=float)
         self.clients_ = labels
         self.n_features_in_ = int(setup["n_features"])
         self.n_iter_ = result.n_rounds
@@ -282,6 +285,7 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         index = self._client_index(groups, X.shape[0])
+        check_on_site(index, self.clients_, self.client_coefs_ is None)
         return scatter_rows(
             X.shape[0],
             index,

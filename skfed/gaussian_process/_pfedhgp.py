@@ -10,7 +10,7 @@ from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..base import FederatedEstimatorMixin, transactional_fit
+from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
 from ..federated import fit_federated
 from ..utils._validation import check_groups, check_positive_int
 from ._elbo import ModelConfig, chol_jitter, softplus
@@ -717,16 +717,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         index = self._client_index(groups, X.shape[0])
-        if self._locals is None:
-            seen = index[index >= 0]
-            if seen.size:
-                label = self.clients_.tolist()[seen[0]]
-                raise ValueError(
-                    f"client {label!r} was fitted on a distributed engine: "
-                    "its personalized model lives on its site. Predict there, or pass "
-                    "groups=None for the population prediction."
-                )
-        elif len(self.clients_) == 1:  # one client: the population is that client
+        check_on_site(index, self.clients_, self._locals is None)
+        if self._locals is not None and len(self.clients_) == 1:  # one client: the population is that client
             index = np.zeros_like(index)
         return X, index
 

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from skfed.baselines import FedAvgRegressor  # noqa: E402
-from skfed.datasets import make_federated_regression  # noqa: E402
+from skfed.datasets import make_federated_regression, make_hierarchical_gp  # noqa: E402
 from skfed.federated.flower import site_model  # noqa: E402
 from skfed.linear_model import DPFedDROClassifier  # noqa: E402
 
@@ -22,6 +22,10 @@ from skfed.linear_model import DPFedDROClassifier
 
 
 def make_estimator(run_config):
+    if run_config.get("estimator") == "pfedhgp":
+        from skfed import PFedHGPRegressor
+        return PFedHGPRegressor(optimizer="cavi", n_inducing_global=8, n_inducing_local=5,
+                                n_rounds=int(run_config["n-rounds"]), random_state=0)
     if run_config.get("estimator", "fedavg") == "dpfeddro":
         return DPFedDROClassifier(epsilon=0.5, delta=1e-5, n_rounds=int(run_config["n-rounds"]),
                                   fit_intercept=True, intercept_scaling=0.5, random_state=0)
@@ -52,17 +56,34 @@ def _classification_data():
     return X, np.array(["setosa", "versicolor", "virginica"])[y_int], groups
 
 
+def _gp_data():
+    return make_hierarchical_gp(n_clients=3, n_outputs=2, n_train=20, n_test=5, random_state=0)
+
+
+# Each Flower exchange starts a flwr-clientapp process per site (seconds): the default run
+# covers two estimators on real processes; every estimator is also checked on the in-memory
+# grid (real Flower messages, tests/*/test_*flower*.py). Opt in to the rest here.
+FULL = pytest.mark.skipif(
+    os.environ.get("SKFED_FLOWER_FULL") != "1",
+    reason="every estimator on real processes takes minutes; the in-memory grid tests cover "
+           "them in the default run; opt in with SKFED_FLOWER_FULL=1",
+)
+
+
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory):
     root = tmp_path_factory.mktemp("flower")
     X, y, groups = make_federated_regression(n_clients=3, n_samples=[30, 40, 50],
                                              random_state=0)
     Xc, yc, gc = _classification_data()
+    gp = _gp_data()
     configs = []
     for k in range(3):
         path = root / f"site{k}.npz"
+        gk = gp.groups_train == k
         np.savez(path, X_fedavg=X[groups == k], y_fedavg=y[groups == k],
-                 X_dpfeddro=Xc[gc == k], y_dpfeddro=yc[gc == k])
+                 X_dpfeddro=Xc[gc == k], y_dpfeddro=yc[gc == k],
+                 X_pfedhgp=gp.X_train[gk], y_pfedhgp=gp.y_train[gk])
         configs.append({"client-id": k, "data-path": str(path),
                         "model-path": str(root / f"site{k}-model.pkl")})
     return root, X, y, groups, configs
@@ -131,6 +152,27 @@ def test_dp_fed_dro_on_flower_equals_in_process_fit(running, tmp_path):
                                local.history_["consensus_violation"], rtol=0, atol=1e-8)
     assert remote.client_coefs_ is None  # the local models stay on the sites
     _same_ledger_totals(remote.communication_, local.communication_)
+
+
+@FULL
+def test_pfedhgp_on_flower_equals_in_process_fit(sites, running, tmp_path):
+    from skfed import PFedHGPRegressor
+
+    configs = sites[-1]
+    gp = _gp_data()
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "pfedhgp"})
+    local = PFedHGPRegressor(optimizer="cavi", n_inducing_global=8, n_inducing_local=5,
+                             n_rounds=2, random_state=0).fit(gp.X_train, gp.y_train,
+                                                             groups=gp.groups_train)
+    np.testing.assert_allclose(remote.elbo_, local.elbo_, rtol=1e-8)
+    np.testing.assert_allclose(remote.predict(gp.X_test, return_std=True),
+                               local.predict(gp.X_test, return_std=True), rtol=1e-8, atol=1e-10)
+    _same_ledger_totals(remote.communication_, local.communication_)
+    for k, config in enumerate(configs):
+        mine = site_model(remote, config["model-path"])
+        np.testing.assert_allclose(mine.predict(gp.X_test, groups=[k] * len(gp.X_test)),
+                                   local.predict(gp.X_test, groups=[k] * len(gp.X_test)),
+                                   rtol=1e-8, atol=1e-10)
 
 
 def _run_and_kill_one_node(fed, app, run_config, node, after_rounds, timeout=600):

@@ -191,8 +191,12 @@ def test_site_keeps_its_personalized_model_on_the_site(regression_sites, tmp_pat
                                    local.predict(rows, groups=np.full(len(rows), k)),
                                    rtol=0, atol=1e-12)
         assert site.clients_.tolist() == [k]
-    # the personalized models differ from the global one the server holds
+    # the personalized models differ from the global one the server holds, which has none
     assert not np.allclose(site.client_coefs_[0], remote.coef_)
+    assert remote.client_coefs_ is None
+    with pytest.raises(ValueError, match="lives on its site"):
+        remote.predict(X[:3], groups=[1, 1, 1])
+    np.testing.assert_allclose(remote.predict(X[:3]), local.predict(X[:3]), atol=1e-12)
     with pytest.raises(ValueError, match="not a client"):
         site_model(_fedavg({}).fit(X[groups < 2], y[groups < 2], groups=groups[groups < 2]),
                    tmp_path / "site2.pkl")
