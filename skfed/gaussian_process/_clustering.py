@@ -11,39 +11,139 @@ from ._kernels import kernel_matrix
 
 __all__ = ["client_dissimilarity", "cluster_clients"]
 
-
-def _projection(X, Z, ls, var, kind, noise):
-    """``K(Z, X) (K(X, X) + noise I)^{-1} K(X, Z)`` via a Cholesky factorization."""
-    Kxx = kernel_matrix(X, X, ls, var, kind)
-    Kxx[np.diag_indices_from(Kxx)] += noise
-    Kxz = kernel_matrix(X, Z, ls, var, kind)
-    return Kxz.T @ cho_solve(cho_factor(Kxx, lower=True), Kxz)
+COMPONENTS = ("both", "deviation", "local")
+DEVIATION_KERNELS = ("global", "deviation")
+MULTIOUTPUT = ("outputs", "latent")
 
 
-def client_dissimilarity(model, X, groups):
+def _fitted_kernels(model, k):
+    """What the operators need from the fitted ``model`` for client ``k``.
+
+    The only place that reads the estimator's private state, so that a change
+    of where the client states live touches this function alone. Everything
+    is on the model's internal (normalized) scale, which leaves the
+    trace-normalized operators unchanged.
+
+    Returns
+    -------
+    out : dict
+        ``noise`` (``sigma^2``), ``phi``, ``kind`` and, per present component
+        (``"deviation"``, ``"local"``), a list of latents ``(Z, lengthscale,
+        variance, loading)``; ``loading`` is the ``(Q,)`` column of ``B_delta_i``
+        or ``B_l_i`` (multi-output fits) or ``[1.0]`` (scalar fits).
+    """
+    cfg, g, loc = model._cfg, model._global, model._locals[k]
+    multi = getattr(model, "n_outputs_", 1) > 1
+    out = {"noise": float(softplus(g["noise"])), "kind": cfg.kind,
+           "phi": float(softplus(g["phi"])) if cfg.use_deviation else 0.0}
+    # (name, Z, raw lengthscales, raw scalar variance, fixed ILMM latent variance, loadings)
+    parts = []
+    if cfg.use_deviation:
+        parts.append(("deviation", g["Zg"], g["ls_g"], g.get("var_g"),
+                      getattr(cfg, "variance_global", None), loc.get("Bd")))
+    if cfg.use_local:
+        parts.append(("local", loc["Zl"], loc["ls_l"], loc.get("var_l"),
+                      getattr(cfg, "variance_local", None), loc.get("Bl")))
+    for name, Z, ls, var_raw, var_fixed, B in parts:
+        if multi:
+            out[name] = [(Z, cfg.lengthscale(ls[r]), var_fixed, B[:, r]) for r in range(B.shape[1])]
+        else:
+            out[name] = [(Z, cfg.lengthscale(ls), float(softplus(var_raw)), np.ones(1))]
+    return out
+
+
+def _projection(X, latents, kind, noise, scale=1.0):
+    """``Cov(v, y) Cov(y)^{-1} Cov(y, v)`` for one component observed at ``X``.
+
+    ``y`` is the component's ``Q``-output process at the rows of ``X`` plus
+    noise and ``v`` the same process at the inducing inputs ``Z`` (shared by
+    the component's latents)::
+
+        f = sum_r b_r h_r,  h_r ~ GP(0, scale * k_r),  y = f(X) + eps,  v = f(Z)
+
+    so ``Cov(v, y) = sum_r (b_r b_r^T) kron k_r(Z, X)`` (times ``scale``) and
+    ``Cov(y) = sum_r (b_r b_r^T) kron k_r(X, X) + noise I`` (output-major
+    ordering). With one latent and ``b = [1]`` this is the paper's
+    ``K(Z, X) (K(X, X) + sigma^2 I)^{-1} K(X, Z)``. Computed through a
+    Cholesky factorization of ``Cov(y)`` (``O((n Q)^3)``).
+    """
+    n, Q = X.shape[0], latents[0][3].shape[0]
+    Kyy = noise * np.eye(n * Q)
+    Kvy = 0.0
+    for Z, ls, var, b in latents:
+        P = np.outer(b, b)
+        Kyy += np.kron(P, kernel_matrix(X, X, ls, scale * var, kind))
+        Kvy = Kvy + np.kron(P, kernel_matrix(Z, X, ls, scale * var, kind))
+    A = Kvy @ cho_solve(cho_factor(Kyy, lower=True), Kvy.T)
+    return 0.5 * (A + A.T)
+
+
+def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel="global",
+                         multioutput="outputs"):
     """The ``T x T`` dissimilarity of the paper's sec. 3.8.2 for a fitted model.
 
-    For client ``i`` with inputs ``X_i`` (only its inputs: no targets and no
-    variational parameters enter), the deviation and local projection
-    operators are::
+    Client ``i`` is represented by projection operators built from its inputs
+    ``X_i`` and the trained kernels only (no targets and no variational
+    parameters enter, paper sec. 3.8.2)::
 
         A_delta_i = K_g(Z_g, X_i) (K_g(X_i, X_i) + sigma^2 I)^{-1} K_g(X_i, Z_g)
-        A_loc_i   = K_l_i(Z_i, X_i) (K_l_i(X_i, X_i) + sigma^2 I)^{-1} K_l_i(X_i, Z_i)
+        A_loc_i   = K_i(Z_i, X_i) (K_i(X_i, X_i) + sigma^2 I)^{-1} K_i(X_i, Z_i)
 
-    ``A_i = blockdiag(A_delta_i, A_loc_i) / trace`` and
-    ``rho(i, j) = ||A_i - A_j||_F^2``. Each client computes its ``A_i``
-    locally (``O(n_i^3)``); only these ``M + M_i`` square matrices would be
-    shared. The local blocks are comparable only if the clients' ``Z_i`` are
-    aligned (e.g. the same input grid, as in the paper's stations).
+    ``A_i = blockdiag(A_delta_i, A_loc_i)``, ``hat A_i = A_i / tr(A_i)`` and
+    ``rho(i, j) = ||hat A_i - hat A_j||_F^2``. The deviation block uses the
+    global kernel ``K_g`` itself, "since the client-specific offset does not
+    possess an independent kernel" (paper); ``deviation_kernel="deviation"``
+    uses the deviation's prior covariance ``phi K_g`` instead. Each client
+    computes its ``hat A_i`` locally (``O(n_i^3)``); only these square
+    matrices would be shared.
+
+    What the operators can tell apart: with the same ``X_i`` for every
+    client (shared timestamps) and one shared ``sigma^2``, ``A_delta_i`` is
+    identical for all clients (spec 3.4(b)); the signal comes from the local
+    kernels (lengthscale, variance, ``Z_i``), the deviation block only
+    weighting them through the trace normalization. The local blocks are
+    comparable only if the clients' ``Z_i`` are aligned (all clients start
+    from the same grid in the same order and have the same ``M_i``).
+
+    **Multi-output (ILMM) fits** (not covered by the paper). Every latent
+    ``r`` of a component has its own kernel and the client's loadings
+    ``B_delta_i``, ``B_l_i`` carry its scale (the latent variances are
+    fixed), so the loadings take the place of the scalar model's local
+    variance:
+
+    - ``multioutput="outputs"`` (default): the block of a component is the
+      operator of its ``Q``-output process ``f = sum_r b_r h_r`` at the
+      inducing inputs, ``v = f(Z)`` (``Q M`` or ``Q M_i`` values): ``Cov(v,
+      y) Cov(y)^{-1} Cov(y, v)`` with ``y = f(X_i) + eps``, ``eps ~ N(0,
+      sigma^2 I_Q)``, ``Cov(y) = sum_r (b_r b_r^T) kron K_r(X_i, X_i) +
+      sigma^2 I`` and ``Cov(v, y) = sum_r (b_r b_r^T) kron K_r(Z, X_i)``. For
+      ``Q = 1`` and ``b = 1`` it is the paper's operator; like the scalar
+      local block (whose ``Cov(u, y) = s_i k(Z, X_i)``) it sees the client's
+      scale, here the loadings, including which outputs they load, and it
+      does not change when a loading column and its latent flip sign.
+      Cost ``O((n_i Q)^3)``.
+    - ``multioutput="latent"``: the block-diagonal of one scalar operator
+      per latent with its own kernel (fixed variance); the loadings do not
+      enter, so only the lengthscales and ``Z_i`` differ between clients.
 
     Parameters
     ----------
     model : PFedHGPRegressor
         Fitted with the deviation and/or local component.
     X : array-like of shape (n_samples, n_features)
-        The inputs of the fitted clients.
+        The inputs of the fitted clients (``X_i``: the paper uses each
+        client's training inputs).
     groups : array-like of shape (n_samples,)
-        Client label of each row (every label must be in ``model.clients_``).
+        Client label of each row (every label of ``model.clients_`` must
+        have rows; other labels are ignored).
+    component : {"both", "deviation", "local"}, default="both"
+        ``"both"``: the paper's ``blockdiag(A_delta_i, A_loc_i)`` (only the
+        block of the fitted component if the model has one of them).
+        ``"deviation"`` or ``"local"``: that block alone.
+    deviation_kernel : {"global", "deviation"}, default="global"
+        Kernel of ``A_delta_i``: ``K_g`` (the paper) or ``phi K_g``.
+    multioutput : {"outputs", "latent"}, default="outputs"
+        Operator of a multi-output fit (see above); ignored for scalar fits.
 
     Returns
     -------
@@ -51,33 +151,41 @@ def client_dissimilarity(model, X, groups):
         In the order of ``model.clients_``.
     """
     check_is_fitted(model)
+    for name, value, allowed in (("component", component, COMPONENTS),
+                                 ("deviation_kernel", deviation_kernel, DEVIATION_KERNELS),
+                                 ("multioutput", multioutput, MULTIOUTPUT)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
     X = np.asarray(X, dtype=float)
     labels, index = check_groups(groups, X.shape[0])
     missing = set(model.clients_.tolist()) - set(labels.tolist())
     if missing:
         raise ValueError(f"groups has no rows for the fitted clients {sorted(missing)[:10]}.")
-    cfg, g = model._cfg, model._global
-    noise = float(softplus(g["noise"]))
+    wanted = ("deviation", "local") if component == "both" else (component,)
     ops = []
     for k, label in enumerate(model.clients_.tolist()):
         Xi = X[index == int(np.flatnonzero(labels == label)[0])]
+        fk = _fitted_kernels(model, k)
         blocks = []
-        if cfg.use_deviation:
-            blocks.append(_projection(Xi, g["Zg"], cfg.lengthscale(g["ls_g"]),
-                                      model.phi_ * float(softplus(g["var_g"])), cfg.kind, noise))
-        if cfg.use_local:
-            loc = model._locals[k]
-            blocks.append(_projection(Xi, loc["Zl"], cfg.lengthscale(loc["ls_l"]),
-                                      float(softplus(loc["var_l"])), cfg.kind, noise))
+        for name in wanted:
+            if name not in fk:
+                continue
+            scale = fk["phi"] if name == "deviation" and deviation_kernel == "deviation" else 1.0
+            latents = fk[name]
+            if multioutput == "latent":
+                blocks += [_projection(Xi, [(Z, ls, var, np.ones(1))], fk["kind"], fk["noise"], scale)
+                           for Z, ls, var, _ in latents]
+            else:
+                blocks.append(_projection(Xi, latents, fk["kind"], fk["noise"], scale))
         if not blocks:
-            raise ValueError("client_dissimilarity needs the deviation or the local component.")
+            raise ValueError(f"component={component!r} needs the fitted model to have "
+                             f"{' or '.join(wanted)} component.")
         A = block_diag(*blocks)
-        ops.append(A / np.trace(A))
-    T = len(ops)
-    rho = np.zeros((T, T))
-    for i in range(T):
-        for j in range(i + 1, T):
-            rho[i, j] = rho[j, i] = np.sum((ops[i] - ops[j]) ** 2)
+        ops.append((A / np.trace(A)).ravel())
+    ops = np.array(ops)
+    rho = np.zeros((len(ops), len(ops)))
+    for i in range(len(ops) - 1):  # explicit differences: no cancellation for near-equal operators
+        rho[i, i + 1:] = rho[i + 1:, i] = np.sum((ops[i + 1:] - ops[i]) ** 2, axis=1)
     return rho
 
 
