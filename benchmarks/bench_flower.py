@@ -21,23 +21,39 @@ from pathlib import Path
 
 import numpy as np
 
-from skfed.baselines import FedAvgRegressor
-from skfed.datasets import make_federated_regression
+from skfed import PersonalizedTensorRegressor, PFedHGPRegressor  # noqa: F401 (ESTIMATORS)
+from skfed.baselines import FedAvgRegressor  # noqa: F401
+from skfed.datasets import (make_federated_regression, make_hierarchical_gp,
+                            make_tensor_regression)
 from skfed.federated.flower import LocalFederation, make_certificates, write_app
-from skfed.linear_model import DPFedDROClassifier
+from skfed.linear_model import DPFedDROClassifier  # noqa: F401
 
-APP = """
-import numpy as np
+# name -> estimator expression (``R`` is the number of rounds), shared by the app and the
+# in-process fit so both build the same estimator
+ESTIMATORS = {
+    "FedAvgRegressor": "FedAvgRegressor(n_rounds=R, random_state=0)",
+    "DPFedDROClassifier": "DPFedDROClassifier(epsilon=0.5, n_rounds=R, random_state=0)",
+    "PFedHGPRegressor": "PFedHGPRegressor(optimizer='cavi', n_rounds=R, random_state=0)",
+    "PersonalizedTensorRegressor": (
+        "PersonalizedTensorRegressor(tensor_shape=(10, 5), output_shape=(5, 5), "
+        "rank=(3, 3, 3, 3), n_rounds=R, epsilon=20, delta=0.1, random_state=0)"),
+}
+IMPORTS = """
+from skfed import PersonalizedTensorRegressor, PFedHGPRegressor
 from skfed.baselines import FedAvgRegressor
-from skfed.federated.flower import FlowerFederation
 from skfed.linear_model import DPFedDROClassifier
+"""
+
+APP = IMPORTS + """
+import numpy as np
+from skfed.federated.flower import FlowerFederation
+
+ESTIMATORS = %r
 
 
 def make_estimator(run_config):
-    rounds = int(run_config.get("n-rounds", 5))  # also called with {} to probe the contract
-    if run_config.get("estimator") == "DPFedDROClassifier":
-        return DPFedDROClassifier(epsilon=0.5, n_rounds=rounds, random_state=0)
-    return FedAvgRegressor(n_rounds=rounds, random_state=0)
+    R = int(run_config.get("n-rounds", 5))  # also called with {} to probe the contract
+    return eval(ESTIMATORS[run_config.get("estimator", "FedAvgRegressor")])
 
 
 def load_data(node_config, run_config):
@@ -45,13 +61,14 @@ def load_data(node_config, run_config):
     return data["X_" + run_config["estimator"]], data["y_" + run_config["estimator"]]
 
 
-federation = FlowerFederation(make_estimator, load_data, round_timeout=300)
+federation = FlowerFederation(make_estimator, load_data, round_timeout=600)
 server_app = federation.server_app
 client_app = federation.client_app
-"""
+""" % (ESTIMATORS,)
 
 
 def datasets(n_per_site):
+    """Per estimator ``(X, y, groups)`` with 3 sites."""
     sizes = [n_per_site] * 3
     X, y, groups = make_federated_regression(n_clients=3, n_samples=sizes, n_features=20,
                                              random_state=0)
@@ -59,40 +76,45 @@ def datasets(n_per_site):
     codes = rng.integers(0, 4, groups.size)
     Xc = np.eye(4, 20)[codes] + 0.3 * rng.standard_normal((groups.size, 20))
     Xc /= np.linalg.norm(Xc, axis=1, keepdims=True)
-    return groups, {
-        "FedAvgRegressor": (X, y, FedAvgRegressor),
-        "DPFedDROClassifier": (Xc, codes, DPFedDROClassifier),
+    gp = make_hierarchical_gp(n_clients=3, n_outputs=None, n_train=min(n_per_site, 200),
+                              n_test=10, random_state=0)
+    Xt, yt, gt = make_tensor_regression(n_clients=3, n_samples=n_per_site, random_state=0)
+    return {
+        "FedAvgRegressor": (X, y, groups),
+        "DPFedDROClassifier": (Xc, codes, groups),
+        "PFedHGPRegressor": (gp.X_train, gp.y_train, gp.groups_train),
+        "PersonalizedTensorRegressor": (Xt, yt, gt),
     }
 
 
 def in_process(name, X, y, groups, rounds):
-    if name == "DPFedDROClassifier":
-        model = DPFedDROClassifier(epsilon=0.5, n_rounds=rounds, random_state=0)
-    else:
-        model = FedAvgRegressor(n_rounds=rounds, random_state=0)
-    return model.fit(X, y, groups=groups)
+    R = rounds  # noqa: F841 (read by the expression)
+    return eval(ESTIMATORS[name]).fit(X, y, groups=groups)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rows", type=int, default=500, help="rows per site")
+    parser.add_argument("--estimators", nargs="*", default=list(ESTIMATORS))
     args = parser.parse_args()
-    groups, data = datasets(args.rows)
+    data = {name: d for name, d in datasets(args.rows).items() if name in args.estimators}
     work = Path(tempfile.mkdtemp(prefix="skfed-flower-bench-"))
     configs = []
     for k in range(3):
         arrays = {}
-        for name, (X, y, _) in data.items():
+        for name, (X, y, groups) in data.items():
             arrays["X_" + name], arrays["y_" + name] = X[groups == k], y[groups == k]
         np.savez(work / f"site{k}.npz", **arrays)
         configs.append({"client-id": k, "data-path": str(work / f"site{k}.npz")})
     app = write_app(work / "app", APP, {"estimator": "FedAvgRegressor",
                                         "n-rounds": args.rounds})
+    print(f"3 sites x {args.rows} rows (PFedHGPRegressor: at most 200), {args.rounds} rounds, "
+          "TLS on 127.0.0.1\n")
     rows = []
     with LocalFederation(work / "federation", configs,
                          tls=make_certificates(work / "tls")) as fed:
-        for name, (X, y, _) in data.items():
+        for name, (X, y, groups) in data.items():
             local = in_process(name, X, y, groups, args.rounds)
             output = work / f"{name}.pkl"
             tic = time.perf_counter()
@@ -108,7 +130,6 @@ def main():
             rows.append((name, args.rounds, np.median(b.round_seconds),
                          np.median(a.round_seconds), run_seconds, b.total_bytes,
                          a.wire_bytes["up"] + a.wire_bytes["down"]))
-    print(f"3 sites x {args.rows} rows, {args.rounds} rounds, TLS on 127.0.0.1\n")
     print("| estimator | in-process s/round | Flower s/round | ratio | whole `flwr run` (s) "
           "| ledger bytes | Flower array bytes |")
     print("|---|---|---|---|---|---|---|")

@@ -842,10 +842,12 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
                              f"n_outputs_={self.n_outputs_}.")
         return super().score(X, y, groups=groups, sample_weight=sample_weight)
 
-    def client_dissimilarity(self, X, groups):
+    def client_dissimilarity(self, X, groups, *, component="both", deviation_kernel="global",
+                             multioutput="outputs"):
         """The clients' dissimilarity matrix from projection operators (sec. 3.8.2).
 
-        See :func:`skfed.gaussian_process.client_dissimilarity`.
+        See :func:`skfed.gaussian_process.client_dissimilarity` for the
+        operators and the options.
 
         Parameters
         ----------
@@ -853,6 +855,13 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             Inputs of the fitted clients.
         groups : array-like of shape (n_samples,)
             Client label of each row.
+        component : {"both", "deviation", "local"}, default="both"
+            Which blocks represent a client (the paper: both).
+        deviation_kernel : {"global", "deviation"}, default="global"
+            Kernel of the deviation block: ``k_g`` (the paper) or ``phi k_g``.
+        multioutput : {"outputs", "latent"}, default="outputs"
+            Multi-output fits: the ``Q``-output operator of each component,
+            or one scalar operator per latent process.
 
         Returns
         -------
@@ -861,11 +870,10 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         from ._clustering import client_dissimilarity
 
         check_is_fitted(self)
-        if self._multi:
-            raise ValueError("client_dissimilarity supports scalar-output fits only "
-                             "(the model was fitted with multi-output y).")
-        if self._locals is None and self._cfg.use_local:
-            raise ValueError("client_dissimilarity needs the clients' local kernels, which "
-                             "stay on the sites when fitted on a distributed engine.")
+        if self._locals is None:
+            raise ValueError("client_dissimilarity needs the clients' fitted kernels and "
+                             "loadings, which stay on the sites when fitted on a distributed "
+                             "engine.")
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        return client_dissimilarity(self, X, groups)
+        return client_dissimilarity(self, X, groups, component=component,
+                                    deviation_kernel=deviation_kernel, multioutput=multioutput)

@@ -199,8 +199,8 @@ def test_bad_input_errors_and_failed_fit_keeps_the_model(fitted, data):
         PFedHGPRegressor(**SMALL).fit(X, Y[:, :, None], groups=g)
     with pytest.raises(ValueError, match="n_outputs_"):
         fitted.score(data.X_test, data.y_test[:, :2], groups=data.groups_test)
-    with pytest.raises(ValueError, match="multi-output"):
-        fitted.client_dissimilarity(X, g)
+    rho = fitted.client_dissimilarity(X, g)  # multi-output fits are supported
+    assert rho.shape == (3, 3) and np.allclose(rho, rho.T) and np.all(np.diag(rho) == 0)
     before = fitted.predict(data.X_test, groups=data.groups_test)
     with pytest.raises(ValueError, match="n_latents"):
         fitted.set_params(n_latents=0).fit(X, Y[:, :2], groups=g)
