@@ -223,11 +223,11 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
             zeta=check_positive_float(self.init_zeta, "init_zeta"),
             rho=check_positive_float(self.init_rho, "init_rho"),
             max_iter=check_positive_int(self.init_max_iter, "init_max_iter"),
-            rows=self._init_rows(),
+            rows=self._init_rows(self.output_shape_, self.tensor_shape_),
         )
         return _LocalTwoStage(
-            self.coef_shape_, self._check_rank_param(self.rank), admm, self.rank_scale,
-            self.max_rank,
+            self.coef_shape_, self._check_rank_param(self.rank, self.coef_shape_), admm,
+            self.rank_scale, self.max_rank,
             "auto" if self.step_size == "auto"
             else check_positive_float(self.step_size, "step_size"),
             check_positive_int(self.n_iter, "n_iter", minimum=0),
