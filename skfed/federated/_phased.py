@@ -6,6 +6,7 @@ covers all of them, the ledger numbers rounds continuously and the round
 budget is known before training.
 """
 
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
@@ -144,7 +145,8 @@ class PhasedAlgorithm(FederatedAlgorithm):
         raise NotImplementedError
 
     # the client side of a phase is cached per spec: in-process, the clients of
-    # a round then share one phase object (and whatever it caches per broadcast)
+    # a round then share one phase object (and whatever it caches per broadcast),
+    # and the phases of a run one object each
     _client_cache = None
 
     def __getstate__(self):
@@ -202,6 +204,12 @@ class PhasedAlgorithm(FederatedAlgorithm):
 
     def _client_phase(self, broadcast):
         """``(phase, algorithm, inner broadcast)`` from a broadcast."""
+        cached = self._client_cache
+        shared = isinstance(broadcast, MappingProxyType)
+        if shared and cached is not None and cached[0] is broadcast:
+            # in-process, the clients of a round share the engine's read-only
+            # broadcast (the cache holds it, so its id is not reused)
+            return cached[2], cached[3], cached[4]
         phase = int(broadcast[_PHASE])
         spec, inner = {}, {}
         for name, value in broadcast.items():
@@ -210,11 +218,11 @@ class PhasedAlgorithm(FederatedAlgorithm):
             elif name != _PHASE:
                 inner[name] = value
         key = (phase, _spec_key(spec))
-        cached = self._client_cache
-        if cached is not None and cached[0] == key:
-            return phase, cached[1], inner
-        algorithm = self.build_phase(phase, spec)
-        self._client_cache = (key, algorithm)  # one atomic store: thread safe
+        if cached is not None and cached[1] == key:
+            algorithm = cached[3]
+        else:
+            algorithm = self.build_phase(phase, spec)
+        self._client_cache = (broadcast, key, phase, algorithm, inner)  # one atomic store
         return phase, algorithm, inner
 
     def _enter(self, data, state, broadcast, rng):

@@ -11,7 +11,12 @@ pytest.importorskip("flwr")
 
 from skfed.datasets import make_tensor_regression  # noqa: E402
 from skfed.federated.flower import FlowerFederation, InMemoryGrid  # noqa: E402
-from skfed.tensor import FedCommonTensorRegressor, PersonalizedTensorRegressor  # noqa: E402
+from skfed.tensor import (  # noqa: E402
+    FedAvgTensorRegressor,
+    FedCommonTensorRegressor,
+    LocalTwoStageTensorRegressor,
+    PersonalizedTensorRegressor,
+)
 
 X, Y, GROUPS = make_tensor_regression(
     n_clients=3, n_samples=[40, 60, 50], tensor_shape=(3, 4), output_shape=(2, 2),
@@ -98,3 +103,19 @@ def test_cv_and_bad_site_data_are_named():
     with pytest.raises(ValueError, match=r"disagree on tensor_shape.*\(tensor_shape\)"):
         flower_fit(lambda: PersonalizedTensorRegressor(
             **{**BASE, "tensor_shape": None, "rank": 2}), one_site_nd)
+
+
+def test_fed_avg_baseline_on_flower_and_local_fits_stay_on_the_sites():
+    params = dict(tensor_shape=(3, 4), output_shape=(2, 2), rank=2, n_iter=10,
+                  init_max_iter=30)
+    local = FedAvgTensorRegressor(**params).fit(X, Y, groups=GROUPS)
+    remote = flower_fit(lambda: FedAvgTensorRegressor(**params))
+    np.testing.assert_allclose(remote.average_coef_, local.average_coef_, atol=1e-8)
+    np.testing.assert_allclose(remote.predict(X[:3], groups=[0] * 3),
+                               local.predict(X[:3], groups=[0] * 3), atol=1e-8)
+    assert remote.coef_ is None and remote.ranks_ is None
+    assert_same_communication(remote.communication_, local.communication_)
+    alone = flower_fit(lambda: LocalTwoStageTensorRegressor(**params))
+    np.testing.assert_allclose(alone.client_weights_, [40 / 150, 60 / 150, 50 / 150])
+    with pytest.raises(ValueError, match="distributed engine"):
+        alone.predict(X[:3])
