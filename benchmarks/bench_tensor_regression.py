@@ -5,13 +5,17 @@
    computing every client's residuals and gradient contraction, in the same
    run (calls interleaved), for n_k = 250, 2500 and 25000 rows per client;
    and the cost per round of the same rounds through ``run_federation``
-   against calling the steps directly (the engine's overhead).
+   against calling the steps directly (the engine's overhead), and the same
+   rounds through the engine as a phase of a ``PhasedAlgorithm`` (as in a
+   fit) against ``StageOne`` alone (the phased wrapper's overhead).
 2. Fit time and coefficient error beside tensorly's TuckerRegressor (through
    skfed's wrapper) on the same scalar-on-matrix data, pooled and per client.
 
-Run: ``python benchmarks/bench_tensor_regression.py`` (prints markdown tables).
+Run: ``python benchmarks/bench_tensor_regression.py`` (prints markdown tables);
+``--quick``: part 1 only, for n_k = 250 and 2500.
 """
 
+import sys
 import time
 
 import numpy as np
@@ -19,7 +23,7 @@ from threadpoolctl import threadpool_limits
 
 from skfed.baselines import LocalEstimator, PooledEstimator
 from skfed.datasets import make_tensor_regression
-from skfed.federated import Federation, run_federation
+from skfed.federated import Federation, PhasedAlgorithm, run_federation
 from skfed.tensor import (
     LocalTwoStageTensorRegressor,
     PersonalizedTensorRegressor,
@@ -29,14 +33,14 @@ from skfed.tensor._stages import StageOne
 from skfed.tensor._tucker import retract
 
 
-def _interleaved(fns, repeat):
+def _interleaved(fns, repeat, clock=time.perf_counter):
     """Seconds of each function, ``repeat`` times, calls interleaved (noise hits all alike)."""
     times = [[] for _ in fns]
     for _ in range(repeat):
         for t, fn in zip(times, fns):
-            tic = time.perf_counter()
+            tic = clock()
             fn()
-            t.append(time.perf_counter() - tic)
+            t.append(clock() - tic)
     return [np.array(t) for t in times]
 
 
@@ -84,14 +88,8 @@ def stage_one_round(n_k, repeat=21):
     return _interleaved([one_round, plain_pass], repeat)
 
 
-def engine_overhead(n_k, n_rounds=20, repeat=5):
-    """Seconds per round of ``n_rounds`` Stage-I rounds, via the engine and called directly.
-
-    Both runs do the same work (client and server initialization, then the
-    rounds) on the same data; ``run_federation`` adds per-client random
-    streams, message validation and copies and the ledger. Interleaved, best
-    of ``repeat``.
-    """
+def _stage_one_problem(n_k, n_rounds):
+    """The federation (5 clients of ``n_k`` rows) and a factory of fresh Stage-I algorithms."""
     X, y, groups = make_tensor_regression(n_samples=n_k, random_state=0)
     shape = (5, 5, 10, 5)
     fed = Federation.from_arrays(X, y, groups)
@@ -100,6 +98,19 @@ def engine_overhead(n_k, n_rounds=20, repeat=5):
     def algorithm():
         return StageOne(shape, (3, 3, 3, 3), A, step_size=0.04, n_rounds=n_rounds,
                         epsilon=20.0, delta=0.1)
+
+    return fed, algorithm
+
+
+def engine_overhead(n_k, n_rounds=20, repeat=5):
+    """Seconds per round of ``n_rounds`` Stage-I rounds, via the engine and called directly.
+
+    Both runs do the same work (client and server initialization, then the
+    rounds) on the same data; ``run_federation`` adds per-client random
+    streams, message validation and copies and the ledger. Interleaved, best
+    of ``repeat``.
+    """
+    fed, algorithm = _stage_one_problem(n_k, n_rounds)
 
     def via_engine():
         run_federation(algorithm(), fed, n_rounds=n_rounds, random_state=0)
@@ -117,6 +128,42 @@ def engine_overhead(n_k, n_rounds=20, repeat=5):
     direct()  # warm-up
     engine, plain = _interleaved([via_engine, direct], repeat)
     return engine.min() / n_rounds, plain.min() / n_rounds
+
+
+class _StageOnePhase(PhasedAlgorithm):
+    """Stage I as the only phase of a phased algorithm (no Stage II work to time)."""
+
+    def __init__(self, make):
+        self.make = make
+        super().__init__([make().n_rounds])
+
+    def phase_spec(self, phase, previous):
+        return {"rank": np.array(self.make().rank)}
+
+    def build_phase(self, phase, spec, previous=None):
+        return self.make()
+
+
+def phased_overhead(n_k, n_rounds=20, repeat=30):
+    """CPU seconds per round of ``n_rounds`` Stage-I rounds via the engine: phased and alone.
+
+    The phased run wraps every broadcast (phase index and the rank as spec),
+    unwraps it on every client and looks up the client side of the phase;
+    the work is the same. Process CPU time (the difference is a few percent,
+    below the wall-clock noise of a shared machine), interleaved, best of
+    ``repeat``.
+    """
+    fed, algorithm = _stage_one_problem(n_k, n_rounds)
+
+    def phased():
+        run_federation(_StageOnePhase(algorithm), fed, n_rounds=n_rounds, random_state=0)
+
+    def alone():
+        run_federation(algorithm(), fed, n_rounds=n_rounds, random_state=0)
+
+    phased()  # warm-up
+    wrapped, plain = _interleaved([phased, alone], repeat, clock=time.process_time)
+    return wrapped.min() / n_rounds, plain.min() / n_rounds
 
 
 def versus_tensorly(seed=0):
@@ -156,22 +203,28 @@ def versus_tensorly(seed=0):
     return rows
 
 
-def main():
+def main(quick=False):
+    sizes = (250, 2500) if quick else (250, 2500, 25000)
     with threadpool_limits(limits=1, user_api="blas"):
         print("| n_k | Stage-I round (ms) | residual+gradient pass (ms) | ratio of minima "
               "| median of paired ratios |")
         print("|---|---|---|---|---|")
-        for n_k in (250, 2500, 25000):
+        for n_k in sizes:
             r, p = stage_one_round(n_k)
             print(f"| {n_k} | {1e3 * r.min():.2f} | {1e3 * p.min():.2f} | "
                   f"{r.min() / p.min():.2f} | {np.median(r / p):.2f} |")
-        print()
-        print("| n_k | round via run_federation (ms) | same rounds called directly (ms) "
-              "| engine overhead |")
-        print("|---|---|---|---|")
-        for n_k in (250, 2500):
-            e, d = engine_overhead(n_k)
-            print(f"| {n_k} | {1e3 * e:.2f} | {1e3 * d:.2f} | {e / d - 1:+.0%} |")
+        overheads = (("round via run_federation", "same rounds called directly",
+                      "engine overhead", engine_overhead),
+                     ("Stage-I round as a phase, CPU", "StageOne alone, CPU", "phased overhead",
+                      phased_overhead))
+        for slow, fast, what, measure in overheads:
+            print(f"\n| n_k | {slow} (ms) | {fast} (ms) | {what} |")
+            print("|---|---|---|---|")
+            for n_k in (250, 2500):
+                a, b = measure(n_k)
+                print(f"| {n_k} | {1e3 * a:.2f} | {1e3 * b:.2f} | {a / b - 1:+.1%} |")
+        if quick:
+            return
         print()
         print("| method | fit time (s) | mean ||A_k - A_k*||_F |")
         print("|---|---|---|")
@@ -180,4 +233,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(quick="--quick" in sys.argv[1:])

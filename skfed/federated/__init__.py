@@ -4,12 +4,14 @@ A :class:`Federation` holds one :class:`ClientData` per client. A
 :class:`FederatedAlgorithm` defines a client step and a server step; only
 messages (flat mappings of names to numeric numpy arrays) cross between them.
 :func:`run_federation` runs the rounds in-process and records every message
-in a :class:`Ledger`.
+in a :class:`Ledger`. A :class:`PhasedAlgorithm` runs several algorithms one
+after the other in one run.
 """
 
 from ._engine import ClientDropout, FederationResult, round_rng, run_federation, seed_entropy
 from ._fit import client_summary, combine_summaries, fit_federated
 from ._ledger import Ledger, LedgerRecord
+from ._phased import PhasedAlgorithm, PhaseState
 from ._protocol import ClientData, FederatedAlgorithm, Federation, check_message
 
 __all__ = [
@@ -20,6 +22,8 @@ __all__ = [
     "FederationResult",
     "Ledger",
     "LedgerRecord",
+    "PhaseState",
+    "PhasedAlgorithm",
     "check_message",
     "client_summary",
     "combine_summaries",

@@ -11,6 +11,8 @@ from ._tucker import check_tucker_rank
 
 __all__ = ["_TensorRegressorBase", "check_shape", "check_positive_float"]
 
+_LAYOUTS = ("scalar", "matrix", "tensor")  # of y: 1-D, 2-D, n-D
+
 
 def check_shape(shape, name):
     """``None`` or a tuple of positive ints."""
@@ -95,7 +97,7 @@ class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimato
             return X.reshape(X.shape[0], -1), tuple(X.shape[1:])
         return X, None
 
-    def _validate_fit_data(self, X, y):
+    def _validate_fit_data(self, X, y, reset=True):
         tensor_shape = check_shape(self.tensor_shape, "tensor_shape")
         output_shape = check_shape(self.output_shape, "output_shape")
         X, nd_shape = self._flatten_X(X)
@@ -111,7 +113,7 @@ class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimato
         if isinstance(y, np.ndarray) and y.ndim > 2:
             y_nd = tuple(y.shape[1:])
             y = y.reshape(y.shape[0], -1)
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True)
+        X, y = validate_data(self, X, y, reset=reset, multi_output=True, y_numeric=True)
         p = X.shape[1]
         if tensor_shape is None:
             tensor_shape = (p,)
@@ -148,22 +150,61 @@ class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimato
         self._y_layout = y_layout
         return np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(Ym, dtype=float)
 
-    def _check_rank_param(self, rank, name="rank"):
+    def _check_rank_param(self, rank, coef_shape, name="rank"):
         if isinstance(rank, str):
             if rank != "auto":
                 raise ValueError(f"{name} must be 'auto', an int or a tuple of ints, got {rank!r}.")
             return "auto"
-        return check_tucker_rank(rank, self.coef_shape_, name)
+        return check_tucker_rank(rank, coef_shape, name)
 
-    def _init_rows(self):
+    def _init_rows(self, output_shape, tensor_shape):
         """Rows of the matricization used by the ADMM initializer's norms."""
         if self.init_unfolding not in ("auto", "response"):
             raise ValueError(
                 f"init_unfolding must be 'auto' or 'response', got {self.init_unfolding!r}."
             )
-        if self.output_shape_ or self.init_unfolding == "response":
+        if output_shape or self.init_unfolding == "response":
             return None
-        return self.tensor_shape_[0]
+        return tensor_shape[0]
+
+    # -- the set-up exchange of skfed.federated.fit_federated (also on Flower) --
+
+    def _validate_site_data(self, X, y, reset=False):
+        """The checks a site runs on its own rows: their shapes against
+        ``tensor_shape`` and ``output_shape``; returns ``(X, Y)`` as 2-D float arrays.
+        """
+        return self._validate_fit_data(X, y, reset=reset)
+
+    def _site_summary(self, X, y):
+        """A site's tensor shapes and response layout (all sites must agree)."""
+        return {
+            "tensor_shape": np.array(self.tensor_shape_, dtype=np.int64),
+            "output_shape": np.array(self.output_shape_, dtype=np.int64),
+            "y_layout": np.int64(_LAYOUTS.index(self._y_layout)),
+        }
+
+    def _combine_site_summaries(self, labels, summaries):
+        first = summaries[0]
+        for label, summary in zip(labels, summaries):
+            for key, argument in (("tensor_shape", "tensor_shape"),
+                                  ("output_shape", "output_shape"), ("y_layout", "y")):
+                a, b = first[key], summary[key]
+                if a.shape != b.shape or not np.array_equal(a, b):
+                    show = _LAYOUTS if key == "y_layout" else None
+                    raise ValueError(
+                        f"sites disagree on {key}: site {labels[0]!r} has "
+                        f"{show[int(a)] if show else tuple(a.tolist())}, site {label!r} has "
+                        f"{show[int(b)] if show else tuple(b.tolist())} ({argument})."
+                    )
+        return {key: first[key] for key in ("tensor_shape", "output_shape", "y_layout")}
+
+    def _set_shapes(self, setup):
+        """The fitted shape attributes from the set-up summary (as on every site)."""
+        self.tensor_shape_ = tuple(int(s) for s in setup["tensor_shape"])
+        self.output_shape_ = tuple(int(s) for s in setup["output_shape"])
+        self.coef_shape_ = self.output_shape_ + self.tensor_shape_
+        self._y_layout = _LAYOUTS[int(setup["y_layout"])]
+        self.n_features_in_ = int(setup["n_features"])
 
     def _validate_predict_X(self, X):
         check_is_fitted(self)

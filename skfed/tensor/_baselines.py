@@ -7,7 +7,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import transactional_fit
-from ..federated import FederatedAlgorithm, Federation, run_federation
+from ..federated import FederatedAlgorithm, fit_federated
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float, check_shape, resolve_shape
 from ._pftr import PersonalizedTensorRegressor
@@ -201,7 +201,16 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         self.unknown_client = unknown_client
         self.n_jobs = n_jobs
 
-    def _algorithm(self):
+    # -- the contract of skfed.federated.fit_federated (also run by Flower) --------
+
+    def _engine_params(self):
+        return dict(n_rounds=1, random_state=None, n_jobs=self.n_jobs)
+
+    def _federated_algorithm(self, setup):
+        """The one-round local fit, built from the parameters and the set-up summary."""
+        tensor_shape = tuple(int(s) for s in setup["tensor_shape"])
+        output_shape = tuple(int(s) for s in setup["output_shape"])
+        coef_shape = output_shape + tensor_shape
         if self.penalty_scaling not in ("adaptive", "none"):
             raise ValueError(
                 f"penalty_scaling must be 'adaptive' or 'none', got {self.penalty_scaling!r}."
@@ -223,11 +232,11 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
             zeta=check_positive_float(self.init_zeta, "init_zeta"),
             rho=check_positive_float(self.init_rho, "init_rho"),
             max_iter=check_positive_int(self.init_max_iter, "init_max_iter"),
-            rows=self._init_rows(),
+            rows=self._init_rows(output_shape, tensor_shape),
         )
         return _LocalTwoStage(
-            self.coef_shape_, self._check_rank_param(self.rank), admm, self.rank_scale,
-            self.max_rank,
+            coef_shape, self._check_rank_param(self.rank, coef_shape), admm,
+            self.rank_scale, self.max_rank,
             "auto" if self.step_size == "auto"
             else check_positive_float(self.step_size, "step_size"),
             check_positive_int(self.n_iter, "n_iter", minimum=0),
@@ -254,26 +263,37 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         self : LocalTwoStageTensorRegressor
             The fitted estimator.
         """
-        Xm, Ym = self._validate_fit_data(X, y)
-        algorithm = self._algorithm()
-        federation = Federation.from_arrays(Xm, Ym, groups)
-        result = run_federation(algorithm, federation, n_rounds=1, n_jobs=self.n_jobs)
-        states = result.client_states
-        self.shared_coefs_ = np.stack([s["shared"] for s in states])
-        self.deviations_ = np.stack([s["deviation"] for s in states])
-        self.coef_ = self.shared_coefs_ + self.deviations_
-        self.init_coefs_ = np.stack([s["init"] for s in states])
-        self.init_deviations_ = np.stack([s["init_deviation"] for s in states])
-        self.ranks_ = [tuple(int(r) for r in s["rank"]) for s in states]
-        self.penalty_ = np.array([s["omega"] for s in states])
-        sizes = federation.n_samples
-        self.client_weights_ = sizes / sizes.sum()
-        self.clients_ = federation.labels
-        self.communication_ = result.ledger
-        self._server_state = result.server_state
+        Xm, Ym = self._validate_site_data(X, y, reset=True)
+        self._set_federated_result(*fit_federated(self, Xm, Ym, groups))
         return self
 
+    def _set_federated_result(self, result, setup, labels):
+        """Fitted attributes; the per-client ones are ``None`` on a distributed engine.
+
+        There the local fits stay on the sites (``result.client_states`` is
+        ``None``) and only the row counts reached the server.
+        """
+        self._set_shapes(setup)
+        sizes = np.asarray(setup["n_samples"], dtype=float)
+        self.client_weights_ = sizes / sizes.sum()
+        self.clients_ = labels
+        self.communication_ = result.ledger
+        states = result.client_states
+        names = {"shared_coefs_": "shared", "deviations_": "deviation", "init_coefs_": "init",
+                 "init_deviations_": "init_deviation"}
+        for attr, key in names.items():
+            setattr(self, attr, None if states is None else np.stack([s[key] for s in states]))
+        self.coef_ = None if states is None else self.shared_coefs_ + self.deviations_
+        self.ranks_ = None if states is None else [tuple(int(r) for r in s["rank"])
+                                                   for s in states]
+        self.penalty_ = None if states is None else np.array([s["omega"] for s in states])
+
     def _coef_for_client(self, k):
+        if self.coef_ is None:
+            raise ValueError(
+                "the client fits were not sent: the model was fitted on a distributed "
+                "engine, where each site keeps its own; predict on the sites."
+            )
         if k >= 0:
             return self.coef_[k]
         return np.tensordot(self.client_weights_, self.coef_, axes=1)
@@ -367,14 +387,20 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
         self : FedAvgTensorRegressor
             The fitted estimator.
         """
+        return super().fit.__wrapped__(self, X, y, groups)
+
+    def _federated_algorithm(self, setup):
         if self.weights not in ("uniform", "n_samples"):
             raise ValueError(f"weights must be 'uniform' or 'n_samples', got {self.weights!r}.")
-        super().fit.__wrapped__(self, X, y, groups)
-        state = self._server_state
+        return super()._federated_algorithm(setup)
+
+    def _set_federated_result(self, result, setup, labels):
+        """The averaged tensor, from the server state (also on a distributed engine)."""
+        super()._set_federated_result(result, setup, labels)
+        state = result.server_state
         w = state["sizes"] / state["sizes"].sum() if self.weights == "n_samples" else \
             np.full(len(state["coefs"]), 1.0 / len(state["coefs"]))
         self.average_coef_ = np.tensordot(w, np.stack(state["coefs"]), axes=1)
-        return self
 
     def _coef_for_client(self, k):
         return self.average_coef_

@@ -4,13 +4,15 @@ import numbers
 
 import numpy as np
 
+from sklearn.base import clone
+
 from ..base import transactional_fit
-from ..federated import Federation, Ledger, run_federation, seed_entropy
+from ..federated import Federation, fit_federated, seed_entropy
 from ..privacy import check_privacy_budget, pftr_privacy_spent
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
-from ._stages import InitAlgorithm, StageOne, StageTwo
+from ._stages import PersonalizedTensorPhases
 from ._tucker import RETRACTIONS, TANGENTS, check_tucker_rank
 
 __all__ = ["PersonalizedTensorRegressor"]
@@ -322,7 +324,6 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             zeta=check_positive_float(self.init_zeta, "init_zeta"),
             rho=check_positive_float(self.init_rho, "init_rho"),
             max_iter=check_positive_int(self.init_max_iter, "init_max_iter"),
-            rows=self._init_rows(),
         )
         check_positive_float(self.rank_scale, "rank_scale")
         if self.max_rank is not None:
@@ -340,20 +341,115 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             for v in values:
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
         p["grid"] = {k: list(v) for k, v in grid.items()}
+        if self.unknown_client not in ("global", "error"):
+            raise ValueError(
+                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
+            )
         return p
 
-    def _init_tensor(self):
+    def _init_tensor(self, coef_shape):
         if isinstance(self.init, str):
             if self.init != "admm":
                 raise ValueError(f"init must be 'admm' or an array, got {self.init!r}.")
             return None
         init = np.asarray(self.init, dtype=float)
-        if init.shape != self.coef_shape_ or not np.all(np.isfinite(init)):
+        if init.shape != coef_shape or not np.all(np.isfinite(init)):
             raise ValueError(
                 f"init must be 'admm' or a finite array of the coefficient shape "
-                f"{self.coef_shape_}, got shape {init.shape}."
+                f"{coef_shape}, got shape {init.shape}."
             )
         return init
+
+    # -- the contract of skfed.federated.fit_federated (also run by Flower) --------
+
+    def _engine_params(self):
+        if self.cv is not None:
+            raise ValueError(
+                f"cv={self.cv!r} tunes step_size and alpha by refitting on folds, which "
+                "only the in-process fit can do; on a distributed engine set cv=None and "
+                "pass the tuned step_size and alpha (e.g. best_params_ of an in-process "
+                "fit) (cv)."
+            )
+        n_rounds = check_positive_int(self.n_rounds, "n_rounds")
+        # the initializer (and rank vote) takes 2 rounds before Stage I
+        initializer = isinstance(self.init, str)
+        return dict(n_rounds=n_rounds + 2 * initializer, client_fraction=1.0,
+                    on_client_error="raise", random_state=self.random_state,
+                    n_jobs=self.n_jobs, verbose=self.verbose)
+
+    def _federated_algorithm(self, setup):
+        """Initializer (when needed), Stage I and Stage II as one phased algorithm."""
+        self._engine_params()  # refuses cv
+        return self._phases(setup)
+
+    def _phases(self, setup):
+        """The phased algorithm, built from the parameters and the set-up summary only."""
+        params = self._validate_params_pftr()
+        tensor_shape = tuple(int(s) for s in setup["tensor_shape"])
+        output_shape = tuple(int(s) for s in setup["output_shape"])
+        coef_shape = output_shape + tensor_shape
+        rank = self._check_rank_param(self.rank, coef_shape)
+        init = self._init_tensor(coef_shape)
+        if init is not None and rank == "auto":  # a public starting tensor: nothing sent
+            n_max = int(np.max(setup["n_samples"]))
+            rank = make_feasible(ratio_rank(init, n_max, self.rank_scale, self.max_rank),
+                                 coef_shape)
+        if rank != "auto":
+            rank = check_tucker_rank(rank, coef_shape)
+        admm = {**params["admm"], "rows": self._init_rows(output_shape, tensor_shape)}
+        return PersonalizedTensorPhases(
+            coef_shape, rank, init,
+            init_params=dict(admm_params=admm, rank_scale=self.rank_scale,
+                             max_rank=self.max_rank),
+            stage_one=dict(step_size=params["step_size"], n_rounds=params["n_rounds"],
+                           epsilon=params["epsilon"], delta=params["delta"],
+                           tau_x=params["tau_x"], tau_e=params["tau_e"],
+                           clip_quantile=float(self.clip_quantile), tangent=self.tangent,
+                           retraction=self.retraction),
+            stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
+                           scaling=self.penalty_scaling),
+        )
+
+    def _set_federated_result(self, result, setup, labels):
+        """Fitted attributes from the server state and, in-process, the client states.
+
+        On a distributed engine (``result.client_states is None``) the
+        per-client attributes are ``None``: the personalized parts stay on
+        the sites.
+        """
+        algorithm = self._phases(setup)
+        params = self._validate_params_pftr()
+        self._set_shapes(setup)
+        server = dict(zip(algorithm.phases, result.server_state.states))
+        init, one = server.get("init"), server["stage_one"]
+        self.shared_coef_ = one["coef"]
+        self.core_ = one["core"]
+        self.factors_ = one["factors"]
+        self.grad_norm_ = np.array(one["grad_norm"])
+        self.rank_ = tuple(int(r) for r in one["core"].shape)
+        self.local_ranks_ = {} if init is None else init["local_ranks"]
+        self.init_client_ = -1 if init is None else int(init["k_star"])
+        self.deviations_ = self.coef_ = self.penalty_ = None
+        self.noise_std_ = self.tau_x_ = self.tau_e_ = None
+        if result.client_states is not None:
+            clients = [dict(zip(algorithm.phases, c.states)) for c in result.client_states]
+            self.deviations_ = np.stack([c["stage_two"]["deviation"] for c in clients])
+            self.coef_ = self.shared_coef_[None] + self.deviations_
+            self.penalty_ = np.array([c["stage_two"]["omega"] for c in clients])
+            self.noise_std_ = np.array([c["stage_one"]["sigma"] for c in clients])
+            self.tau_x_ = np.array([c["stage_one"]["tau_x"] for c in clients])
+            self.tau_e_ = np.array([c["stage_one"]["tau_e"] for c in clients])
+        spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_rounds"])
+        spent["strict"] = params["epsilon"] is not None and (
+            params["tau_x"] is not None and params["tau_e"] is not None
+        )
+        spent["covers"] = (
+            "Stage-I gradient releases of each client; not the initialization, the rank "
+            "vote or CV tuning"
+        )
+        self.privacy_spent_ = spent
+        self.clients_ = labels
+        self.communication_ = result.ledger
 
     # -- fitting ------------------------------------------------------------------
 
@@ -375,118 +471,61 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self : PersonalizedTensorRegressor
             The fitted estimator.
         """
-        Xm, Ym = self._validate_fit_data(X, y)
-        params = self._validate_params_pftr()
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
-            )
-        rank = self._check_rank_param(self.rank)
-        init = self._init_tensor()
-        entropy = seed_entropy(self.random_state)
-        federation = Federation.from_arrays(Xm, Ym, groups)
-        if self.cv is not None and federation.n_samples.min() < self.cv:
-            k = int(np.argmin(federation.n_samples))
-            raise ValueError(
-                f"cv={self.cv} folds need at least {self.cv} rows per client, but client "
-                f"{federation.labels[k]!r} has {int(federation.n_samples[k])} (cv)."
-            )
+        Xm, Ym = self._validate_site_data(X, y, reset=True)
         self.cv_results_, self.best_params_ = None, None
+        tuned = self
         if self.cv is not None:
-            self._cross_validate(federation, Xm, Ym, params, rank, init, entropy)
-            params = {**params, **self.best_params_}
-        result = self._fit_federation(federation, params, rank, init, entropy)
-        for key, value in result.items():
-            setattr(self, key, value)
-        self.clients_ = federation.labels
+            params = self._validate_params_pftr()
+            # one seed for the folds and every refit, also when random_state is None
+            entropy = seed_entropy(self.random_state)
+            self._cross_validate(Xm, Ym, groups, params, entropy)
+            tuned = self._tuned(random_state=entropy, **self.best_params_)
+        result, setup, labels = fit_federated(tuned, Xm, Ym, groups)
+        self._set_federated_result(result, setup, labels)
         return self
 
-    def _fit_federation(self, federation, params, rank, init, entropy):
-        """Initialization, Stage I and Stage II on one federation; fitted attributes."""
-        ledger = Ledger()
-        common = dict(n_jobs=self.n_jobs, random_state=entropy, ledger=ledger,
-                      verbose=self.verbose)
-        local_ranks, k_star = {}, -1
-        if init is None:
-            init_alg = InitAlgorithm(self.coef_shape_, rank, params["admm"],
-                                     self.rank_scale, self.max_rank)
-            state = run_federation(init_alg, federation, n_rounds=2, **common).server_state
-            init, rank, local_ranks, k_star = (
-                state["init"], state["rank"], state["local_ranks"], state["k_star"]
-            )
-        elif rank == "auto":  # a public starting tensor: select on it, nothing sent
-            n_max = int(federation.n_samples.max())
-            rank = make_feasible(ratio_rank(init, n_max, self.rank_scale, self.max_rank),
-                                 self.coef_shape_)
-        rank = check_tucker_rank(rank, self.coef_shape_)
-        stage_one = StageOne(
-            self.coef_shape_, rank, init,
-            step_size=params["step_size"], n_rounds=params["n_rounds"],
-            epsilon=params["epsilon"], delta=params["delta"],
-            tau_x=params["tau_x"], tau_e=params["tau_e"],
-            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
-            retraction=self.retraction,
-        )
-        res1 = run_federation(stage_one, federation, n_rounds=params["n_rounds"], **common)
-        A0 = res1.server_state["coef"]
-        stage_two = StageTwo(A0, params["alpha"], params["n_local_iter"], self.penalty_scaling)
-        res2 = run_federation(stage_two, federation, n_rounds=1, **common)
-        deviations = np.stack([s["deviation"] for s in res2.client_states])
-        spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_rounds"])
-        spent["strict"] = params["epsilon"] is not None and (
-            params["tau_x"] is not None and params["tau_e"] is not None
-        )
-        spent["covers"] = (
-            "Stage-I gradient releases of each client; not the initialization, the rank "
-            "vote or CV tuning"
-        )
-        return {
-            "shared_coef_": A0,
-            "core_": res1.server_state["core"],
-            "factors_": res1.server_state["factors"],
-            "deviations_": deviations,
-            "coef_": A0[None] + deviations,
-            "rank_": tuple(int(r) for r in rank),
-            "local_ranks_": local_ranks,
-            "init_client_": int(k_star),
-            "penalty_": np.array([s["omega"] for s in res2.client_states]),
-            "noise_std_": np.array([s["sigma"] for s in res1.client_states]),
-            "tau_x_": np.array([s["tau_x"] for s in res1.client_states]),
-            "tau_e_": np.array([s["tau_e"] for s in res1.client_states]),
-            "grad_norm_": np.array(res1.server_state["grad_norm"]),
-            "privacy_spent_": spent,
-            "communication_": ledger,
-        }
+    def _tuned(self, **params):
+        """A copy without ``cv`` (and with ``params``) that fits rows validated by ``self``."""
+        est = clone(self).set_params(cv=None, **params)
+        for name in ("tensor_shape_", "output_shape_", "coef_shape_", "_y_layout",
+                     "n_features_in_"):
+            setattr(est, name, getattr(self, name))
+        return est
 
-    def _cross_validate(self, federation, Xm, Ym, params, rank, init, entropy):
+    def _cross_validate(self, Xm, Ym, groups, params, entropy):
         """The paper's V-fold criterion over ``param_grid``; sets ``cv_results_``."""
         V = int(self.cv)
+        federation = Federation.from_arrays(Xm, None, groups)
+        if federation.n_samples.min() < V:
+            k = int(np.argmin(federation.n_samples))
+            raise ValueError(
+                f"cv={V} folds need at least {V} rows per client, but client "
+                f"{federation.labels[k]!r} has {int(federation.n_samples[k])} (cv)."
+            )
         rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(97,)))
-        folds = [np.array_split(rng.permutation(c.n_samples), V) for c in federation.clients]
+        # folds aligned across clients: fold v of client k is part v of a permutation
+        client = np.empty(Xm.shape[0], dtype=np.int64)
+        fold = np.empty(Xm.shape[0], dtype=np.int64)
+        for k, rows in enumerate(federation.row_index):
+            client[rows] = k
+            for v, part in enumerate(np.array_split(rng.permutation(rows.size), V)):
+                fold[rows[part]] = v
         steps = params["grid"].get("step_size", [params["step_size"]])
         alphas = params["grid"].get("alpha", [params["alpha"]])
         errors = np.zeros((len(steps), len(alphas)))
         for v in range(V):
-            train, val = [], []
-            for c, f in zip(federation.clients, folds):
-                mask = np.ones(c.n_samples, dtype=bool)
-                mask[f[v]] = False
-                train.append(type(c)(X=c.X[mask], y=c.y[mask], label=c.label, index=c.index))
-                val.append((c.X[~mask], c.y[~mask]))
-            fold_fed = Federation(clients=tuple(train), labels=federation.labels)
-            n_val = sum(len(yv) for _, yv in val)
+            train, val = fold != v, np.flatnonzero(fold == v)
             for i, step in enumerate(steps):
                 for j, alpha in enumerate(alphas):
-                    res = self._fit_federation(
-                        fold_fed, {**params, "step_size": step, "alpha": alpha},
-                        rank, init, entropy,
-                    )
-                    q = Ym.shape[1]
-                    sse = sum(
-                        np.sum((yv - xv @ res["coef_"][k].reshape(q, -1).T) ** 2)
-                        for k, (xv, yv) in enumerate(val)
-                    )
-                    errors[i, j] += sse / n_val / V
+                    # every client keeps >= 1 training row, so client indices are kept
+                    est = self._tuned(step_size=step, alpha=alpha, random_state=entropy)
+                    est._set_federated_result(
+                        *fit_federated(est, Xm[train], Ym[train], client[train]))
+                    sse = 0.0
+                    for k, coef in enumerate(est.coef_):
+                        rows = val[client[val] == k]
+                        sse += np.sum((Ym[rows] - est._predict_with(Xm[rows], coef)) ** 2)
+                    errors[i, j] += sse / val.size / V
         i, j = np.unravel_index(np.argmin(errors), errors.shape)
         self.cv_results_ = {
             "step_size": np.repeat(steps, len(alphas)),
@@ -498,7 +537,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     # -- prediction -----------------------------------------------------------------
 
     def _coef_for_client(self, k):
-        return self.shared_coef_ if k < 0 else self.coef_[k]
+        if k < 0:
+            return self.shared_coef_
+        if self.coef_ is None:
+            raise ValueError(
+                f"no personalized coefficients for client {self.clients_[k]!r}: the model "
+                "was fitted on a distributed engine, where the personalized parts stay on "
+                "the sites; predict with groups=None for the shared tensor A_0 (groups)."
+            )
+        return self.coef_[k]
 
     def predict_shared(self, X):
         """Predict with the shared tensor ``A_0`` alone (Fed-Common).

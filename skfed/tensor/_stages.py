@@ -12,11 +12,17 @@ import math
 
 import numpy as np
 
-from ..federated import FederatedAlgorithm
+from ..federated import FederatedAlgorithm, PhasedAlgorithm
 from ..privacy import gaussian_mechanism, pftr_noise_std
 from ._kernels import clip_rows_inplace, fista_lasso_gram, quantile_linear, row_norms
 from ._rank import make_feasible, ratio_rank, vote_ranks
-from ._tucker import TangentProjector, retract, tangent_project, tangent_project_surrogate
+from ._tucker import (
+    TangentProjector,
+    check_tucker_rank,
+    retract,
+    tangent_project,
+    tangent_project_surrogate,
+)
 
 __all__ = [
     "admm_init",
@@ -26,6 +32,7 @@ __all__ = [
     "InitAlgorithm",
     "StageOne",
     "StageTwo",
+    "PersonalizedTensorPhases",
 ]
 
 
@@ -379,10 +386,14 @@ class StageOne(FederatedAlgorithm):
 
 
 class StageTwo(FederatedAlgorithm):
-    """Stage II (spec 2.2): one broadcast of ``A_0``; each client fits ``B_k`` locally.
+    """Stage II (spec 2.2), local only: each client fits ``B_k`` given the broadcast ``A_0``.
 
-    Nothing is sent back (an empty message acknowledges the round).
+    It runs in ``client_finalize`` on the final broadcast; nothing is sent
+    back. The server side needs ``shared_coef``; a client's side may be built
+    without it.
     """
+
+    finalize_clients = True
 
     def __init__(self, shared_coef, alpha, n_iter, scaling="adaptive"):
         self.shared_coef = shared_coef
@@ -393,12 +404,66 @@ class StageTwo(FederatedAlgorithm):
     def server_init(self, rng):
         return None, {"coef": self.shared_coef}
 
-    def client_step(self, data, state, broadcast, rng):
+    def client_finalize(self, data, state, broadcast, rng):
         A = np.asarray(broadcast["coef"])
         q, p = data.y.shape[1], data.X.shape[1]
         R0 = data.y - data.X @ A.reshape(q, p).T
         B, omega = fit_deviation(data.X, R0, self.alpha, self.n_iter, self.scaling)
-        return {"deviation": B.reshape(A.shape), "omega": omega}, {}
+        return {"deviation": B.reshape(A.shape), "omega": omega}
 
-    def server_step(self, state, messages, rng):
-        return state, {}
+
+class PersonalizedTensorPhases(PhasedAlgorithm):
+    """The whole fit as one run: initializer (if needed), Stage I, Stage II.
+
+    Phases, by name (``phases``): ``"init"`` (2 rounds, only when no starting
+    tensor is given: :class:`InitAlgorithm`, with the rank vote for
+    ``rank="auto"``), ``"stage_one"`` (``stage_one["n_rounds"]`` rounds,
+    :class:`StageOne`) and ``"stage_two"`` (local, :class:`StageTwo`). Stage I
+    starts from the initializer's estimate and rank; its spec is the Tucker
+    rank (a few integers in every broadcast). Stage II starts from Stage I's
+    final ``A_0``, sent in the final broadcast.
+
+    Parameters
+    ----------
+    coef_shape : tuple of int
+        Shape of a coefficient tensor.
+    rank : "auto" or tuple of int
+        Tucker rank; ``"auto"`` only with the initializer.
+    init : ndarray or None
+        A public starting tensor, or ``None`` for the initializer.
+    init_params : dict
+        ``admm_params``, ``rank_scale``, ``max_rank`` of :class:`InitAlgorithm`.
+    stage_one : dict
+        Keyword arguments of :class:`StageOne` (without shape, rank, init).
+    stage_two : dict
+        ``alpha``, ``n_iter``, ``scaling`` of :class:`StageTwo`.
+    """
+
+    def __init__(self, coef_shape, rank, init, init_params, stage_one, stage_two):
+        self.phases = ("stage_one", "stage_two") if init is not None else (
+            "init", "stage_one", "stage_two")
+        rounds = {"init": 2, "stage_one": int(stage_one["n_rounds"]), "stage_two": 0}
+        super().__init__([rounds[name] for name in self.phases])
+        self.coef_shape = tuple(coef_shape)
+        self.rank = rank
+        self.init = init
+        self.init_params = dict(init_params)
+        self.stage_one = dict(stage_one)
+        self.stage_two = dict(stage_two)
+
+    def phase_spec(self, phase, previous):
+        if self.phases[phase] != "stage_one":
+            return {}
+        rank = self.rank if previous is None else previous["rank"]
+        return {"rank": np.array(check_tucker_rank(rank, self.coef_shape), dtype=np.int64)}
+
+    def build_phase(self, phase, spec, previous=None):
+        name = self.phases[phase]
+        if name == "init":
+            return InitAlgorithm(self.coef_shape, self.rank, **self.init_params)
+        if name == "stage_one":
+            # only the server retracts the starting tensor
+            init = self.init if previous is None else previous["init"]
+            return StageOne(self.coef_shape, tuple(int(r) for r in spec["rank"]), init,
+                            **self.stage_one)
+        return StageTwo(None if previous is None else previous["coef"], **self.stage_two)

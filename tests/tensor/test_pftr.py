@@ -152,14 +152,17 @@ def test_messages_hold_no_raw_rows(small):
     X, y, groups, _ = small
     model = PersonalizedTensorRegressor(tensor_shape=(5, 4), rank=(2, 2, 2), n_rounds=3)
     model.fit(X, y, groups=groups)
-    up = [r for r in model.communication_.records if r.direction == "up"]
+    records = model.communication_.records
+    setup = {name for r in records if r.round < 0 for name in r.names}
+    assert setup == {"n_samples", "n_features", "tensor_shape", "output_shape", "y_layout"}
+    up = [r for r in records if r.direction == "up" and r.round >= 0]
     names = {name for r in up for name in r.names}
     assert names <= {"n_samples", "coef", "grad"}
     for r in up:
         for name, shape in zip(r.names, r.shapes):
             # only counts and coefficient-shaped tensors, never (n_k, ...) rows
             assert shape in ((), (3, 5, 4)), (name, shape)
-    # init: 3 counts + 1 estimate; Stage I: 3 rounds x 3 clients; Stage II: 3 empty acks
+    # init: 3 counts + 1 estimate; Stage I: 3 rounds x 3 clients; Stage II: nothing
     grads = [r for r in up if "grad" in r.names]
     assert len(grads) == 9
     assert sum("coef" in r.names for r in up) == 1
