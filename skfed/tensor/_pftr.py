@@ -1,5 +1,6 @@
 """PersonalizedTensorRegressor: shared low-Tucker-rank part + sparse client deviations."""
 
+import copy
 import numbers
 
 import numpy as np
@@ -429,16 +430,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.rank_ = tuple(int(r) for r in one["core"].shape)
         self.local_ranks_ = {} if init is None else init["local_ranks"]
         self.init_client_ = -1 if init is None else int(init["k_star"])
-        self.deviations_ = self.coef_ = self.penalty_ = None
-        self.noise_std_ = self.tau_x_ = self.tau_e_ = None
-        if result.client_states is not None:
-            clients = [dict(zip(algorithm.phases, c.states)) for c in result.client_states]
-            self.deviations_ = np.stack([c["stage_two"]["deviation"] for c in clients])
-            self.coef_ = self.shared_coef_[None] + self.deviations_
-            self.penalty_ = np.array([c["stage_two"]["omega"] for c in clients])
-            self.noise_std_ = np.array([c["stage_one"]["sigma"] for c in clients])
-            self.tau_x_ = np.array([c["stage_one"]["tau_x"] for c in clients])
-            self.tau_e_ = np.array([c["stage_one"]["tau_e"] for c in clients])
+        self._set_client_attributes(result.client_states)
         spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_rounds"])
         spent["strict"] = params["epsilon"] is not None and (
             params["tau_x"] is not None and params["tau_e"] is not None
@@ -450,6 +442,29 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.privacy_spent_ = spent
         self.clients_ = labels
         self.communication_ = result.ledger
+
+    def _set_client_attributes(self, states):
+        """Per-client attributes from the clients' final states (``None``: off the sites)."""
+        self.deviations_ = self.coef_ = self.penalty_ = None
+        self.noise_std_ = self.tau_x_ = self.tau_e_ = None
+        if states is None:
+            return
+        # the last two phases are always Stage I and Stage II
+        one = [c.states[-2] for c in states]
+        two = [c.states[-1] for c in states]
+        self.deviations_ = np.stack([c["deviation"] for c in two])
+        self.coef_ = self.shared_coef_[None] + self.deviations_
+        self.penalty_ = np.array([c["omega"] for c in two])
+        self.noise_std_ = np.array([c["sigma"] for c in one])
+        self.tau_x_ = np.array([c["tau_x"] for c in one])
+        self.tau_e_ = np.array([c["tau_e"] for c in one])
+
+    def _with_site_state(self, label, state):
+        """This fitted model with one site's deviation (see ``skfed.federated.flower``)."""
+        site = copy.deepcopy(self)
+        site.clients_ = np.array([label])
+        site._set_client_attributes([state])
+        return site
 
     # -- fitting ------------------------------------------------------------------
 
@@ -543,7 +558,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             raise ValueError(
                 f"no personalized coefficients for client {self.clients_[k]!r}: the model "
                 "was fitted on a distributed engine, where the personalized parts stay on "
-                "the sites; predict with groups=None for the shared tensor A_0 (groups)."
+                "the sites (skfed.federated.flower.site_model); predict with groups=None for "
+                "the shared tensor A_0 (groups)."
             )
         return self.coef_[k]
 

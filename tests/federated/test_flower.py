@@ -9,7 +9,11 @@ import pytest
 pytest.importorskip("flwr")
 
 from skfed.baselines import FedAvgRegressor  # noqa: E402
-from skfed.datasets import make_federated_regression, make_hierarchical_gp  # noqa: E402
+from skfed.datasets import (  # noqa: E402
+    make_federated_regression,
+    make_hierarchical_gp,
+    make_tensor_regression,
+)
 from skfed.federated.flower import site_model  # noqa: E402
 from skfed.linear_model import DPFedDROClassifier  # noqa: E402
 
@@ -22,6 +26,9 @@ from skfed.linear_model import DPFedDROClassifier
 
 
 def make_estimator(run_config):
+    if run_config.get("estimator") == "tensor":
+        from skfed import PersonalizedTensorRegressor
+        return PersonalizedTensorRegressor(**TENSOR, n_rounds=int(run_config["n-rounds"]))
     if run_config.get("estimator") == "pfedhgp":
         from skfed import PFedHGPRegressor
         return PFedHGPRegressor(optimizer="cavi", n_inducing_global=8, n_inducing_local=5,
@@ -39,6 +46,10 @@ def load_data(node_config, run_config):
     return data["X_" + kind], data["y_" + kind]
 
 
+TENSOR = dict(tensor_shape=(3, 4), output_shape=(2, 2), rank="auto", step_size=0.2,
+              epsilon=20.0, delta=0.1, init_max_iter=60, random_state=0)
+
+
 # generous: on a busy 2-core machine a flwr-clientapp process can take minutes to answer
 federation = FlowerFederation(make_estimator, load_data, round_timeout=900)
 server_app = federation.server_app
@@ -54,6 +65,16 @@ def _classification_data():
     X = np.eye(3)[y_int] + 0.3 * rng.standard_normal((groups.size, 3))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     return X, np.array(["setosa", "versicolor", "virginica"])[y_int], groups
+
+
+TENSOR = dict(tensor_shape=(3, 4), output_shape=(2, 2), rank="auto", step_size=0.2,
+              epsilon=20.0, delta=0.1, init_max_iter=60, random_state=0)
+
+
+def _tensor_data():
+    return make_tensor_regression(n_clients=3, n_samples=[40, 60, 50], tensor_shape=(3, 4),
+                                  output_shape=(2, 2), rank=(2, 2, 2, 2), n_nonzero=3,
+                                  random_state=0)
 
 
 def _gp_data():
@@ -77,13 +98,15 @@ def sites(tmp_path_factory):
                                              random_state=0)
     Xc, yc, gc = _classification_data()
     gp = _gp_data()
+    Xt, yt, gt = _tensor_data()
     configs = []
     for k in range(3):
         path = root / f"site{k}.npz"
         gk = gp.groups_train == k
         np.savez(path, X_fedavg=X[groups == k], y_fedavg=y[groups == k],
                  X_dpfeddro=Xc[gc == k], y_dpfeddro=yc[gc == k],
-                 X_pfedhgp=gp.X_train[gk], y_pfedhgp=gp.y_train[gk])
+                 X_pfedhgp=gp.X_train[gk], y_pfedhgp=gp.y_train[gk],
+                 X_tensor=Xt[gt == k], y_tensor=yt[gt == k])
         configs.append({"client-id": k, "data-path": str(path),
                         "model-path": str(root / f"site{k}-model.pkl")})
     return root, X, y, groups, configs
@@ -173,6 +196,25 @@ def test_pfedhgp_on_flower_equals_in_process_fit(sites, running, tmp_path):
         np.testing.assert_allclose(mine.predict(gp.X_test, groups=[k] * len(gp.X_test)),
                                    local.predict(gp.X_test, groups=[k] * len(gp.X_test)),
                                    rtol=1e-8, atol=1e-10)
+
+
+@FULL
+def test_tensor_regression_on_flower_equals_in_process_fit(sites, running, tmp_path):
+    """Three phases (initializer, private Stage I, local Stage II) in one Flower run."""
+    from skfed import PersonalizedTensorRegressor
+
+    configs = sites[-1]
+    X, y, groups = _tensor_data()
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "tensor"})
+    local = PersonalizedTensorRegressor(**TENSOR, n_rounds=2).fit(X, y, groups=groups)
+    np.testing.assert_allclose(remote.shared_coef_, local.shared_coef_, rtol=0, atol=1e-8)
+    assert remote.rank_ == local.rank_ and remote.privacy_spent_ == local.privacy_spent_
+    _same_ledger_totals(remote.communication_, local.communication_)
+    for k, config in enumerate(configs):
+        mine = site_model(remote, config["model-path"])
+        rows = X[groups == k]
+        np.testing.assert_allclose(mine.predict(rows, groups=[k] * len(rows)),
+                                   local.predict(rows, groups=[k] * len(rows)), atol=1e-8)
 
 
 def _run_and_kill_one_node(fed, app, run_config, node, after_rounds, timeout=600):

@@ -119,3 +119,21 @@ def test_fed_avg_baseline_on_flower_and_local_fits_stay_on_the_sites():
     np.testing.assert_allclose(alone.client_weights_, [40 / 150, 60 / 150, 50 / 150])
     with pytest.raises(ValueError, match="distributed engine"):
         alone.predict(X[:3])
+
+
+def test_site_model_gives_each_site_its_personalized_tensor(tmp_path):
+    """A site's kept state + the released fit: the in-process personalized prediction."""
+    from skfed.federated.flower import site_model
+
+    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1)
+    configs = [{"client-id": k, "model-path": str(tmp_path / f"site{k}.pkl")} for k in range(3)]
+    app = FlowerFederation(lambda run_config: PersonalizedTensorRegressor(**params), load_data)
+    remote = InMemoryGrid(app, configs, {"min-nodes": 3}).run()
+    local = PersonalizedTensorRegressor(**params).fit(X, Y, groups=GROUPS)
+    for k in range(3):
+        mine = site_model(remote, tmp_path / f"site{k}.pkl")
+        rows = X[GROUPS == k]
+        np.testing.assert_allclose(mine.predict(rows, groups=[k] * len(rows)),
+                                   local.predict(rows, groups=[k] * len(rows)), atol=1e-8)
+        np.testing.assert_allclose(mine.deviations_[0], local.deviations_[k], atol=1e-8)
+        np.testing.assert_array_equal(mine.noise_std_[0], local.noise_std_[k])
