@@ -122,7 +122,9 @@ def make_hierarchical_gp(
         ls_g, tau_g, ls_l, tau_l = ls_g[:1], tau_g[:1], ls_l[:1], tau_l[:1]
     R = len(ls_g)
     if not (len(tau_g) == R and len(ls_l) == R and len(tau_l) == R):
-        raise ValueError("global/local lengthscales and scales must have the same length (latents).")
+        raise ValueError(
+            "global/local lengthscales and scales must have the same length (latents)."
+        )
     rng = check_random_state(random_state)
     lo, hi = domain
     x_test = np.linspace(lo, hi, nt)
@@ -229,7 +231,8 @@ def make_press_tonnage(
     rng = check_random_state(random_state)
     t = np.linspace(0, 1, m)
     centers, heights, widths = [0.2, 0.4, 0.6, 0.8], [1.0, 0.8, 1.2, 0.9], [0.06, 0.05, 0.07, 0.05]
-    bumps = np.array([h * np.exp(-0.5 * ((t - c) / w) ** 2) for c, h, w in zip(centers, heights, widths)])
+    bumps = np.array([h * np.exp(-0.5 * ((t - c) / w) ** 2)
+                      for c, h, w in zip(centers, heights, widths)])
     Kc = _rbf(t, 0.2, cycle_variation**2)
     X, y = [], []
     for k, count in enumerate(counts):

@@ -65,7 +65,9 @@ def gaussian_nll(y_true, y_mean, y_std=None, *, y_cov=None):
         if y_true.ndim == 1:
             y_true, mean = y_true[:, None], mean[:, None]
         if cov.shape != (*y_true.shape, y_true.shape[1]):
-            raise ValueError(f"y_cov must have shape {(*y_true.shape, y_true.shape[1])}, got {cov.shape}.")
+            raise ValueError(
+                f"y_cov must have shape {(*y_true.shape, y_true.shape[1])}, got {cov.shape}."
+            )
         L = np.linalg.cholesky(cov)
         z = np.linalg.solve(L, (y_true - mean)[..., None])[..., 0]
         logdet = 2 * np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)

@@ -102,8 +102,8 @@ class NormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         # division may land a few ulps above the bound; pull those rows back
         over = np.linalg.norm(out, axis=1) > self.max_norm
         if np.any(over):
-            out[over] *= np.nextafter(self.max_norm, 0) / np.linalg.norm(out[over], axis=1,
-                                                                       keepdims=True)
+            norms = np.linalg.norm(out[over], axis=1, keepdims=True)
+            out[over] *= np.nextafter(self.max_norm, 0) / norms
         return out
 
     def __sklearn_tags__(self):

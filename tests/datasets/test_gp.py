@@ -17,7 +17,8 @@ def test_hierarchical_gp_shapes_and_structure(scenario):
     assert resid.std() == pytest.approx(0.05, rel=0.15)
     if scenario in ("A", "B", "D"):
         parts = d.components_test
-        np.testing.assert_allclose(parts["global"] + parts["deviation"] + parts["local"], d.y_test_clean)
+        np.testing.assert_allclose(parts["global"] + parts["deviation"] + parts["local"],
+                                   d.y_test_clean)
     # the global part is shared: identical on the test grid across clients
     g = d.components_test["global"]
     np.testing.assert_allclose(g[:50], g[50:100])
@@ -46,7 +47,8 @@ def test_press_and_monitoring_generators():
     X, y, t = make_press_tonnage(n_cycles=(5, 5, 5), n_points=50, random_state=0)
     assert X.shape == (15, 50) and t.shape == (50,)
     # a fault lowers its station's peak
-    assert X[y == 1].mean(0)[np.argmin(np.abs(t - 0.2))] < X[y == 0].mean(0)[np.argmin(np.abs(t - 0.2))]
+    at = np.argmin(np.abs(t - 0.2))
+    assert X[y == 1].mean(0)[at] < X[y == 0].mean(0)[at]
     X, y, groups, zones = make_monitoring_stations(n_stations=6, n_times=40, random_state=0)
     assert X.shape == (240, 1) and zones.tolist() == [0, 1, 2, 0, 1, 2]
     with pytest.raises(ValueError, match="n_cycles"):

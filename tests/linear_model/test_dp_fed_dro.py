@@ -73,8 +73,8 @@ def test_subgradient_matches_finite_differences():
     coef = rng.standard_normal((3, 3))
     lam, tau, kappa, gamma = 0.3, 0.2, 0.5, 0.1
 
-    def f(c, l):
-        loss, pen, _, _ = local_terms(X, y, c.reshape(3, 3), l, tau, kappa, gamma, "l1")
+    def f(c, lam):
+        loss, pen, _, _ = local_terms(X, y, c.reshape(3, 3), lam, tau, kappa, gamma, "l1")
         return loss + pen
 
     _, _, g_coef, g_lam = local_terms(X, y, coef, lam, tau, kappa, gamma, "l1")
@@ -219,8 +219,8 @@ def test_noise_std_matches_sigma():
 
 def test_paper_totals():
     assert dpfeddro_epsilon(50, *split_round_budget(0.5), 1e-6) == pytest.approx(3.7299, abs=1e-4)
-    assert dpfeddro_epsilon(120, *split_round_budget(0.2), 1e-8) == pytest.approx(2.2421,
-                                                                               abs=1e-4)
+    eps = dpfeddro_epsilon(120, *split_round_budget(0.2), 1e-8)
+    assert eps == pytest.approx(2.2421, abs=1e-4)
     # the paper's own form of the second term
     e_M, e_l = split_round_budget(0.5)
     a = 50 * (e_M**2 + e_l**2)
@@ -458,6 +458,7 @@ def test_highs_and_linprog_backends_agree():
     center = rng.standard_normal(12)
     z1, _ = solve_prox_lp(c, A, b, bounds, quad, center, 0.5, backend="highs")
     z2, _ = solve_prox_lp(c, A, b, bounds, quad, center, 0.5, backend="linprog")
+
     def objective(z):
         return c @ z + 0.25 * np.sum((z[quad] - center) ** 2)
 
