@@ -229,13 +229,35 @@ class LocalFederation:
         return [str(BIN / "flwr"), "run", str(app_dir), "test", "--stream",
                 "--run-config", config]
 
+    @property
+    def address(self):
+        """The SuperLink's address, ``127.0.0.1:port``."""
+        return f"127.0.0.1:{self.port}"
+
+    def _check_superlink(self):
+        with socket.socket() as s:
+            s.settimeout(5)
+            if s.connect_ex(("127.0.0.1", self.port)) != 0:
+                log = self.workdir / "superlink.log"
+                tail = log.read_text()[-1000:] if log.exists() else ""
+                raise ConnectionError(
+                    f"the SuperLink at {self.address} cannot be reached (is it running?); "
+                    f"end of its log:\n{tail}"
+                )
+
     def run(self, app_dir, run_config, timeout=600):
-        """``flwr run`` the app on this federation; return the completed process."""
+        """``flwr run`` the app on this federation; return the completed process.
+
+        Raises ``ConnectionError`` naming the address if the SuperLink cannot
+        be reached.
+        """
+        self._check_superlink()
         return subprocess.run(self._run_args(app_dir, run_config), env=_env(self.cli_home),
                               capture_output=True, text=True, timeout=timeout)
 
     def start_run(self, app_dir, run_config):
         """``flwr run`` in the background (stdout and stderr merged, text)."""
+        self._check_superlink()
         proc = subprocess.Popen(self._run_args(app_dir, run_config), env=_env(self.cli_home),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)

@@ -48,3 +48,20 @@ def test_started_processes_die_with_a_killed_parent():
 def test_auth_needs_tls(tmp_path):
     with pytest.raises(ValueError, match="auth=True needs tls"):
         LocalFederation(tmp_path, [{"client-id": 0}], auth=True)
+
+
+def test_unreachable_superlink_is_named_and_nothing_stays_running(tmp_path):
+    """A run submitted to a SuperLink that is gone: an error naming its address."""
+    pytest.importorskip("flwr")
+    import signal
+
+    from skfed.federated.flower import write_app
+
+    app = write_app(tmp_path / "app", "server_app = client_app = None\n")
+    with LocalFederation(tmp_path / "federation", [{"client-id": 0}]) as fed:
+        superlink = fed.procs[0]
+        os.killpg(superlink.pid, signal.SIGTERM)
+        superlink.wait(timeout=30)
+        with pytest.raises(ConnectionError, match=f"SuperLink at 127.0.0.1:{fed.port}"):
+            fed.run(app, {"min-nodes": 1})
+    assert all(proc.poll() is not None for proc in fed.procs)
