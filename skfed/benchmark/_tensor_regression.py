@@ -23,7 +23,9 @@ from ..tensor._stages import admm_init
 from ._registry import Experiment, register
 
 PAPER = "Chen, Wei and Zhu, Personalized Federated Learning for Tensor Regression"
-TRUTH_SEED = 2026  # the authors' fixed truth seed (spec 5.1)
+# the seed number of the authors' fixed truth (spec 5.1); our generator draws another tensor from
+# it (another random generator and draw order): doc/results/tensor_regression.md, rank selection
+TRUTH_SEED = 2026
 SHAPE = dict(tensor_shape=(10, 5), output_shape=(5, 5))
 RANK = (3, 3, 3, 3)
 ADMM = dict(lam=0.02, omega=0.005, zeta=0.5, rho=1.0, max_iter=150)  # federated initializer
