@@ -59,7 +59,8 @@ def write_app(app_dir, module_source, config=None, name="skfedapp"):
         ``client_app`` (e.g. from :class:`FlowerFederation`).
     config : dict or None, default=None
         Run-config keys the app accepts, with their defaults (Flower refuses
-        undeclared keys); ``min-nodes`` and ``output`` are always declared.
+        undeclared keys); ``min-nodes``, ``output`` and ``scores-output``
+        are always declared.
     name : str, default="skfedapp"
         Package name of the app.
 
@@ -67,7 +68,7 @@ def write_app(app_dir, module_source, config=None, name="skfedapp"):
     -------
     app_dir : Path
     """
-    config = {"min-nodes": 1, "output": "", **(config or {})}
+    config = {"min-nodes": 1, "output": "", "scores-output": "", **(config or {})}
     config_lines = "\n".join(f"{k} = {_toml_value(v)}" for k, v in config.items())
     app_dir = Path(app_dir)
     (app_dir / name).mkdir(parents=True, exist_ok=True)

@@ -29,9 +29,11 @@ process).
 
 import copy
 import inspect
+import json
 import os
 import pickle
 import time
+import warnings
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -113,10 +115,22 @@ def site_model(estimator, path):
     if saved["label"] not in labels:
         raise ValueError(f"site {saved['label']!r} of {path} is not a client of this fitted "
                          f"estimator (clients_ = {labels}).")
+    return _personalize(estimator, saved["label"], saved["state"])
+
+
+def _personalize(estimator, label, state):
+    """``estimator`` (fitted) with the personalized parts of one site."""
     hook = getattr(estimator, "_with_site_state", None)
-    if hook is None:
+    if hook is None:  # nothing personalized
         return copy.deepcopy(estimator)
-    return hook(saved["label"], saved["state"])
+    return hook(label, state)
+
+
+def _call_loader(loader, node_config, run_config):
+    """``loader(node_config)``, or ``loader(node_config, run_config)`` if it takes two."""
+    if _n_positional(loader) >= 2:
+        return loader(node_config, dict(run_config))
+    return loader(node_config)
 
 
 def _to_record(message):
@@ -327,6 +341,15 @@ class FlowerFederation:
         local state after each of its steps (never sent); :func:`site_model`
         turns it into the site's personalized model. Sites without the key
         keep nothing.
+    load_test_data : callable or None, default=None
+        ``load_test_data(node_config) -> (X, y)`` (or with ``run_config`` as
+        second argument): a site's held-out rows. If given, after training
+        the coordinator sends the fitted estimator (the shared parts, as
+        released) to every site in a ``query.evaluate`` message; each site
+        scores its personalized model (``score(X, y, groups=its label)``)
+        on those rows and returns only the score and the row count
+        (``site_scores_``). Not part of the fit's ``communication_``. A run
+        with ``run_config["evaluate"] = false`` skips it.
 
     Attributes
     ----------
@@ -335,6 +358,11 @@ class FlowerFederation:
     fitted_ : estimator or None
         The estimator fitted by the last run whose ``ServerApp`` ran in this
         process (with Flower's simulation engine, the caller's process).
+    site_scores_ : dict or None
+        With ``load_test_data``: each site's label to ``(score, n_samples)``
+        of its personalized model on its held-out rows, for the last run
+        served in this process; also written as JSON to
+        ``run_config["scores-output"]`` if given.
 
     Notes
     -----
@@ -346,7 +374,7 @@ class FlowerFederation:
 
     def __init__(self, make_estimator, load_data, *, client_key="client-id", min_nodes=None,
                  connect_timeout=120.0, round_timeout=600.0, offline_grace=10.0,
-                 site_model_key="model-path"):
+                 site_model_key="model-path", load_test_data=None):
         probe = make_estimator({})
         if not supports_federation(probe):
             raise TypeError(
@@ -355,20 +383,22 @@ class FlowerFederation:
             )
         self.make_estimator = make_estimator
         self.load_data = load_data
-        self._load_takes_run_config = _n_positional(load_data) >= 2
         self.client_key = client_key
         self.min_nodes = min_nodes
         self.connect_timeout = connect_timeout
         self.round_timeout = round_timeout
         self.offline_grace = offline_grace
         self.site_model_key = site_model_key
+        self.load_test_data = load_test_data
         self.fitted_ = None
+        self.site_scores_ = None
         self.server_app = ServerApp()
         self.server_app.main()(self._server_main)
         self.client_app = ClientApp()
         self.client_app.query("setup")(self._client_setup)
         self.client_app.train()(self._client_round)
         self.client_app.train("finalize")(self._client_finalize)
+        self.client_app.query("evaluate")(self._client_evaluate)
 
     # ------------------------------------------------------------------ site side
     def _site(self, context):
@@ -377,10 +407,7 @@ class FlowerFederation:
         label = config.get(self.client_key, config.get("partition-id"))
         estimator = self.make_estimator(dict(context.run_config))
         try:
-            if self._load_takes_run_config:
-                X, y = self.load_data(config, dict(context.run_config))
-            else:
-                X, y = self.load_data(config)
+            X, y = _call_loader(self.load_data, config, context.run_config)
             X, y = estimator._validate_site_data(X, y, reset=True)
         except Exception as exc:
             raise ValueError(f"site {label!r}: its data cannot be used: {exc}") from exc
@@ -451,6 +478,22 @@ class FlowerFederation:
             pickle.dump({"estimator": type(estimator).__name__, "label": label,
                          "state": state}, fh)
         os.replace(tmp, path)  # a reader never sees half a file
+
+    def _client_evaluate(self, msg, context):
+        """Score this site's personalized model on its held-out rows; send the score only."""
+        config = dict(context.node_config)
+        label = config.get(self.client_key, config.get("partition-id"))
+        if _STATE_KEY not in context.state:
+            raise RuntimeError(f"site {label!r} has no trained state to evaluate.")
+        fitted = pickle.loads(msg.content["config"]["estimator"])
+        state = pickle.loads(context.state[_STATE_KEY]["state"])
+        try:
+            X, y = _call_loader(self.load_test_data, config, context.run_config)
+        except Exception as exc:
+            raise ValueError(f"site {label!r}: its test data cannot be used: {exc}") from exc
+        model = _personalize(fitted, label, state)
+        score = model.score(X, y, groups=[label] * len(X))
+        return self._reply(msg, {"score": np.float64(score), "n_samples": np.int64(len(X))})
 
     def _client_round(self, msg, context):
         return self._step(msg, context, final=False)
@@ -529,4 +572,32 @@ class FlowerFederation:
         if output:
             with open(output, "wb") as fh:
                 pickle.dump(estimator, fh)
+        if self.load_test_data is not None and run_config.get("evaluate", True):
+            self.site_scores_ = self._evaluate(grid, estimator, sites)
+            if run_config.get("scores-output"):
+                with open(run_config["scores-output"], "w") as fh:
+                    json.dump({str(k): list(v) for k, v in self.site_scores_.items()}, fh)
         return estimator
+
+    def _evaluate(self, grid, estimator, sites):
+        """Each site's score of its personalized model on its held-out rows."""
+        blob = pickle.dumps(estimator)
+        messages = {
+            k: Message(RecordDict({"config": ConfigRecord({"estimator": blob})}),
+                       dst_node_id=node, message_type="query.evaluate")
+            for k, (_, node, _) in enumerate(sites)
+        }
+        replies, lost = exchange(grid, messages, self.round_timeout,
+                                 offline_grace=self.offline_grace)
+        scores = {}
+        for k, (label, node, _) in enumerate(sites):
+            reply = replies.get(k)
+            if reply is None or reply.has_error():
+                reason = lost.get(k) if reply is None else reply.error.reason
+                scores[label] = (float("nan"), 0)  # recorded, not dropped silently
+                warnings.warn(f"site {label!r} (node {node}) was not evaluated: {reason}",
+                              stacklevel=2)
+                continue
+            out = _from_record(reply.content["arrays"])
+            scores[label] = (float(out["score"]), int(out["n_samples"]))
+        return scores

@@ -1,5 +1,6 @@
 """A skfed estimator on a real Flower federation: SuperLink + 3 SuperNodes on 127.0.0.1."""
 
+import json
 import os
 import pickle
 
@@ -50,12 +51,18 @@ TENSOR = dict(tensor_shape=(3, 4), output_shape=(2, 2), rank="auto", step_size=0
               epsilon=20.0, delta=0.1, init_max_iter=60, random_state=0)
 
 
+def load_test_data(node_config, run_config):
+    data = np.load(node_config["data-path"])
+    return data["Xtest_" + run_config["estimator"]], data["ytest_" + run_config["estimator"]]
+
+
 # generous: on a busy 2-core machine a flwr-clientapp process can take minutes to answer
-federation = FlowerFederation(make_estimator, load_data, round_timeout=900)
+federation = FlowerFederation(make_estimator, load_data, round_timeout=900,
+                              load_test_data=load_test_data)
 server_app = federation.server_app
 client_app = federation.client_app
 """
-RUN_CONFIG = {"n-rounds": 2, "policy": "raise", "estimator": "fedavg"}
+RUN_CONFIG = {"n-rounds": 2, "policy": "raise", "estimator": "fedavg", "evaluate": False}
 
 
 def _classification_data():
@@ -106,6 +113,8 @@ def sites(tmp_path_factory):
         np.savez(path, X_fedavg=X[groups == k], y_fedavg=y[groups == k],
                  X_dpfeddro=Xc[gc == k], y_dpfeddro=yc[gc == k],
                  X_pfedhgp=gp.X_train[gk], y_pfedhgp=gp.y_train[gk],
+                 Xtest_pfedhgp=gp.X_test[gp.groups_test == k],
+                 ytest_pfedhgp=gp.y_test[gp.groups_test == k],
                  X_tensor=Xt[gt == k], y_tensor=yt[gt == k])
         configs.append({"client-id": k, "data-path": str(path),
                         "model-path": str(root / f"site{k}-model.pkl")})
@@ -184,7 +193,9 @@ def test_pfedhgp_on_flower_equals_in_process_fit(sites, running, tmp_path):
 
     configs = sites[-1]
     gp = _gp_data()
-    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "pfedhgp"})
+    scores = tmp_path / "scores.json"
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "pfedhgp", "evaluate": True,
+                                        "scores-output": str(scores)})
     local = PFedHGPRegressor(optimizer="cavi", n_inducing_global=8, n_inducing_local=5,
                              n_rounds=2, random_state=0).fit(gp.X_train, gp.y_train,
                                                              groups=gp.groups_train)
@@ -192,6 +203,14 @@ def test_pfedhgp_on_flower_equals_in_process_fit(sites, running, tmp_path):
     np.testing.assert_allclose(remote.predict(gp.X_test, return_std=True),
                                local.predict(gp.X_test, return_std=True), rtol=1e-8, atol=1e-10)
     _same_ledger_totals(remote.communication_, local.communication_)
+    # each SuperNode scored its personalized model on its held-out rows (query.evaluate)
+    site_scores = json.loads(scores.read_text())
+    for k in range(3):
+        rows = gp.groups_test == k
+        score, n = site_scores[str(k)]
+        assert n == rows.sum()
+        assert score == pytest.approx(
+            local.score(gp.X_test[rows], gp.y_test[rows], groups=[k] * n), abs=1e-8)
     for k, config in enumerate(configs):
         mine = site_model(remote, config["model-path"])
         np.testing.assert_allclose(mine.predict(gp.X_test, groups=[k] * len(gp.X_test)),

@@ -200,3 +200,29 @@ def test_site_keeps_its_personalized_model_on_the_site(regression_sites, tmp_pat
     with pytest.raises(ValueError, match="not a client"):
         site_model(_fedavg({}).fit(X[groups < 2], y[groups < 2], groups=groups[groups < 2]),
                    tmp_path / "site2.pkl")
+
+
+def test_sites_score_their_personalized_models_on_held_out_rows(tmp_path):
+    """query.evaluate: only a score and a row count come back from each site."""
+    import json
+
+    X, y, groups = make_federated_regression(n_clients=3, n_samples=[30, 35, 40],
+                                             random_state=1)
+    test = {k: (X[groups == k][-10:], y[groups == k][-10:]) for k in range(3)}
+    train = {k: (X[groups == k][:-10], y[groups == k][:-10]) for k in range(3)}
+
+    federation = FlowerFederation(_fedavg, lambda cfg: train[cfg["client-id"]], round_timeout=5,
+                                  load_test_data=lambda cfg, run_cfg: test[cfg["client-id"]])
+    grid = InMemoryGrid(federation, [{"client-id": k} for k in range(3)],
+                        {"min-nodes": 3, "scores-output": str(tmp_path / "scores.json")})
+    remote = grid.run()
+    local = _fedavg({}).fit(np.vstack([train[k][0] for k in range(3)]),
+                            np.concatenate([train[k][1] for k in range(3)]),
+                            groups=np.repeat([0, 1, 2], [20, 25, 30]))
+    for k in range(3):
+        score, n = federation.site_scores_[k]
+        assert n == 10
+        assert score == pytest.approx(local.score(*test[k], groups=[k] * 10), abs=1e-10)
+    assert json.loads((tmp_path / "scores.json").read_text())["2"][1] == 10
+    # the fit's ledger is that of the training alone
+    assert remote.communication_.total_bytes == local.communication_.total_bytes
