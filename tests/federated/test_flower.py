@@ -62,7 +62,7 @@ federation = FlowerFederation(make_estimator, load_data, round_timeout=900,
 server_app = federation.server_app
 client_app = federation.client_app
 """
-RUN_CONFIG = {"n-rounds": 2, "policy": "raise", "estimator": "fedavg", "evaluate": False}
+RUN_CONFIG = {"n-rounds": 1, "policy": "raise", "estimator": "fedavg", "evaluate": False}
 
 
 def _classification_data():
@@ -152,8 +152,9 @@ def _same_ledger_totals(a, b):
 
 def test_flower_run_equals_in_process_fit(sites, running, tmp_path):
     root, X, y, groups, configs = sites
+    # one round, then the final broadcast: the site's state crosses flwr-clientapp processes
     remote = _run(running, tmp_path, **RUN_CONFIG)
-    local = FedAvgRegressor(n_rounds=2, fine_tune_epochs=2, random_state=0).fit(
+    local = FedAvgRegressor(n_rounds=1, fine_tune_epochs=2, random_state=0).fit(
         X, y, groups=groups)
     np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-8)
     assert remote.intercept_ == pytest.approx(local.intercept_, abs=1e-8)
@@ -171,8 +172,7 @@ def test_flower_run_equals_in_process_fit(sites, running, tmp_path):
 def test_dp_fed_dro_on_flower_equals_in_process_fit(running, tmp_path):
     """Same noise streams on the sites: the released models agree to 1e-8."""
     X, y, groups = _classification_data()
-    # one round (two Flower exchanges): the FedAvg run covers state kept across rounds
-    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "dpfeddro", "n-rounds": 1})
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "dpfeddro"})
     local = DPFedDROClassifier(epsilon=0.5, delta=1e-5, n_rounds=1, fit_intercept=True,
                                intercept_scaling=0.5, random_state=0).fit(X, y, groups=groups)
     assert remote.classes_.tolist() == ["setosa", "versicolor", "virginica"]
@@ -194,8 +194,8 @@ def test_pfedhgp_on_flower_equals_in_process_fit(sites, running, tmp_path):
     configs = sites[-1]
     gp = _gp_data()
     scores = tmp_path / "scores.json"
-    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "pfedhgp", "evaluate": True,
-                                        "scores-output": str(scores)})
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "pfedhgp", "n-rounds": 2,
+                                        "evaluate": True, "scores-output": str(scores)})
     local = PFedHGPRegressor(optimizer="cavi", n_inducing_global=8, n_inducing_local=5,
                              n_rounds=2, random_state=0).fit(gp.X_train, gp.y_train,
                                                              groups=gp.groups_train)
@@ -225,7 +225,7 @@ def test_tensor_regression_on_flower_equals_in_process_fit(sites, running, tmp_p
 
     configs = sites[-1]
     X, y, groups = _tensor_data()
-    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "tensor"})
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "tensor", "n-rounds": 2})
     local = PersonalizedTensorRegressor(**TENSOR, n_rounds=2).fit(X, y, groups=groups)
     np.testing.assert_allclose(remote.shared_coef_, local.shared_coef_, rtol=0, atol=1e-8)
     assert remote.rank_ == local.rank_ and remote.privacy_spent_ == local.privacy_spent_
