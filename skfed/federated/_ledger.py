@@ -82,24 +82,33 @@ class Ledger:
 
     def record(self, round, client, direction, message):
         """Append one message (a mapping of names to arrays)."""
+        self._append(round, (client,), direction, message)
+
+    def record_broadcast(self, round, clients, message):
+        """Append the same server message sent to each of ``clients`` (one record each).
+
+        Equivalent to :meth:`record` for every client in turn, with the
+        message described once.
+        """
+        self._append(round, clients, "down", message)
+
+    def _append(self, round, clients, direction, message):
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}.")
         names = tuple(message)
         arrays = [np.asarray(message[n]) for n in names]
-        self.records.append(
-            LedgerRecord(
-                round=int(round),
-                client=client,
-                direction=direction,
-                names=names,
-                shapes=tuple(a.shape for a in arrays),
-                dtypes=tuple(a.dtype.str for a in arrays),
-                nbytes=int(sum(a.nbytes for a in arrays)),
-            )
-        )
-        if self.keep_payloads:
-            self.payloads.append(message)
-        self.n_rounds = max(self.n_rounds, int(round) + 1)  # set-up (-1) is not a round
+        shapes = tuple(a.shape for a in arrays)
+        dtypes = tuple(a.dtype.str for a in arrays)
+        nbytes = 0
+        for a in arrays:
+            nbytes += a.nbytes
+        round = int(round)
+        for client in clients:
+            self.records.append(LedgerRecord(round, client, direction, names, shapes, dtypes,
+                                             nbytes))
+            if self.keep_payloads:
+                self.payloads.append(message)
+            self.n_rounds = max(self.n_rounds, round + 1)  # set-up (-1) is not a round
 
     def record_failure(self, round, client, error):
         """Note that a client's step failed in a round and was skipped."""

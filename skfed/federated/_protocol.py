@@ -7,6 +7,7 @@ cross between the two, so the same steps can run in-process (see
 message maps one-to-one onto an ``ArrayRecord``.
 """
 
+import numbers
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -230,6 +231,10 @@ def check_message(message, *, sender="client", allow_text=False):
     Returns
     -------
     message : mappingproxy of str to ndarray
+        Read-only arrays owning their memory: copies, except for arrays that
+        were already so (such as this function returns), which are kept as
+        they are: the sender made them read-only, so they are taken as
+        immutable (a step must not write to them through an older view).
     """
     if not hasattr(message, "items"):
         raise TypeError(
@@ -246,9 +251,12 @@ def check_message(message, *, sender="client", allow_text=False):
                 f"{sender} message entry {name!r} has dtype {arr.dtype}; only "
                 "numeric arrays may cross between clients and server."
             )
-        # a private read-only copy: later mutation by a step cannot change
-        # what was recorded as sent
-        arr = np.array(arr, copy=True)
-        arr.setflags(write=False)
+        if arr is not value and isinstance(value, (numbers.Number, np.generic)):
+            arr.setflags(write=False)  # a scalar's array is new: nobody else holds it
+        elif arr.flags.writeable or arr.base is not None:
+            # a private read-only copy: later mutation by a step cannot change
+            # what was recorded as sent
+            arr = np.array(arr, copy=True)
+            arr.setflags(write=False)
         out[name] = arr
     return MappingProxyType(out)

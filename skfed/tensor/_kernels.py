@@ -4,8 +4,8 @@ row clipping) and the Stage-II lasso (FISTA with entrywise soft-thresholding).""
 import numpy as np
 from numba import njit
 
-__all__ = ["row_norms", "quantile_linear", "clip_rows_inplace", "soft_threshold",
-           "fista_lasso_gram"]
+__all__ = ["row_norms", "quantile_linear", "clip_rows_inplace", "clip_residuals",
+           "noisy_gradient", "soft_threshold", "fista_lasso_gram"]
 
 
 @njit(cache=True, nogil=True)
@@ -62,6 +62,39 @@ def clip_rows_inplace(M, norms, tau):
             s = tau / norms[i]
             for j in range(M.shape[1]):
                 M[i, j] *= s
+
+
+@njit(cache=True, nogil=True)
+def clip_residuals(R, q, tau):
+    """Row-wise ``T_tau`` of ``R`` in place, at ``tau`` or, if ``tau`` is NaN, its ``q`` quantile.
+
+    :func:`row_norms`, :func:`quantile_linear` and :func:`clip_rows_inplace`
+    in one call (a client's Stage-I step makes one per round). Returns the
+    level used (NaN if a norm is NaN; then nothing is clipped).
+    """
+    norms = row_norms(R)
+    if np.isnan(tau):
+        tau = quantile_linear(norms, q)
+    clip_rows_inplace(R, norms, tau)
+    return tau
+
+
+@njit(cache=True, nogil=True)
+def noisy_gradient(m, n, sigma, z):
+    """``-m / n + sigma * z`` (flat, new array): the Stage-I gradient and its noise.
+
+    ``m`` is the contraction ``R^T X`` and ``z`` the standard normal draw of
+    the Gaussian mechanism, both flat; with ``sigma == 0`` the noise is left
+    out (``z`` may then be empty). Elementwise, in the order numpy evaluates
+    ``-(m) / n`` and ``grad + sigma * z``, so the result is bitwise the same.
+    """
+    out = np.empty(m.shape[0])
+    for i in range(m.shape[0]):
+        out[i] = -m[i] / n
+    if sigma != 0:
+        for i in range(m.shape[0]):
+            out[i] = out[i] + sigma * z[i]
+    return out
 
 
 @njit(cache=True, nogil=True)

@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from ..federated import FederatedAlgorithm, PhasedAlgorithm
-from ..privacy import gaussian_mechanism, pftr_noise_std
-from ._kernels import clip_rows_inplace, fista_lasso_gram, quantile_linear, row_norms
+from ..privacy import pftr_noise_multiplier
+from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient
 from ._rank import make_feasible, ratio_rank, vote_ranks
 from ._tucker import (
     TangentProjector,
@@ -208,6 +208,9 @@ def _check_finite(A, it):
 # federated algorithms
 
 
+_NO_NOISE = np.zeros(0)
+
+
 def _readonly_copy(a):
     out = np.array(a, dtype=float, copy=True)
     out.setflags(write=False)
@@ -308,6 +311,7 @@ class StageOne(FederatedAlgorithm):
         self.tangent = tangent
         self.retraction = retraction
         self._projector_cache = None
+        self._noise_multiplier = None
 
     def client_init(self, data, rng):
         norms = np.linalg.norm(data.X, axis=1)
@@ -350,28 +354,46 @@ class StageOne(FederatedAlgorithm):
         self._projector_cache = (arrays, key, projector)  # one atomic store: thread safe
         return projector
 
+    def _noise_std(self, tau_e, tau_x, n_samples):
+        """:func:`~skfed.privacy.pftr_noise_std`, the budget validated once per object.
+
+        The same checks and the same expression, so the same float; the noise
+        multiplier (a function of ``epsilon``, ``delta`` and ``n_rounds``
+        only) is computed on the first call.
+        """
+        multiplier = self._noise_multiplier
+        if multiplier is None:
+            multiplier = pftr_noise_multiplier(self.epsilon, self.delta, self.n_rounds)
+            self._noise_multiplier = multiplier
+        if tau_e < 0 or tau_x < 0 or not (math.isfinite(tau_e) and math.isfinite(tau_x)):
+            raise ValueError(
+                f"truncation levels must be finite and >= 0, got {tau_e!r}, {tau_x!r}."
+            )
+        return 2.0 * tau_e * tau_x / n_samples * multiplier
+
     def client_step(self, data, state, broadcast, rng):
         A = np.asarray(broadcast["coef"])
         q, p = data.y.shape[1], data.X.shape[1]
         R = data.y - data.X @ A.reshape(q, p).T
-        norms = row_norms(R)
-        if self.tau_e is None:
-            tau_e = float(quantile_linear(norms, self.clip_quantile))
-        else:
-            tau_e = float(self.tau_e)
-        clip_rows_inplace(R, norms, tau_e)  # T_tau_e row-wise; R is this step's own array
-        grad = -(R.T @ state["X"]) / data.n_samples
-        sigma = pftr_noise_std(
-            tau_e, state["tau_x"], data.n_samples, self.n_rounds, self.epsilon, self.delta
-        )
-        noisy = gaussian_mechanism(grad.reshape(self.coef_shape), sigma, rng)
+        # T_tau_e row-wise, in place (R is this step's own array); NaN: the quantile level
+        tau_e = clip_residuals(R, float(self.clip_quantile),
+                               np.nan if self.tau_e is None else float(self.tau_e))
+        n = data.n_samples
+        sigma = self._noise_std(tau_e, state["tau_x"], n)
+        if not (sigma >= 0 and math.isfinite(sigma)):  # gaussian_mechanism's check
+            raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
+        # the gradient -(R^T X) / n plus the Gaussian mechanism's noise, fused; the
+        # draw is the one gaussian_mechanism makes (none when sigma == 0)
+        noise = rng.standard_normal(self.coef_shape).reshape(-1) if sigma else _NO_NOISE
+        noisy = noisy_gradient((R.T @ state["X"]).reshape(-1), float(n), sigma, noise)
         if self.tangent == "exact":
-            sent = self._projector(broadcast)(noisy)
+            sent = self._projector(broadcast).apply_flat(noisy)
         else:
-            sent = tangent_project_surrogate(noisy, self.rank, self.retraction)
+            sent = tangent_project_surrogate(noisy.reshape(self.coef_shape), self.rank,
+                                             self.retraction)
         new_state = {**state, "tau_e": state["tau_e"] + [tau_e],
                      "sigma": state["sigma"] + [sigma]}
-        return new_state, {"grad": sent, "n_samples": np.int64(data.n_samples)}
+        return new_state, {"grad": sent, "n_samples": np.int64(n)}
 
     def server_step(self, state, messages, rng):
         sizes = np.array([float(m["n_samples"]) for m in messages.values()])

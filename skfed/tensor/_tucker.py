@@ -11,7 +11,6 @@ import math
 import numbers
 
 import numpy as np
-import tensorly as tl
 from scipy.linalg.lapack import dgesdd as _dgesdd
 
 from ._kernels import tangent_apply, tangent_setup
@@ -78,9 +77,18 @@ def check_tucker_rank(rank, shape, name="rank"):
     return rank
 
 
-# tensorly's C-order unfolding (numpy backend); the mode products of the
-# per-round hot path use _mode_product below (one matmul, no unfold/fold copies)
-_unfold = tl.unfold
+def _unfold(T, mode):
+    """Mode-``mode`` unfolding, C order: the same array as ``tensorly.unfold(T, mode)``.
+
+    tensorly's numpy backend computes ``moveaxis(T, mode, 0).reshape(T.shape[mode],
+    -1)``; the same transpose spelled out skips its backend dispatch and
+    ``moveaxis``'s axis normalization, about half the cost of an unfolding
+    of these small tensors (the retraction unfolds every mode every Stage-I
+    round). The mode products use :func:`_mode_product` (one matmul, no
+    unfold/fold copies).
+    """
+    order = (mode,) + tuple(range(mode)) + tuple(range(mode + 1, T.ndim))
+    return T.transpose(order).reshape(T.shape[mode], -1)
 
 
 def _mode_product(T, M, mode):
@@ -205,6 +213,14 @@ class TangentProjector:
         g = np.ascontiguousarray(G).reshape(-1)
         if not g.flags.writeable:
             g = g.copy()
+        return self.apply_flat(g)
+
+    def apply_flat(self, g):
+        """``P(G)`` for ``G`` given flat (C order) as a writeable float64 array.
+
+        The call without its checks, for a caller that made ``g`` itself
+        (the Stage-I client step). Returns the tensor, of shape ``shape``.
+        """
         out = tangent_apply(
             g, self._dims, self._ranks, self.factors,
             self.factors_t, self.core_pinv, self._z, self._horner,

@@ -208,6 +208,47 @@ def test_messages_must_be_numeric_arrays():
     assert msg["x"].dtype == float and not msg["x"].flags.writeable
 
 
+def test_check_message_copies_only_what_a_step_could_still_write():
+    frozen = np.arange(3.0)
+    frozen.setflags(write=False)  # read-only and owning its memory: kept as is
+    writable = np.arange(3.0)
+    view = frozen[1:]  # read-only, but its base is someone's array
+    msg = check_message({"frozen": frozen, "writable": writable, "view": view,
+                         "n": np.int64(4), "x": 2.5})
+    assert msg["frozen"] is frozen
+    assert msg["writable"] is not writable and not np.shares_memory(msg["writable"], writable)
+    assert msg["view"].base is None and not np.shares_memory(msg["view"], frozen)
+    writable[0] = 99.0
+    assert msg["writable"][0] == 0.0
+    for name in msg:
+        assert not msg[name].flags.writeable and msg[name].base is None
+    assert int(msg["n"]) == 4 and msg["n"].dtype == np.int64 and float(msg["x"]) == 2.5
+    again = check_message(msg)  # the engine's own output is not copied again
+    assert all(again[name] is msg[name] for name in msg)
+
+
+def test_round_rng_is_default_rng_of_the_seed_sequence():
+    from skfed.federated import round_rng
+
+    for key in [(), (1,), (1, 3, 7)]:
+        ours = round_rng(12345, *key)
+        ref = np.random.default_rng(np.random.SeedSequence(12345, spawn_key=key))
+        assert ours.bit_generator.state == ref.bit_generator.state
+        assert np.array_equal(ours.standard_normal(50), ref.standard_normal(50))
+        a, b = ours.spawn(1)[0], ref.spawn(1)[0]
+        assert np.array_equal(a.integers(0, 2**62, 8), b.integers(0, 2**62, 8))
+
+
+def test_record_broadcast_equals_one_record_per_client():
+    msg = check_message({"coef": np.zeros((2, 3)), "n": np.int64(1)})
+    one, many = Ledger(keep_payloads=True), Ledger(keep_payloads=True)
+    for client in ["a", "b", "c"]:
+        one.record(4, client, "down", msg)
+    many.record_broadcast(4, ["a", "b", "c"], msg)
+    assert one.records == many.records and one.summary() == many.summary()
+    assert all(p is msg for p in many.payloads) and len(many.payloads) == 3
+
+
 def test_bad_engine_arguments(federation):
     fed, _, _ = federation
     with pytest.raises(ValueError, match="client_fraction"):

@@ -60,8 +60,10 @@ def test_stage_two_converges_to_the_lasso_solution():
 # Stage-I per-row kernels and the Tucker tangent projection kernels
 
 from skfed.tensor._kernels import (  # noqa: E402
+    clip_residuals,
     clip_rows_inplace,
     mode_product_flat,
+    noisy_gradient,
     pinv,
     quantile_linear,
     row_norms,
@@ -99,6 +101,50 @@ def test_clip_rows_inplace_matches_clip_rows():
         clip_rows_inplace(out, row_norms(out), tau)
         np.testing.assert_allclose(out, clip_rows(M, tau), rtol=1e-15, atol=0)
         assert np.all(np.linalg.norm(out, axis=1) <= tau * (1 + 1e-12))
+
+
+def test_clip_residuals_is_the_three_kernels():
+    rng = np.random.default_rng(2)
+    R = rng.standard_normal((40, 6)) * rng.uniform(0, 3, (40, 1))
+    for q, tau in ((0.9, np.nan), (1.0, np.nan), (0.3, np.nan), (0.9, 0.7), (0.9, 0.0)):
+        ref = R.copy()
+        norms = row_norms(ref)
+        ref_tau = quantile_linear(norms.copy(), q) if np.isnan(tau) else tau
+        clip_rows_inplace(ref, norms, ref_tau)
+        out = R.copy()
+        assert clip_residuals(out, q, tau) == ref_tau
+        assert np.array_equal(out, ref)  # bitwise
+    bad = R.copy()
+    bad[5, 2] = np.nan
+    assert np.isnan(clip_residuals(bad, 0.9, np.nan))
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.37, 12.5])
+def test_noisy_gradient_is_numpys_gradient_plus_noise(sigma):
+    # the numpy expressions of the Stage-I step: -(R^T X) / n, then value + sigma * z
+    rng = np.random.default_rng(3)
+    m = rng.standard_normal((6, 25)) * 40.0
+    z = rng.standard_normal(m.shape)
+    n = 251
+    ref = -m / n
+    if sigma:
+        ref = ref + sigma * z
+    out = noisy_gradient(m.reshape(-1), float(n), sigma, z.reshape(-1) if sigma else np.zeros(0))
+    assert np.array_equal(out, ref.reshape(-1))  # bitwise
+
+
+def test_stage_one_noise_std_is_pftr_noise_std():
+    from skfed.privacy import pftr_noise_std
+    from skfed.tensor._stages import StageOne
+
+    for eps, delta in ((20.0, 0.1), (0.7, 1e-5), (None, 1e-5)):
+        alg = StageOne((2, 3), (1, 1), np.zeros((2, 3)), step_size=0.1, n_rounds=13,
+                       epsilon=eps, delta=delta)
+        for tau_e, tau_x, n in ((1.3, 2.1, 250), (0.0, 5.0, 7), (1e-3, 0.4, 25000)):
+            assert alg._noise_std(tau_e, tau_x, n) == pftr_noise_std(
+                tau_e, tau_x, n, 13, eps, delta)
+        with pytest.raises(ValueError, match="truncation levels"):
+            alg._noise_std(np.nan, 1.0, 10)
 
 
 @pytest.mark.parametrize("shape", [(4,), (3, 5), (2, 3, 4), (2, 1, 3, 4)])
@@ -192,3 +238,11 @@ def test_tangent_projection_of_read_only_arrays():
         a.setflags(write=False)
     np.testing.assert_allclose(tangent_project(frozen[0], frozen[1], frozen[2:]), ref,
                                atol=1e-12)
+
+
+def test_projector_apply_flat_is_the_call():
+    rng = np.random.default_rng(9)
+    _, core, factors = retract(rng.standard_normal((4, 3, 5)), (2, 2, 2))
+    G = rng.standard_normal((4, 3, 5))
+    projector = TangentProjector(core, factors)
+    assert np.array_equal(projector.apply_flat(G.reshape(-1).copy()), projector(G))

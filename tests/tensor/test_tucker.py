@@ -120,3 +120,13 @@ def test_leading_singular_vectors_are_numpys():
               np.asfortranarray(rng.standard_normal((6, 8)))):
         ref = np.linalg.svd(M, full_matrices=False)[0][:, :2]
         np.testing.assert_allclose(_leading_left_singular_vectors(M, 2), ref, atol=1e-6)
+
+
+def test_unfold_is_tensorlys():
+    import tensorly as tl
+
+    from skfed.tensor._tucker import _unfold
+
+    T = np.random.default_rng(8).standard_normal((3, 4, 2, 5))
+    for mode in range(T.ndim):
+        assert np.array_equal(_unfold(T, mode), tl.unfold(T, mode))
