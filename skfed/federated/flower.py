@@ -77,8 +77,13 @@ def _n_positional(func):
 
 
 def supports_federation(estimator):
-    """Whether ``estimator`` follows the contract of :func:`skfed.federated.fit_federated`."""
-    return all(hasattr(estimator, name) for name in _CONTRACT)
+    """Whether ``estimator`` follows the contract of :func:`skfed.federated.fit_federated`.
+
+    Estimators that pool the rows (a centralized reference) set
+    ``_pools_rows = True`` and are refused even if they share the hooks.
+    """
+    return (all(hasattr(estimator, name) for name in _CONTRACT)
+            and not getattr(estimator, "_pools_rows", False))
 
 
 def site_model(estimator, path):
@@ -376,6 +381,9 @@ class FlowerFederation:
                  connect_timeout=120.0, round_timeout=600.0, offline_grace=10.0,
                  site_model_key="model-path", load_test_data=None):
         probe = make_estimator({})
+        if getattr(probe, "_pools_rows", False):
+            raise TypeError(f"{type(probe).__name__} does not support federation: it pools the "
+                            "rows of all sites (a centralized reference).")
         if not supports_federation(probe):
             raise TypeError(
                 f"{type(probe).__name__} does not support federation: it needs "

@@ -535,6 +535,9 @@ class CentralizedDROClassifier(_LinearFederatedClassifier):
     True
     """
 
+    #: the rows are pooled: no distributed engine can run it (skfed.federated.flower)
+    _pools_rows = True
+
     def __init__(self, *, kappa=0.5, radius=1e-3, feature_norm="l1", fit_intercept=False,
                  intercept_scaling=1.0, unknown_client="global"):
         self.kappa = kappa

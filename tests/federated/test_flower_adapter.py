@@ -226,3 +226,11 @@ def test_sites_score_their_personalized_models_on_held_out_rows(tmp_path):
     assert json.loads((tmp_path / "scores.json").read_text())["2"][1] == 10
     # the fit's ledger is that of the training alone
     assert remote.communication_.total_bytes == local.communication_.total_bytes
+
+
+def test_centralized_reference_is_refused():
+    """CentralizedDROClassifier shares the hooks but pools rows: not a federated estimator."""
+    from skfed.linear_model import CentralizedDROClassifier
+
+    with pytest.raises(TypeError, match="does not support federation"):
+        FlowerFederation(lambda run_config: CentralizedDROClassifier(), lambda cfg: None)
