@@ -339,13 +339,13 @@ class _PFedHGPSteps(FederatedAlgorithm):
         c = 0.0
         if cfg.use_deviation:
             r -= gb.W.T @ loc["md"]
-            c += float(np.sum((loc["Ld"].T @ gb.W) ** 2))
+            c += gb.quad(loc["Ld"])
         if cfg.use_local:
             r -= lb.W.T @ loc["mu"]
-            c += float(np.sum((loc["Lu"].T @ lb.W) ** 2)) + st["t_l"]
+            c += lb.quad(loc["Lu"]) + st["t_l"]
         msg = {"n": np.int64(y.shape[0]), "rr": r @ r, "c": c, "t_g": st["t_g"]}
         if cfg.use_global:
-            msg["Phi"] = tril_pack(gb.W @ gb.W.T)
+            msg["Phi"] = tril_pack(gb.gram)
             msg["b"] = gb.W @ r
         if cfg.use_deviation:
             msg["D"] = st["D"]
