@@ -28,7 +28,8 @@ Cholesky reverse mode gives ``K_zz_bar`` and :func:`kernel_adjoint` the
 kernel parameters.
 """
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky
@@ -169,7 +170,9 @@ class Basis:
     adjoint reads it instead of evaluating the kernel again. ``gram`` is
     ``W W^T``, formed on first use: the quadratic terms of the ELBO and the
     closed forms all reduce to it, an ``M x M`` matrix instead of ``M x n``
-    products.
+    products. ``sqnorm`` (``|W|_F^2``) and ``cross`` (``W W_other^T``) are
+    kept the same way: a client reuses its bases over a round and across
+    rounds (see ``_steps.BasisCache``).
     """
 
     L: np.ndarray  # chol(K_zz + jitter)
@@ -177,6 +180,8 @@ class Basis:
     jitter: float
     K: np.ndarray = None  # k(X, Z), (n, M)
     _gram: np.ndarray = None
+    _sqnorm: float = None
+    _cross: list = field(default_factory=list)  # [(weak ref to other basis, W W_other^T)]
 
     @property
     def gram(self):
@@ -184,9 +189,41 @@ class Basis:
             self._gram = self.W @ self.W.T
         return self._gram
 
+    @property
+    def sqnorm(self):
+        if self._sqnorm is None:
+            self._sqnorm = float(np.sum(self.W * self.W))
+        return self._sqnorm
+
+    def cross(self, other):
+        """``W W_other^T``, kept per ``other`` basis (compared by identity).
+
+        Weak references: a kept global basis must not keep every local basis
+        of its rounds alive.
+        """
+        self._cross = [(ref, C) for ref, C in self._cross if ref() is not None]
+        for ref, C in self._cross:
+            if ref() is other:
+                return C
+        C = self.W @ other.W.T
+        self._cross.append((weakref.ref(other), C))
+        return C
+
     def quad(self, L):
         """``|L^T W|_F^2 = sum(L * (W W^T) L)``."""
         return float(np.sum(L * (self.gram @ L)))
+
+
+def stacked_gram(bases):
+    """Gram matrix ``B B^T`` of the stacked bases ``B = [W_1; W_2; ...]``.
+
+    Diagonal blocks are the bases' own Gram matrices, the block below the
+    diagonal the transpose of the one above (exactly symmetric).
+    """
+    k = len(bases)
+    return np.block([[bases[i].gram if i == j else
+                      (bases[i].cross(bases[j]) if i < j else bases[j].cross(bases[i]).T)
+                      for j in range(k)] for i in range(k)])
 
 
 def basis_forward(X, Z, ls, var, kind, jitter):
@@ -326,7 +363,7 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
     kappa = 0.0
     if cfg.global_basis:
         kappa = cfg.kappa_fixed + (phi if cfg.use_deviation else 0.0)
-        t_g = n * c["var"] - float(np.sum(W * W))
+        t_g = n * c["var"] - gb.sqnorm
         stats["t_g"] = t_g
         E += kappa * t_g
         if cfg.use_global:
@@ -335,7 +372,7 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
             E += gb.quad(loc["Ld"])
     if cfg.use_local:
         var_l = float(softplus(loc["var_l"]))
-        t_l = n * var_l - float(np.sum(V * V))
+        t_l = n * var_l - lb.sqnorm
         stats["t_l"] = t_l
         E += lb.quad(loc["Lu"]) + t_l
     ell = -0.5 * n * (LOG2PI + np.log(s2)) - E / (2.0 * s2)
@@ -434,7 +471,7 @@ def solve_local_q(y, g, loc, cfg, gb, lb):
     if not blocks:
         return dict(loc)
     # P = B B^T / s2 with B = [W; V], from the bases' Gram matrices and W V^T
-    P = np.block([[b.gram if b is c else b.W @ c.W.T for c in blocks] for b in blocks]) / s2
+    P = stacked_gram(blocks) / s2
     sizes = [b.W.shape[0] for b in blocks]
     diag = []
     if cfg.use_deviation:

@@ -39,6 +39,7 @@ from ._elbo import (
     ModelConfig,
     basis_backward,
     basis_forward,
+    stacked_gram,
     kl_whitened,
     kl_whitened_grads,
     sigmoid,
@@ -105,13 +106,13 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
             gbs = global_bases(X, g, cfg)
         stats["gbs"] = gbs
         # residual traces tr(K - Q) per latent
-        t_g = np.array([n * cfg.variance_global - _colsq(b.W) for b in gbs])
+        t_g = np.array([n * cfg.variance_global - b.sqnorm for b in gbs])
         stats["t_g"] = t_g
     if cfg.use_local:
         if lbs is None:
             lbs = local_bases(X, loc, cfg)
         stats["lbs"] = lbs
-        t_l = np.array([n * cfg.variance_local - _colsq(b.W) for b in lbs])
+        t_l = np.array([n * cfg.variance_local - b.sqnorm for b in lbs])
         stats["t_l"] = t_l
     # (component, bases, mean, chol, loading, residual multiplier)
     comps = []
@@ -299,16 +300,16 @@ def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3):
         R = R - Hg @ g["Bg"].T
     parts = []  # (mean key, chol key, loading key, bases, prior precision, kappa, t)
     if cfg.use_deviation:
-        t_g = np.array([X.shape[0] * cfg.variance_global - _colsq(b.W) for b in gbs])
+        t_g = np.array([X.shape[0] * cfg.variance_global - b.sqnorm for b in gbs])
         parts.append(("md", "Ld", "Bd", gbs, 1.0 / phi, phi, t_g))
     if cfg.use_local:
-        t_l = np.array([X.shape[0] * cfg.variance_local - _colsq(b.W) for b in lbs])
+        t_l = np.array([X.shape[0] * cfg.variance_local - b.sqnorm for b in lbs])
         parts.append(("mu", "Lu", "Bl", lbs, 1.0, 1.0, t_l))
     if not parts:
         return out
     # the bases and R stay fixed over the sweeps: one Gram matrix and one W R
-    Wst = np.vstack([b.W for part in parts for b in part[3]])
-    G, C = Wst @ Wst.T, Wst @ R
+    stack = [b for part in parts for b in part[3]]
+    G, C = stacked_gram(stack), np.vstack([b.W @ R for b in stack])
     sizes = [b.W.shape[0] for part in parts for b in part[3]]
     for sweep in range(n_sweeps + 1):
         Bs, pp = [], []

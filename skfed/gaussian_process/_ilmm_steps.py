@@ -34,6 +34,7 @@ from ._elbo import (
     optimal_phi,
     softplus,
     softplus_inv,
+    stacked_gram,
     tril_pack,
     tril_unpack,
 )
@@ -301,9 +302,8 @@ class _IlmmSteps(_PFedHGPSteps):
         if cfg.global_basis:
             msg["t_g"] = st["t_g"]
         if cfg.use_global:
-            Wst = np.vstack([b.W for b in gbs])
-            msg["Phi"] = tril_pack(Wst @ Wst.T)
-            msg["WR"] = Wst @ R
+            msg["Phi"] = tril_pack(stacked_gram(gbs))
+            msg["WR"] = np.vstack([b.W @ R for b in gbs])
         for k in ("ls_g", "Zg"):
             if k in self.global_keys():
                 msg["g_" + k] = gg[k]
