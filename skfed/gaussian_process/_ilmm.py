@@ -39,6 +39,7 @@ from ._elbo import (
     ModelConfig,
     basis_backward,
     basis_forward,
+    stacked_gram,
     kl_whitened,
     kl_whitened_grads,
     sigmoid,
@@ -105,13 +106,13 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
             gbs = global_bases(X, g, cfg)
         stats["gbs"] = gbs
         # residual traces tr(K - Q) per latent
-        t_g = np.array([n * cfg.variance_global - _colsq(b.W) for b in gbs])
+        t_g = np.array([n * cfg.variance_global - b.sqnorm for b in gbs])
         stats["t_g"] = t_g
     if cfg.use_local:
         if lbs is None:
             lbs = local_bases(X, loc, cfg)
         stats["lbs"] = lbs
-        t_l = np.array([n * cfg.variance_local - _colsq(b.W) for b in lbs])
+        t_l = np.array([n * cfg.variance_local - b.sqnorm for b in lbs])
         stats["t_l"] = t_l
     # (component, bases, mean, chol, loading, residual multiplier)
     comps = []
@@ -128,7 +129,7 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
     Eres = Y - Yhat
     E = _colsq(Eres)
     for c, bs, m, L, B, kappa, t in comps:
-        v = np.array([_colsq(L[r].T @ b.W) for r, b in enumerate(bs)]) + kappa * t
+        v = np.array([b.quad(L[r]) for r, b in enumerate(bs)]) + kappa * t
         stats["v"][c] = v
         E += float(np.sum(B * B, axis=0) @ v)
     value = -0.5 * n * Q * (LOG2PI + np.log(s2)) - E / (2.0 * s2)
@@ -154,7 +155,7 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
         gm, gL = np.empty_like(m), np.empty_like(L)
         for r, b in enumerate(bs):
             gm[r] = b.W @ (Eres @ B[:, r]) / s2
-            gL[r] = -beta[r] * np.tril(b.W @ (b.W.T @ L[r])) / s2
+            gL[r] = -beta[r] * np.tril(b.gram @ L[r]) / s2
             if c != "g":  # the client's KLs; KL_g is the server's
                 km, kL = kl_whitened_grads(m[r], L[r], prior[c])
                 gm[r] -= km
@@ -168,11 +169,12 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
         g_ls = np.empty_like(np.asarray(loc["ls_l"], dtype=float))
         g_Z = np.zeros_like(loc["Zl"])
         for r, b in enumerate(lbs):
+            # V_bar = (mu_r (E b_r)^T - beta_r S_u V + beta_r V) / s2
             Su = loc["Lu"][r] @ loc["Lu"][r].T
-            V_bar = (np.outer(loc["mu"][r], Eres @ Bl[:, r]) - beta[r] * (Su @ b.W)
-                     + beta[r] * b.W) / s2
-            ls = cfg.lengthscale(loc["ls_l"][r])
-            _, gls, gZ = basis_backward(X, loc["Zl"], ls, cfg.variance_local, cfg.kind, b, V_bar)
+            A = beta[r] * (np.eye(Su.shape[0]) - Su) / s2
+            _, gls, gZ = basis_backward(X, loc["Zl"], cfg.lengthscale(loc["ls_l"][r]),
+                                        cfg.variance_local, cfg.kind, b, A,
+                                        loc["mu"][r][:, None] / s2, (Eres @ Bl[:, r])[:, None])
             g_ls[r] = cfg.fold_lengthscale_grad(gls, loc["ls_l"][r])
             g_Z += gZ
         gl["ls_l"] = g_ls
@@ -190,19 +192,21 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
             g_ls = np.empty_like(np.asarray(g["ls_g"], dtype=float))
             g_Z = np.zeros_like(g["Zg"])
             for r, b in enumerate(gbs):
-                W = b.W
-                W_bar = np.zeros_like(W)
+                # W_bar = (sum_c m_c (E b_c)^T - beta_c S_c W + kappa W) / s2 over the
+                # global and deviation components: A W + P E^T
                 kappa = bg[r] + phi * bd[r]
-                if cfg.use_global:
-                    Lr = g["Lg"][r]
-                    W_bar += np.outer(g["mg"][r], Eres @ g["Bg"][:, r]) - bg[r] * (Lr @ (Lr.T @ W))
-                if cfg.use_deviation:
-                    Lr = loc["Ld"][r]
-                    W_bar += np.outer(loc["md"][r], Eres @ loc["Bd"][:, r])
-                    W_bar -= bd[r] * (Lr @ (Lr.T @ W))
-                W_bar = (W_bar + kappa * W) / s2
+                A = kappa * np.eye(b.W.shape[0])
+                P, Ecols = [], []
+                for on, m, L, B, beta in ((cfg.use_global, "mg", "Lg", "Bg", bg),
+                                          (cfg.use_deviation, "md", "Ld", "Bd", bd)):
+                    if on:
+                        src = g if m == "mg" else loc
+                        A -= beta[r] * (src[L][r] @ src[L][r].T)
+                        P.append(src[m][r])
+                        Ecols.append(Eres @ src[B][:, r])
                 ls = cfg.lengthscale(g["ls_g"][r])
-                _, gls, gZ = basis_backward(X, g["Zg"], ls, cfg.variance_global, cfg.kind, b, W_bar)
+                _, gls, gZ = basis_backward(X, g["Zg"], ls, cfg.variance_global, cfg.kind, b,
+                                            A / s2, np.column_stack(P) / s2, np.column_stack(Ecols))
                 g_ls[r] = cfg.fold_lengthscale_grad(gls, g["ls_g"][r])
                 g_Z += gZ
             gg["ls_g"] = g_ls
@@ -296,25 +300,28 @@ def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3):
         R = R - Hg @ g["Bg"].T
     parts = []  # (mean key, chol key, loading key, bases, prior precision, kappa, t)
     if cfg.use_deviation:
-        t_g = np.array([X.shape[0] * cfg.variance_global - _colsq(b.W) for b in gbs])
+        t_g = np.array([X.shape[0] * cfg.variance_global - b.sqnorm for b in gbs])
         parts.append(("md", "Ld", "Bd", gbs, 1.0 / phi, phi, t_g))
     if cfg.use_local:
-        t_l = np.array([X.shape[0] * cfg.variance_local - _colsq(b.W) for b in lbs])
+        t_l = np.array([X.shape[0] * cfg.variance_local - b.sqnorm for b in lbs])
         parts.append(("mu", "Lu", "Bl", lbs, 1.0, 1.0, t_l))
     if not parts:
         return out
+    # the bases and R stay fixed over the sweeps: one Gram matrix and one W R
+    stack = [b for part in parts for b in part[3]]
+    G, C = stacked_gram(stack), np.vstack([b.W @ R for b in stack])
+    sizes = [b.W.shape[0] for part in parts for b in part[3]]
     for sweep in range(n_sweeps + 1):
-        Ws, Bs, pp = [], [], []
+        Bs, pp = [], []
         for km, kL, kB, bs, p, _, _ in parts:
             beta = np.sum(out[kB] ** 2, axis=0)
             Ls = np.empty((len(bs),) + bs[0].W.shape[:1] * 2)
             for r, b in enumerate(bs):
-                Ls[r] = block_cov_gram(b.W @ b.W.T, beta[r], s2, p)
-                Ws.append(b.W)
+                Ls[r] = block_cov_gram(b.gram, beta[r], s2, p)
                 Bs.append(out[kB][:, r])
                 pp.append(p)
             out[kL] = Ls
-        means = joint_means(Ws, Bs, pp, R, s2)
+        means = joint_means_gram(G, C, Bs, pp, sizes, s2)
         if sweep == n_sweeps:  # end with q optimal for the final loadings
             k = 0
             for km, _, _, bs, *_ in parts:
@@ -327,7 +334,7 @@ def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3):
             out[km] = np.array(means[k:k + len(bs)])
             k += len(bs)
             Hs.append(np.column_stack([b.W.T @ out[km][r] for r, b in enumerate(bs)]))
-            vs.append(np.array([_colsq(out[kL][r].T @ b.W) for r, b in enumerate(bs)]) + kappa * t)
+            vs.append(np.array([b.quad(out[kL][r]) for r, b in enumerate(bs)]) + kappa * t)
         B = ridge_loadings(R, np.hstack(Hs), np.concatenate(vs))
         k = 0
         for (km, kL, kB, bs, *_), H in zip(parts, Hs):

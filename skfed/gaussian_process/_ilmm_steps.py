@@ -34,6 +34,7 @@ from ._elbo import (
     optimal_phi,
     softplus,
     softplus_inv,
+    stacked_gram,
     tril_pack,
     tril_unpack,
 )
@@ -49,6 +50,7 @@ from ._ilmm import (
 )
 from ._steps import (
     LOCAL_HYPER,
+    BasisCache,
     _PFedHGPSteps,
     adam_ascent,
     adam_init,
@@ -96,6 +98,10 @@ def _unpack_stack(v, m):
 
 class _IlmmSteps(_PFedHGPSteps):
     """Hyperparameters of one multi-output pFedHGP fit (state lives in the step values)."""
+
+    # one basis per latent
+    build_global = staticmethod(global_bases)
+    build_local = staticmethod(local_bases)
 
     def __init__(self, cfg, **kwargs):
         if not isinstance(cfg, IlmmConfig):
@@ -154,7 +160,7 @@ class _IlmmSteps(_PFedHGPSteps):
             loc["md"] = np.zeros((cfg.R_g, self.M))
             loc["Ld"] = np.stack([np.eye(self.M)] * cfg.R_g)
         # the loadings wait for the normalization of the set-up round
-        return {"loc": loc, "adam": None, "jitter": 0.0, "loadings": False}
+        return {"loc": loc, "adam": None, "jitter": 0.0, "loadings": False, "cache": BasisCache()}
 
     def _init_loadings(self, Y, loc, rng):
         cfg = self.cfg
@@ -188,16 +194,18 @@ class _IlmmSteps(_PFedHGPSteps):
             loc = self._init_loadings(Y, loc, rng)
         if self.share_local_hypers and "ls_l" in broadcast:
             loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
-        gbs = global_bases(X, g, self.cfg) if self.cfg.global_basis else None
+        cache = state.get("cache") or BasisCache()
+        gbs = self._global_basis(X, g, cache) if self.cfg.global_basis else None
         jit = max([b.jitter for b in gbs]) if gbs else 0.0
         if self.optimizer == "paper":
-            loc, adam, jit_l = self._paper_local(X, Y, g, loc, gbs, state["adam"], zscale)
-            value, _, gg, _ = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, want_global=True)
+            loc, adam, jit_l = self._paper_local(X, Y, g, loc, gbs, state["adam"], zscale, cache)
+            lbs = self._local_basis(X, loc, cache) if self.cfg.use_local else None
+            value, _, gg, _ = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, lbs=lbs, want_global=True)
             msg = {"value": value}
             for k in self.global_keys():
                 msg["g_" + k] = _pack_stack(gg[k]) if k in STACKED_TRIL else gg[k]
         else:
-            loc, adam, jit_l, lbs = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale)
+            loc, adam, jit_l, lbs = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale, cache)
             msg = self._cavi_message(X, Y, g, loc, gbs, lbs)
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
@@ -205,7 +213,7 @@ class _IlmmSteps(_PFedHGPSteps):
             msg.update(self.population_release(loc))
         jit = max(jit, jit_l, state["jitter"])
         msg["jitter"] = jit
-        return {"loc": loc, "adam": adam, "jitter": jit, "loadings": True}, msg
+        return {"loc": loc, "adam": adam, "jitter": jit, "loadings": True, "cache": cache}, msg
 
     def population_release(self, loc):
         """What a client releases in the last round for the population prediction.
@@ -227,7 +235,7 @@ class _IlmmSteps(_PFedHGPSteps):
         return (["Pd"] if self.cfg.use_deviation else []) + \
             (["Pl", "ls_l"] if self.cfg.use_local else [])
 
-    def _paper_local(self, X, Y, g, loc, gbs, adam, zscale):
+    def _paper_local(self, X, Y, g, loc, gbs, adam, zscale, cache):
         keys = self.local_keys()
         if not keys:
             return loc, adam, 0.0
@@ -235,7 +243,8 @@ class _IlmmSteps(_PFedHGPSteps):
             adam = adam_init(loc, keys)
         jit = 0.0
         for _ in range(self.local_steps):
-            _, gl, _, st = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, want_local=True)
+            lbs = self._local_basis(X, loc, cache) if self.cfg.use_local else None
+            _, gl, _, st = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, lbs=lbs, want_local=True)
             if st["lbs"]:
                 jit = max([jit] + [b.jitter for b in st["lbs"]])
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, keys, scale=zscale)
@@ -244,18 +253,18 @@ class _IlmmSteps(_PFedHGPSteps):
                     loc[k] = np.tril(loc[k])
         return loc, adam, jit
 
-    def _cavi_local(self, X, Y, g, loc, gbs, adam, zscale):
+    def _cavi_local(self, X, Y, g, loc, gbs, adam, zscale, cache):
         cfg = self.cfg
         hyper = self.local_keys(hyper_only=True)
         if adam is None and hyper:
             adam = adam_init(loc, hyper)
-        lbs = local_bases(X, loc, cfg) if cfg.use_local else None
+        lbs = self._local_basis(X, loc, cache) if cfg.use_local else None
         jit = max([b.jitter for b in lbs]) if lbs else 0.0
         loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs)
         for _ in range(self.local_steps if hyper else 0):
             _, gl, _, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_local_hyper=True)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
-            lbs = local_bases(X, loc, cfg)
+            lbs = self._local_basis(X, loc, cache)
             jit = max([jit] + [b.jitter for b in lbs])
             loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=1)
         return loc, adam, jit, lbs
@@ -293,9 +302,8 @@ class _IlmmSteps(_PFedHGPSteps):
         if cfg.global_basis:
             msg["t_g"] = st["t_g"]
         if cfg.use_global:
-            Wst = np.vstack([b.W for b in gbs])
-            msg["Phi"] = tril_pack(Wst @ Wst.T)
-            msg["WR"] = Wst @ R
+            msg["Phi"] = tril_pack(stacked_gram(gbs))
+            msg["WR"] = np.vstack([b.W @ R for b in gbs])
         for k in ("ls_g", "Zg"):
             if k in self.global_keys():
                 msg["g_" + k] = gg[k]

@@ -50,6 +50,35 @@ from ._elbo import (
 
 LOCAL_HYPER = ("Zl", "ls_l", "var_l")
 TRIL_KEYS = ("Lg",)
+GLOBAL_KERNEL = ("Zg", "ls_g", "var_g")  # the parameters a global basis depends on
+
+
+class BasisCache:
+    """A client's last global and local bases, reused while their kernel stays put.
+
+    A round starts with the local kernel the previous round ended with, and
+    in ``optimizer="cavi"`` the global kernel moves only every other round:
+    forming those bases again would repeat the round's largest kernel work.
+    Entries are keyed by the exact kernel parameters, so a reused basis is
+    the one that would be formed. The cache holds ``O(n M)`` numbers per
+    client; it is dropped when the state is pickled (a Flower site stores its
+    state pickled), so it never travels or bloats a stored state.
+    """
+
+    def __init__(self):
+        self._store = {}
+
+    def get(self, name, params, build):
+        """The basis ``name`` for ``params`` (a list of arrays); ``build()`` on a miss."""
+        hit = self._store.get(name)
+        if hit is not None and all(np.array_equal(a, b) for a, b in zip(hit[0], params)):
+            return hit[1]
+        value = build()
+        self._store[name] = ([np.array(p, dtype=float) for p in params], value)
+        return value
+
+    def __reduce__(self):
+        return (BasisCache, ())
 
 
 _BLAS = []  # one ThreadpoolController, made on first use (making one scans the libraries)
@@ -161,6 +190,10 @@ def grid_in_box(lo, hi, m, rng):
 class _PFedHGPSteps(FederatedAlgorithm):
     """Hyperparameters of one pFedHGP fit; all state lives in the step values."""
 
+    # how a client forms its bases (the ILMM steps form one per latent)
+    build_global = staticmethod(global_basis)
+    build_local = staticmethod(local_basis)
+
     def __init__(self, cfg, *, optimizer, n_inducing_global, n_inducing_local,
                  init_inducing_global, init_lengthscale_global, init_lengthscale_local,
                  init_variance_global, init_variance_local, init_phi, init_noise,
@@ -248,7 +281,16 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if cfg.use_deviation:
             loc["md"] = np.zeros(self.M)
             loc["Ld"] = np.eye(self.M)
-        return {"loc": loc, "adam": None, "jitter": 0.0}
+        return {"loc": loc, "adam": None, "jitter": 0.0, "cache": BasisCache()}
+
+    def _global_basis(self, X, g, cache):
+        """The client's global basis at the broadcast parameters (from ``cache`` if unchanged)."""
+        return cache.get("global", [g[k] for k in GLOBAL_KERNEL if k in g],
+                         lambda: self.build_global(X, g, self.cfg))
+
+    def _local_basis(self, X, loc, cache):
+        return cache.get("local", [loc[k] for k in LOCAL_HYPER if k in loc],
+                         lambda: self.build_local(X, loc, self.cfg))
 
     @one_blas_thread
     def client_step(self, data, state, broadcast, rng):
@@ -269,16 +311,18 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if self.share_local_hypers and "ls_l" in broadcast:
             loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
             loc["var_l"] = np.array(broadcast["var_l"], dtype=float)
-        gb = global_basis(X, g, self.cfg) if self.cfg.global_basis else None
+        cache = state.get("cache") or BasisCache()
+        gb = self._global_basis(X, g, cache) if self.cfg.global_basis else None
         jit = gb.jitter if gb is not None else 0.0
         if self.optimizer == "paper":
-            loc, adam, jit_l = self._paper_local(X, y, g, loc, gb, state["adam"], zscale)
-            value, _, gg, _ = client_terms(X, y, g, loc, self.cfg, gb=gb, want_global=True)
+            loc, adam, jit_l = self._paper_local(X, y, g, loc, gb, state["adam"], zscale, cache)
+            lb = self._local_basis(X, loc, cache) if self.cfg.use_local else None
+            value, _, gg, _ = client_terms(X, y, g, loc, self.cfg, gb=gb, lb=lb, want_global=True)
             msg = {"value": value}
             for k in self.global_keys():
                 msg["g_" + k] = tril_pack(gg[k]) if k in TRIL_KEYS else gg[k]
         else:
-            loc, adam, jit_l, lb = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale)
+            loc, adam, jit_l, lb = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale, cache)
             msg = self._cavi_message(X, y, g, loc, gb, lb)
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
@@ -287,7 +331,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
             msg.update(self.population_release(loc))
         jit = max(jit, jit_l, state["jitter"])
         msg["jitter"] = jit
-        return {"loc": loc, "adam": adam, "jitter": jit}, msg
+        return {"loc": loc, "adam": adam, "jitter": jit, "cache": cache}, msg
 
     def population_release(self, loc):
         """What a client releases in the last round for the population prediction.
@@ -299,7 +343,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
             return {}
         return {"ls_l": loc["ls_l"], "var_l": loc["var_l"]}
 
-    def _paper_local(self, X, y, g, loc, gb, adam, zscale):
+    def _paper_local(self, X, y, g, loc, gb, adam, zscale, cache):
         keys = self.local_keys()
         if not keys:
             return loc, adam, 0.0
@@ -307,7 +351,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
             adam = adam_init(loc, keys)
         jit = 0.0
         for _ in range(self.local_steps):
-            _, gl, _, st = client_terms(X, y, g, loc, self.cfg, gb=gb, want_local=True)
+            lb = self._local_basis(X, loc, cache) if self.cfg.use_local else None
+            _, gl, _, st = client_terms(X, y, g, loc, self.cfg, gb=gb, lb=lb, want_local=True)
             if st["lb"] is not None:
                 jit = max(jit, st["lb"].jitter)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, keys, scale=zscale)
@@ -316,18 +361,18 @@ class _PFedHGPSteps(FederatedAlgorithm):
                     loc[k] = np.tril(loc[k])
         return loc, adam, jit
 
-    def _cavi_local(self, X, y, g, loc, gb, adam, zscale):
+    def _cavi_local(self, X, y, g, loc, gb, adam, zscale, cache):
         cfg = self.cfg
         hyper = self.local_keys(hyper_only=True)
         if adam is None and hyper:
             adam = adam_init(loc, hyper)
-        lb = local_basis(X, loc, cfg) if cfg.use_local else None
+        lb = self._local_basis(X, loc, cache) if cfg.use_local else None
         jit = lb.jitter if lb is not None else 0.0
         loc = solve_local_q(y, g, loc, cfg, gb, lb)
         for _ in range(self.local_steps if hyper else 0):
             _, gl, _, _ = client_terms(X, y, g, loc, cfg, gb=gb, lb=lb, want_local_hyper=True)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
-            lb = local_basis(X, loc, cfg)
+            lb = self._local_basis(X, loc, cache)
             jit = max(jit, lb.jitter)
             loc = solve_local_q(y, g, loc, cfg, gb, lb)
         return loc, adam, jit, lb
@@ -339,13 +384,13 @@ class _PFedHGPSteps(FederatedAlgorithm):
         c = 0.0
         if cfg.use_deviation:
             r -= gb.W.T @ loc["md"]
-            c += float(np.sum((loc["Ld"].T @ gb.W) ** 2))
+            c += gb.quad(loc["Ld"])
         if cfg.use_local:
             r -= lb.W.T @ loc["mu"]
-            c += float(np.sum((loc["Lu"].T @ lb.W) ** 2)) + st["t_l"]
+            c += lb.quad(loc["Lu"]) + st["t_l"]
         msg = {"n": np.int64(y.shape[0]), "rr": r @ r, "c": c, "t_g": st["t_g"]}
         if cfg.use_global:
-            msg["Phi"] = tril_pack(gb.W @ gb.W.T)
+            msg["Phi"] = tril_pack(gb.gram)
             msg["b"] = gb.W @ r
         if cfg.use_deviation:
             msg["D"] = st["D"]

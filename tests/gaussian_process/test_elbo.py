@@ -171,3 +171,29 @@ def test_closed_form_phi_maximizes_the_elbo():
     grid = np.exp(np.linspace(-6, 4, 4001))
     assert objective(best) >= objective(grid).max() - 1e-9
     assert rng is not None
+
+
+def test_basis_products_match_plain_numpy():
+    """Gram, squared norm, cross products and the stacked Gram the closed forms use."""
+    import gc
+
+    from skfed.gaussian_process._elbo import basis_forward, stacked_gram
+
+    rng = np.random.default_rng(5)
+    X = rng.uniform(size=(30, 2))
+    a = basis_forward(X, X[:6], np.array([0.4, 0.6]), 1.2, 0, 1e-8)
+    b = basis_forward(X, X[10:14], np.array([0.3, 0.3]), 0.7, 2, 1e-8)
+    np.testing.assert_allclose(a.gram, a.W @ a.W.T, rtol=1e-12)
+    assert a.sqnorm == pytest.approx(np.sum(a.W**2), rel=1e-12)
+    L = np.tril(rng.normal(size=(6, 6)))
+    assert a.quad(L) == pytest.approx(np.sum((L.T @ a.W) ** 2), rel=1e-12)
+    B = np.vstack([a.W, b.W])
+    G = stacked_gram([a, b])
+    np.testing.assert_allclose(G, B @ B.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(G, G.T)
+    assert a.cross(b) is a.cross(b)  # kept
+    del b
+    gc.collect()
+    c = basis_forward(X, X[20:23], np.array([0.3, 0.3]), 0.7, 1, 1e-8)
+    np.testing.assert_allclose(a.cross(c), a.W @ c.W.T, rtol=1e-12)
+    assert len(a._cross) == 1  # the dead basis's entry was dropped

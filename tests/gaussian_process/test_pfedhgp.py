@@ -237,3 +237,23 @@ def test_paper_messages_are_gradients_of_the_global_block(data):
     assert names == {"value", "jitter", "g_noise", "g_ls_g", "g_var_g", "g_Zg", "g_phi", "g_mg", "g_Lg"}
     shapes = dict(zip(up[0].names, up[0].shapes))
     assert shapes["g_Lg"] == (8 * 9 // 2,) and shapes["g_Zg"] == (8, 1)
+
+
+def test_basis_cache_reuses_only_for_equal_parameters_and_is_not_pickled():
+    import pickle
+
+    from skfed.gaussian_process._steps import BasisCache
+
+    cache, built = BasisCache(), []
+
+    def build():
+        built.append(1)
+        return object()
+
+    p = [np.array([0.5, 1.0]), np.array(2.0)]
+    a = cache.get("local", p, build)
+    p[0][0] = 0.7  # the caller mutating its array must not alias the stored key
+    assert cache.get("local", [np.array([0.5, 1.0]), np.array(2.0)], build) is a
+    assert cache.get("local", [np.array([0.5, 1.0 + 1e-15]), np.array(2.0)], build) is not a
+    assert len(built) == 2
+    assert pickle.loads(pickle.dumps(cache))._store == {}
