@@ -144,6 +144,15 @@ def _run(running, tmp_path, **run_config):
         return pickle.load(fh)
 
 
+def _site_models_predict_like(remote, local, configs, X, groups):
+    """Each SuperNode's kept model predicts its rows like the in-process fit."""
+    for k, config in enumerate(configs):
+        mine = site_model(remote, config["model-path"])
+        rows = X[groups == k]
+        np.testing.assert_allclose(mine.predict(rows, groups=[k] * len(rows)),
+                                   local.predict(rows, groups=[k] * len(rows)), atol=1e-8)
+
+
 def _same_ledger_totals(a, b):
     assert (a.bytes_up, a.bytes_down, a.bytes_setup) == (b.bytes_up, b.bytes_down, b.bytes_setup)
     assert a.bytes_up_per_round.tolist() == b.bytes_up_per_round.tolist()
@@ -162,11 +171,7 @@ def test_flower_run_equals_in_process_fit(sites, running, tmp_path):
     assert remote.clients_.tolist() == [0, 1, 2]
     _same_ledger_totals(remote.communication_, local.communication_)
     # each SuperNode kept its fine-tuned model in its own file
-    for k, config in enumerate(configs):
-        mine = site_model(remote, config["model-path"])
-        rows = X[groups == k]
-        np.testing.assert_allclose(mine.predict(rows, groups=[k] * len(rows)),
-                                   local.predict(rows, groups=[k] * len(rows)), atol=1e-8)
+    _site_models_predict_like(remote, local, configs, X, groups)
 
 
 def test_dp_fed_dro_on_flower_equals_in_process_fit(running, tmp_path):
@@ -230,11 +235,7 @@ def test_tensor_regression_on_flower_equals_in_process_fit(sites, running, tmp_p
     np.testing.assert_allclose(remote.shared_coef_, local.shared_coef_, rtol=0, atol=1e-8)
     assert remote.rank_ == local.rank_ and remote.privacy_spent_ == local.privacy_spent_
     _same_ledger_totals(remote.communication_, local.communication_)
-    for k, config in enumerate(configs):
-        mine = site_model(remote, config["model-path"])
-        rows = X[groups == k]
-        np.testing.assert_allclose(mine.predict(rows, groups=[k] * len(rows)),
-                                   local.predict(rows, groups=[k] * len(rows)), atol=1e-8)
+    _site_models_predict_like(remote, local, configs, X, groups)
 
 
 def _run_and_kill_one_node(fed, app, run_config, node, after_rounds, timeout=600):
