@@ -409,10 +409,14 @@ class FlowerFederation:
         self.client_app.query("evaluate")(self._client_evaluate)
 
     # ------------------------------------------------------------------ site side
+    def _label(self, node_config):
+        """The site's client label (``client_key``, else Flower's ``partition-id``)."""
+        return node_config.get(self.client_key, node_config.get("partition-id"))
+
     def _site(self, context):
         """The site's estimator and validated rows; errors name the site."""
         config = dict(context.node_config)
-        label = config.get(self.client_key, config.get("partition-id"))
+        label = self._label(config)
         estimator = self.make_estimator(dict(context.run_config))
         try:
             X, y = _call_loader(self.load_data, config, context.run_config)
@@ -490,7 +494,7 @@ class FlowerFederation:
     def _client_evaluate(self, msg, context):
         """Score this site's personalized model on its held-out rows; send the score only."""
         config = dict(context.node_config)
-        label = config.get(self.client_key, config.get("partition-id"))
+        label = self._label(config)
         if _STATE_KEY not in context.state:
             raise RuntimeError(f"site {label!r} has no trained state to evaluate.")
         fitted = pickle.loads(msg.content["config"]["estimator"])
