@@ -32,9 +32,9 @@ import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_solve, cholesky
+from scipy.linalg import LinAlgError
 from scipy.linalg.blas import dtrsm
-from scipy.linalg.lapack import dpotrf, dtrtrs
+from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
 from ._kernels import kernel_adjoint, kernel_adjoint_cross, kernel_matrix
 
@@ -69,6 +69,27 @@ def solve_triangular(L, B, lower=True, trans=0, check_finite=False):
     x, info = dtrtrs(L, B, lower=1, trans=trans)
     if info != 0:
         raise LinAlgError(f"singular triangular factor (dtrtrs info={info}).")
+    return x
+
+
+def cholesky(A):
+    """Lower Cholesky factor of a symmetric positive definite ``A``.
+
+    LAPACK ``dpotrf`` directly (the same routine and result as
+    :func:`scipy.linalg.cholesky`, without its per-call overhead, which
+    dominates for the many small factorizations of a round).
+    """
+    L, info = dpotrf(A, lower=1, clean=1)
+    if info != 0:
+        raise LinAlgError(f"matrix not positive definite (dpotrf info={info}).")
+    return L
+
+
+def cho_solve(L, B):
+    """``A^{-1} B`` from the lower Cholesky factor ``L`` of ``A`` (LAPACK ``dpotrs``)."""
+    x, info = dpotrs(L, B, lower=1)
+    if info != 0:
+        raise LinAlgError(f"invalid Cholesky solve (dpotrs info={info}).")
     return x
 
 
@@ -182,6 +203,7 @@ class Basis:
     _gram: np.ndarray = None
     _sqnorm: float = None
     _cross: list = field(default_factory=list)  # [(weak ref to other basis, W W_other^T)]
+    _dev_cov: tuple = None  # (s2, phi, chol of the optimal q(delta) covariance)
 
     @property
     def gram(self):
@@ -303,7 +325,7 @@ def local_basis(X, loc, cfg):
 
 
 def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_global=False,
-                 want_local_hyper=None):
+                 want_local_hyper=None, want_global_kernel=True):
     """The client's ELBO contribution ``ELL_i - KL_delta_i - KL_u_i`` and gradients.
 
     Parameters
@@ -324,6 +346,9 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
     want_local_hyper : bool or None
         Gradients of the local kernel (``Zl, ls_l, var_l``); defaults to
         ``want_local``.
+    want_global_kernel : bool, default=True
+        With ``want_global``, also the gradients of the global kernel
+        (``Zg, ls_g, var_g``): the costly adjoint through ``K(X, Z_g)``.
 
     Returns
     -------
@@ -421,6 +446,7 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
                 dphi = -stats["t_g"] / (2 * s2) + 0.5 * (D / phi**2 - M / phi)
                 gg["phi"] = np.asarray(dphi * sigmoid(g["phi"]))
                 Sbar += loc["Ld"] @ loc["Ld"].T
+        if cfg.global_basis and want_global_kernel:
             # W_bar = (mbar e^T - Sbar W + kappa W) / s2
             A = (kappa * np.eye(M) - Sbar) / s2
             gv, gls, gZ = basis_backward(
@@ -446,10 +472,10 @@ def server_kl(g, cfg):
 # ----------------------------------------------------------------------------
 def _inv_chol_spd(P):
     """``(S, chol(S))`` for ``S = P^{-1}`` with ``P`` SPD (eigenvalues >= 1 here)."""
-    Lp = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
-    S = cho_solve((Lp, True), np.eye(P.shape[0]), check_finite=False)
+    Lp = cholesky(0.5 * (P + P.T))
+    S = cho_solve(Lp, np.eye(P.shape[0]))
     S = 0.5 * (S + S.T)
-    return S, cholesky(S, lower=True, check_finite=False)
+    return S, cholesky(S)
 
 
 def solve_local_q(y, g, loc, cfg, gb, lb):
@@ -480,14 +506,20 @@ def solve_local_q(y, g, loc, cfg, gb, lb):
         diag.append(np.ones(lb.W.shape[0]))
     P[np.diag_indices_from(P)] += np.concatenate(diag)
     rhs = np.concatenate([b.W @ r for b in blocks]) / s2
-    Lp = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
-    means = cho_solve((Lp, True), rhs, check_finite=False)
+    Lp = cholesky(0.5 * (P + P.T))
+    means = cho_solve(Lp, rhs)
     out = dict(loc)
     k = 0
     if cfg.use_deviation:
         M = sizes[0]
         out["md"] = means[:M]
-        _, out["Ld"] = _inv_chol_spd(P[:M, :M])
+        # the covariance depends on the global basis, s2 and phi only: the same
+        # for every call of a round, so it is kept on the basis
+        if gb._dev_cov is None or gb._dev_cov[:2] != (s2, phi):
+            Ld = _inv_chol_spd(P[:M, :M])[1]
+            Ld.flags.writeable = False
+            gb._dev_cov = (s2, phi, Ld)
+        out["Ld"] = gb._dev_cov[2]
         k = M
     if cfg.use_local:
         out["mu"] = means[k:]

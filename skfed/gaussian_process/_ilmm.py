@@ -31,7 +31,7 @@ scalar adjoints per latent with ``e -> (Y - Y_hat) b`` and ``S -> |b|^2 S``
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_solve, cholesky
+from scipy.linalg import LinAlgError
 from scipy.linalg.lapack import dpotrf, dpotri
 
 from ._elbo import (
@@ -39,11 +39,13 @@ from ._elbo import (
     ModelConfig,
     basis_backward,
     basis_forward,
-    stacked_gram,
+    cho_solve,
+    cholesky,
     kl_whitened,
     kl_whitened_grads,
     sigmoid,
     softplus,
+    stacked_gram,
 )
 
 
@@ -85,7 +87,7 @@ def _colsq(A):
 
 
 def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_global=False,
-               want_local_hyper=None):
+               want_local_hyper=None, want_global_kernel=True):
     """Client ``i``'s ILMM ELBO contribution ``ELL_i - KL_delta_i - KL_u_i`` and gradients.
 
     Parameters and returns as :func:`skfed.gaussian_process._elbo.client_terms`,
@@ -189,6 +191,7 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
                 M = gbs[0].W.shape[0]
                 dphi = -float(bd @ t_g) / (2 * s2) + 0.5 * (stats["D"] / phi**2 - cfg.R_g * M / phi)
                 gg["phi"] = np.asarray(dphi * sigmoid(g["phi"]))
+        if cfg.global_basis and want_global_kernel:
             g_ls = np.empty_like(np.asarray(g["ls_g"], dtype=float))
             g_Z = np.zeros_like(g["Zg"])
             for r, b in enumerate(gbs):
@@ -245,8 +248,8 @@ def joint_means_gram(G, C, Bs, prior_prec, sizes, s2):
     P = coup * G / s2
     P.flat[::P.shape[0] + 1] += np.repeat(prior_prec, sizes)
     rhs = np.concatenate([C[off[k]:off[k + 1]] @ Bs[k] for k in range(len(sizes))]) / s2
-    Lp = cholesky(0.5 * (P + P.T), lower=True, check_finite=False)
-    m = cho_solve((Lp, True), rhs, check_finite=False)
+    Lp = cholesky(0.5 * (P + P.T))
+    m = cho_solve(Lp, rhs)
     return [m[off[k]:off[k + 1]] for k in range(len(sizes))]
 
 

@@ -58,6 +58,7 @@ from ._steps import (
     farthest_point_rows,
     grid_in_box,
     one_blas_thread,
+    wants_kernel_grad,
 )
 
 STACKED_TRIL = ("Lg",)
@@ -206,7 +207,8 @@ class _IlmmSteps(_PFedHGPSteps):
                 msg["g_" + k] = _pack_stack(gg[k]) if k in STACKED_TRIL else gg[k]
         else:
             loc, adam, jit_l, lbs = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale, cache)
-            msg = self._cavi_message(X, Y, g, loc, gbs, lbs)
+            msg = self._cavi_message(X, Y, g, loc, gbs, lbs,
+                                     kernel_grad=wants_kernel_grad(broadcast))
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
         if int(broadcast["phase"]) == 2:
@@ -269,16 +271,18 @@ class _IlmmSteps(_PFedHGPSteps):
             loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=1)
         return loc, adam, jit, lbs
 
-    def _cavi_message(self, X, Y, g, loc, gbs, lbs):
+    def _cavi_message(self, X, Y, g, loc, gbs, lbs, kernel_grad=True):
         """Sufficient statistics of the global block (the paper message's information).
 
         With ``W`` the stacked global bases and ``R`` the client's partial
         residual ``Y - H_d B_d^T - H_l B_l^T``: ``W W^T`` (packed), ``W R``,
         ``|R|^2``, the residual traces, the client's variance terms, and the
-        deviation statistics for ``phi``. The gradient for ``ls_g, Z_g`` too.
+        deviation statistics for ``phi``. The gradient for ``ls_g, Z_g`` too,
+        in the rounds whose server step moves the kernel (``kernel_grad``).
         """
         cfg = self.cfg
-        _, _, gg, st = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_global=True)
+        _, _, gg, st = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_global=True,
+                                  want_global_kernel=kernel_grad)
         R = np.array(Y, dtype=float)
         c = 0.0
         msg = {"n": np.int64(Y.shape[0])}
@@ -304,8 +308,8 @@ class _IlmmSteps(_PFedHGPSteps):
         if cfg.use_global:
             msg["Phi"] = tril_pack(stacked_gram(gbs))
             msg["WR"] = np.vstack([b.W @ R for b in gbs])
-        for k in ("ls_g", "Zg"):
-            if k in self.global_keys():
+        if kernel_grad:
+            for k in self.kernel_keys():
                 msg["g_" + k] = gg[k]
         return msg
 
@@ -424,11 +428,10 @@ class _IlmmSteps(_PFedHGPSteps):
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(phi))
         # kernel steps every other round, never the last (see the scalar _cavi_server)
-        hyper = [k for k in ("ls_g", "Zg") if k in self.global_keys()]
-        last = state["round"] + 1 >= self.n_rounds
-        consistent = bool(state["elbo"]) and not state.get("moved", False)
+        hyper = self.kernel_keys()
+        move = self._moves_kernel(state)
         state["moved"] = False
-        if hyper and consistent and not last:
+        if move:
             state["moved"] = True
             grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs) for k in hyper}
             adam = state["hyper_adam"] or adam_init(g, hyper)

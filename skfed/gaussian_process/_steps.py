@@ -152,6 +152,11 @@ def adam_server_update(state, messages, keys, kl, kl_grads, unpack, lr):
     return state
 
 
+def wants_kernel_grad(broadcast):
+    """Whether a closed-form round's message must carry the global kernel gradient."""
+    return bool(int(broadcast["kernel_grad"])) if "kernel_grad" in broadcast else True
+
+
 def farthest_point_rows(X, m):
     """``m`` distinct rows of ``X`` spread out (greedy farthest-point traversal).
 
@@ -323,7 +328,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 msg["g_" + k] = tril_pack(gg[k]) if k in TRIL_KEYS else gg[k]
         else:
             loc, adam, jit_l, lb = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale, cache)
-            msg = self._cavi_message(X, y, g, loc, gb, lb)
+            msg = self._cavi_message(X, y, g, loc, gb, lb,
+                                     kernel_grad=wants_kernel_grad(broadcast))
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
             msg["var_l"] = loc["var_l"]
@@ -377,9 +383,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
             loc = solve_local_q(y, g, loc, cfg, gb, lb)
         return loc, adam, jit, lb
 
-    def _cavi_message(self, X, y, g, loc, gb, lb):
+    def _cavi_message(self, X, y, g, loc, gb, lb, kernel_grad=True):
         cfg = self.cfg
-        _, _, gg, st = client_terms(X, y, g, loc, cfg, gb=gb, lb=lb, want_global=True)
+        _, _, gg, st = client_terms(X, y, g, loc, cfg, gb=gb, lb=lb, want_global=True,
+                                    want_global_kernel=kernel_grad)
         r = y.copy()
         c = 0.0
         if cfg.use_deviation:
@@ -396,8 +403,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
             msg["D"] = st["D"]
             msg["logdet_d"] = 2.0 * np.sum(np.log(np.abs(np.diag(loc["Ld"]))))
         msg["kl_u"] = kl_whitened(loc["mu"], loc["Lu"]) if cfg.use_local else 0.0
-        for k in ("ls_g", "var_g", "Zg"):
-            if k in self.global_keys():
+        if kernel_grad:
+            for k in self.kernel_keys():
                 msg["g_" + k] = gg[k]
         return msg
 
@@ -451,7 +458,27 @@ class _PFedHGPSteps(FederatedAlgorithm):
         b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
         if state.get("shared") is not None:
             b.update(state["shared"])
+        if self.optimizer == "cavi":
+            b["kernel_grad"] = np.int64(self._moves_kernel(state))
         return b
+
+    def kernel_keys(self):
+        """The global kernel's parameters among the global keys."""
+        return [k for k in ("ls_g", "var_g", "Zg") if k in self.global_keys()]
+
+    def _moves_kernel(self, state):
+        """Whether the next closed-form server step moves the global kernel.
+
+        By the envelope argument the clients' kernel gradient is the gradient of
+        the collapsed bound only if the broadcast q(u_g) was optimal for the
+        broadcast kernel, i.e. if the kernel did not move in the previous round
+        (and q(u_g) is not the initial one). So the kernel moves every other
+        round, and never in the last one (q(u_g) stays optimal for the final
+        kernel). The broadcast carries this decision so that clients compute
+        and send the kernel gradient only in the rounds that use it.
+        """
+        return (bool(self.kernel_keys()) and bool(state.get("elbo"))
+                and not state.get("moved", False) and state["round"] + 1 < self.n_rounds)
 
     @one_blas_thread
     def server_step(self, state, messages, rng):
@@ -541,16 +568,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         g["noise"] = np.asarray(softplus_inv(s2))
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(phi))
-        hyper = [k for k in ("ls_g", "var_g", "Zg") if k in self.global_keys()]
-        # By the envelope argument the clients' kernel gradient is the gradient of
-        # the collapsed bound only if the broadcast q(u_g) was optimal for the
-        # broadcast kernel, i.e. if the kernel did not move in the previous round
-        # (and q(u_g) is not the initial one). So the kernel moves every other
-        # round, and never in the last one (q(u_g) stays optimal for the final kernel).
-        last = state["round"] + 1 >= self.n_rounds
-        consistent = bool(state["elbo"]) and not state.get("moved", False)
+        hyper = self.kernel_keys()
+        move = self._moves_kernel(state)
         state["moved"] = False
-        if hyper and consistent and not last:
+        if move:
             state["moved"] = True
             grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs) for k in hyper}
             adam = state["hyper_adam"] or adam_init(g, hyper)
