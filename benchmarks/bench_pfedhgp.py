@@ -40,7 +40,8 @@ def make(T, n, d=2, seed=0, n_outputs=None):
         y = f.sum(1) + 0.2 * rng.normal(size=T)[groups] + 0.1 * rng.normal(size=T * n)
         return X, y, groups
     mix = rng.normal(size=(2, n_outputs))
-    y = f @ mix + 0.2 * rng.normal(size=(T, n_outputs))[groups] + 0.1 * rng.normal(size=(T * n, n_outputs))
+    y = (f @ mix + 0.2 * rng.normal(size=(T, n_outputs))[groups]
+         + 0.1 * rng.normal(size=(T * n, n_outputs)))
     return X, y, groups
 
 
@@ -117,11 +118,13 @@ def main():
     mu, sd = gpr.predict(Xt, return_std=True)
     tic = time.perf_counter()
     ours = PFedHGPRegressor(components=("global",), optimizer="cavi", n_rounds=20,
-                            n_inducing_global=50, init_lengthscale_global=0.3, random_state=0).fit(Xs, ys)
+                            n_inducing_global=50, init_lengthscale_global=0.3,
+                            random_state=0).fit(Xs, ys)
     t_ours = time.perf_counter() - tic
     mu2, sd2 = ours.predict(Xt, return_std=True)
     print(f"exact sklearn GPR: {t_sk:.2f} s, NLL {gaussian_nll(yt, mu, sd):.3f}; "
-          f"pFedHGP global-only M=50 (cavi, 20 rounds): {t_ours:.2f} s, NLL {gaussian_nll(yt, mu2, sd2):.3f}")
+          f"pFedHGP global-only M=50 (cavi, 20 rounds): {t_ours:.2f} s, "
+          f"NLL {gaussian_nll(yt, mu2, sd2):.3f}")
     if args.plot:
         import matplotlib.pyplot as plt
 

@@ -145,8 +145,10 @@ class PFedGPRegressor(PFedHGPRegressor):
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
         if self.unknown_client not in ("global", "error"):
-            raise ValueError(f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
-        for name in ("init_lengthscale", "init_variance", "init_noise", "local_lr", "server_lr", "jitter"):
+            raise ValueError(
+                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
+        for name in ("init_lengthscale", "init_variance", "init_noise", "local_lr", "server_lr",
+                     "jitter"):
             _check_positive(getattr(self, name), name)
         check_positive_int(self.n_rounds, "n_rounds")
         Mi = check_positive_int(self.n_inducing, "n_inducing")

@@ -104,7 +104,8 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         elif isinstance(self.estimator, PFedHGPRegressor):
             est = clone(self.estimator)
         else:
-            raise ValueError(f"estimator must be a PFedHGPRegressor or None, got {self.estimator!r}.")
+            raise ValueError(
+                f"estimator must be a PFedHGPRegressor or None, got {self.estimator!r}.")
         Xr = np.tile(grid, (X.shape[0], 1))
         yr = X.ravel()
         groups = np.repeat(yi, X.shape[1])

@@ -173,7 +173,8 @@ def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel
             scale = fk["phi"] if name == "deviation" and deviation_kernel == "deviation" else 1.0
             latents = fk[name]
             if multioutput == "latent":
-                blocks += [_projection(Xi, [(Z, ls, var, np.ones(1))], fk["kind"], fk["noise"], scale)
+                blocks += [_projection(Xi, [(Z, ls, var, np.ones(1))], fk["kind"], fk["noise"],
+                                       scale)
                            for Z, ls, var, _ in latents]
             else:
                 blocks.append(_projection(Xi, latents, fk["kind"], fk["noise"], scale))
@@ -218,7 +219,8 @@ def cluster_clients(rho, n_clusters=3, *, bandwidth=None, random_state=None):
     True
     """
     rho = np.asarray(rho, dtype=float)
-    if rho.ndim != 2 or rho.shape[0] != rho.shape[1] or not np.all(np.isfinite(rho)) or np.any(rho < 0):
+    if (rho.ndim != 2 or rho.shape[0] != rho.shape[1] or not np.all(np.isfinite(rho))
+            or np.any(rho < 0)):
         raise ValueError("rho must be a square, finite, non-negative dissimilarity matrix.")
     k = check_positive_int(n_clusters, "n_clusters")
     if k > rho.shape[0]:

@@ -206,7 +206,8 @@ class _IlmmSteps(_PFedHGPSteps):
             for k in self.global_keys():
                 msg["g_" + k] = _pack_stack(gg[k]) if k in STACKED_TRIL else gg[k]
         else:
-            loc, adam, jit_l, lbs = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale, cache)
+            loc, adam, jit_l, lbs = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale,
+                                                     cache)
             msg = self._cavi_message(X, Y, g, loc, gbs, lbs,
                                      kernel_grad=wants_kernel_grad(broadcast))
         if self.share_local_hypers:

@@ -34,7 +34,8 @@ def _n_outputs(y):
 
 
 def _check_positive(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value)
+            or value <= 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
     return float(value)
 
@@ -52,7 +53,8 @@ def _check_components(components):
     try:
         comps = tuple(components)
     except TypeError:
-        raise ValueError(f"components must be a tuple of names from {COMPONENTS}, got {components!r}.") from None
+        raise ValueError(
+            f"components must be a tuple of names from {COMPONENTS}, got {components!r}.") from None
     bad = [c for c in comps if c not in COMPONENTS]
     if bad or not comps or len(set(comps)) != len(comps):
         raise ValueError(
@@ -63,7 +65,8 @@ def _check_components(components):
 
 
 def _check_n_latents(n_latents):
-    """``(R_g, R_l)`` from ``n_latents``: an int, or ``(R_g, R_delta, R_l)`` with ``R_delta = R_g``."""
+    """``(R_g, R_l)`` from ``n_latents``: an int, or ``(R_g, R_delta, R_l)`` with
+    ``R_delta = R_g``."""
     def ok(v):
         return not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= 1
 
@@ -385,9 +388,11 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
         if self.unknown_client not in ("global", "error"):
-            raise ValueError(f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
+            raise ValueError(
+                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
         for name in ("init_lengthscale_global", "init_lengthscale_local", "init_variance_global",
-                     "init_variance_local", "init_phi", "init_noise", "local_lr", "server_lr", "jitter"):
+                     "init_variance_local", "init_phi", "init_noise", "local_lr", "server_lr",
+                     "jitter"):
             _check_positive(getattr(self, name), name)
         check_positive_int(self.n_rounds, "n_rounds")
         Mi = check_positive_int(self.n_inducing_local, "n_inducing_local")
@@ -396,7 +401,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         Zg = None
         if self.init_inducing_global is not None:
             Zg = np.asarray(self.init_inducing_global, dtype=float)
-            if Zg.ndim != 2 or Zg.shape[1] != n_features or Zg.shape[0] < 1 or not np.all(np.isfinite(Zg)):
+            if (Zg.ndim != 2 or Zg.shape[1] != n_features or Zg.shape[0] < 1
+                    or not np.all(np.isfinite(Zg))):
                 raise ValueError(
                     f"init_inducing_global must be a finite array of shape (M, {n_features}), "
                     f"got shape {Zg.shape}."
@@ -718,7 +724,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         index = self._client_index(groups, X.shape[0])
         check_on_site(index, self.clients_, self._locals is None)
-        if self._locals is not None and len(self.clients_) == 1:  # one client: the population is that client
+        # one client: the population is that client
+        if self._locals is not None and len(self.clients_) == 1:
             index = np.zeros_like(index)
         return X, index
 

@@ -206,7 +206,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  server_iterations=10, n_rounds=None, release_population=False):
         self.cfg = cfg
         self.optimizer = optimizer
-        self.M = n_inducing_global if init_inducing_global is None else init_inducing_global.shape[0]
+        self.M = (n_inducing_global if init_inducing_global is None
+                  else init_inducing_global.shape[0])
         self.Mi = n_inducing_local
         self.init_inducing_global = init_inducing_global
         self.init_lengthscale_global = init_lengthscale_global
@@ -309,7 +310,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 "x_max": data.X.max(axis=0),
             }
         g = self.unpack_global(broadcast)
-        y = (np.asarray(data.y, dtype=float) - float(broadcast["y_shift"])) / float(broadcast["y_scale"])
+        y = ((np.asarray(data.y, dtype=float) - float(broadcast["y_shift"]))
+             / float(broadcast["y_scale"]))
         X = data.X
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         loc = dict(state["loc"])
@@ -441,7 +443,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
         # Adam moves inducing inputs by about lr per step; the paper's lr=0.1 is for
         # inputs on [0, 10], so steps are scaled by (feature range / 10)
         width = np.where(hi > lo, hi - lo, 1.0)
-        state = {"phase": 1, "g": g, "z_scale": width / 10.0, "round": 0, "adam": adam_init(g, self.global_keys()),
+        state = {"phase": 1, "g": g, "z_scale": width / 10.0, "round": 0,
+                 "adam": adam_init(g, self.global_keys()),
                  "hyper_adam": None, "elbo": [], "jitter": 0.0,
                  "y_shift": shift, "y_scale": scale, "shared": None, "released": None}
         return state

@@ -54,7 +54,8 @@ def scalar_fit():
     rng = np.random.default_rng(0)
     X = np.tile(np.linspace(0, 1, 20), 3)[:, None]
     groups = np.repeat([0, 1, 2], 20)
-    y = np.sin(6 * X[:, 0]) + np.where(groups == 2, np.sin(30 * X[:, 0]), 0) + 0.05 * rng.normal(size=60)
+    y = (np.sin(6 * X[:, 0]) + np.where(groups == 2, np.sin(30 * X[:, 0]), 0)
+         + 0.05 * rng.normal(size=60))
     m = PFedHGPRegressor(optimizer="cavi", n_inducing_global=8, n_inducing_local=6, n_rounds=4,
                          init_lengthscale_global=0.3, init_lengthscale_local=0.1, random_state=0)
     return m.fit(X, y, groups=groups), X, groups
@@ -75,7 +76,8 @@ def test_dissimilarity_matches_brute_force(scalar_fit, component, deviation_kern
     ops = []
     for k in range(3):
         Xi = X[groups == k]
-        terms = {"deviation": (g["Zg"], softplus(g["ls_g"]), dev_scale * float(softplus(g["var_g"]))),
+        terms = {"deviation": (g["Zg"], softplus(g["ls_g"]),
+                               dev_scale * float(softplus(g["var_g"]))),
                  "local": (m._locals[k]["Zl"], softplus(m._locals[k]["ls_l"]),
                            float(softplus(m._locals[k]["var_l"])))}
         blocks = []
@@ -165,7 +167,8 @@ def test_ilmm_dissimilarity_matches_brute_force(ilmm_fit, multioutput):
             if multioutput == "latent":  # one scalar operator per latent, loadings ignored
                 for r in range(B.shape[1]):
                     Kzx = _rbf(Z, Xi, ls[r], var)
-                    blocks.append(Kzx @ np.linalg.inv(_rbf(Xi, Xi, ls[r], var) + s2 * np.eye(n)) @ Kzx.T)
+                    blocks.append(
+                        Kzx @ np.linalg.inv(_rbf(Xi, Xi, ls[r], var) + s2 * np.eye(n)) @ Kzx.T)
                 continue
             # row-major (input, output) ordering, entry by entry
             Q, M = B.shape[0], Z.shape[0]

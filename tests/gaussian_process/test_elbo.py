@@ -115,7 +115,8 @@ def hierarchy_evidence(Xs, ys, cfg, g, locs):
     for Xi, loc in zip(Xs, locs):
         sl = slice(start, start + len(Xi))
         K[sl, sl] += phi * kernel_matrix(Xi, Xi, ls_g, var_g, cfg.kind)
-        K[sl, sl] += kernel_matrix(Xi, Xi, cfg.lengthscale(loc["ls_l"]), float(softplus(loc["var_l"])), cfg.kind)
+        K[sl, sl] += kernel_matrix(Xi, Xi, cfg.lengthscale(loc["ls_l"]),
+                                   float(softplus(loc["var_l"])), cfg.kind)
         start += len(Xi)
     K += noise * np.eye(len(X))
     return multivariate_normal(np.zeros(len(X)), K).logpdf(np.concatenate(ys))
@@ -137,7 +138,8 @@ def test_hierarchical_elbo_never_exceeds_exact_evidence():
     exact = hierarchy_evidence(Xs, ys, cfg, g, locs)
 
     def elbo():
-        return sum(client_terms(X, y, g, l, cfg)[0] for X, y, l in zip(Xs, ys, locs)) - server_kl(g, cfg)[0]
+        return (sum(client_terms(X, y, g, l, cfg)[0] for X, y, l in zip(Xs, ys, locs))
+                - server_kl(g, cfg)[0])
 
     assert elbo() < exact  # random q
     for _ in range(30):  # CAVI: closed-form blocks, the bound rises and stays below

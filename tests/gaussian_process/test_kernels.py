@@ -60,7 +60,8 @@ def test_kernel_adjoint_matches_finite_differences(kind):
     assert g_var == pytest.approx((f(X, Z, ls, var + h) - f(X, Z, ls, var - h)) / (2 * h), rel=1e-6)
     for k in range(2):
         e = np.eye(2)[k] * h
-        assert g_ls[k] == pytest.approx((f(X, Z, ls + e, var) - f(X, Z, ls - e, var)) / (2 * h), rel=1e-6)
+        assert g_ls[k] == pytest.approx(
+            (f(X, Z, ls + e, var) - f(X, Z, ls - e, var)) / (2 * h), rel=1e-6)
     for A, G, which in ((X, g_X, 0), (Z, g_Z, 1)):
         for idx in np.ndindex(A.shape):
             Ap, Am = A.copy(), A.copy()
@@ -95,7 +96,8 @@ def test_kernel_adjoint_cross_matches_finite_differences(kind):
         Zp, Zm = Z.copy(), Z.copy()
         Zp[idx] += h
         Zm[idx] -= h
-        assert g_Z[idx] == pytest.approx((f(Zp, ls, var) - f(Zm, ls, var)) / (2 * h), rel=1e-5, abs=1e-8)
+        assert g_Z[idx] == pytest.approx((f(Zp, ls, var) - f(Zm, ls, var)) / (2 * h),
+                                         rel=1e-5, abs=1e-8)
     # and the same numbers as the general adjoint
     ref = kernel_adjoint(X, Z, ls, var, kind, Kbar)
     np.testing.assert_allclose(g_var, ref[0], rtol=1e-12)
@@ -122,7 +124,8 @@ def test_cholesky_backward_matches_finite_differences():
             E = np.zeros((4, 4))
             E[i, j] += h
             E[j, i] += h
-            fd = (np.sum(L_bar * cholesky(K + E, lower=True)) - np.sum(L_bar * cholesky(K - E, lower=True))) / (4 * h)
+            fd = (np.sum(L_bar * cholesky(K + E, lower=True))
+                  - np.sum(L_bar * cholesky(K - E, lower=True))) / (4 * h)
             assert G[i, j] == pytest.approx(fd, abs=1e-7)
 
 

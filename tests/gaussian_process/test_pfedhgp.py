@@ -60,7 +60,8 @@ def test_known_hierarchy_is_recovered():
                              global_lengthscales=(2.0,), local_lengthscales=(0.8,),
                              local_scales=(0.5,), noise=0.1, random_state=1)
     model = PFedHGPRegressor(optimizer="cavi", n_inducing_global=20, n_inducing_local=15,
-                             n_rounds=30, random_state=0).fit(d.X_train, d.y_train, groups=d.groups_train)
+                             n_rounds=30, random_state=0).fit(d.X_train, d.y_train,
+                                                              groups=d.groups_train)
     assert 0.3 < model.phi_ < 5.0
     assert 1.0 < model.lengthscale_global_[0] < 6.0
     assert 0.4 < np.median(model.lengthscales_local_) < 1.6
@@ -118,7 +119,8 @@ def test_components_ablations(data):
     X, y, g = data.X_train, data.y_train, data.groups_train
     for comps in [("global", "local"), ("global", "deviation"), ("global",), ("local",)]:
         for opt in ("cavi", "paper"):
-            m = PFedHGPRegressor(components=comps, optimizer=opt, n_rounds=2, local_steps=3, **SMALL)
+            m = PFedHGPRegressor(components=comps, optimizer=opt, n_rounds=2, local_steps=3,
+                                 **SMALL)
             m.fit(X, y, groups=g)
             mean, std = m.predict(data.X_test, groups=data.groups_test, return_std=True)
             assert np.all(np.isfinite(mean)) and np.all(std > 0)
@@ -182,7 +184,8 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="kernel"):
         PFedHGPRegressor(kernel="linear", n_inducing_local=3).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="init_inducing_global"):
-        PFedHGPRegressor(init_inducing_global=np.zeros((3, 2)), n_inducing_local=3).fit(X, y, groups=groups)
+        PFedHGPRegressor(init_inducing_global=np.zeros((3, 2)),
+                         n_inducing_local=3).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="y must be"):
         PFedHGPRegressor(n_inducing_local=3).fit(X, np.ones((30, 3, 2)), groups=groups)
     with pytest.raises(ValueError, match="y must have"):
@@ -211,8 +214,10 @@ def test_site_checks_of_the_federated_contract():
 
 def test_single_client_population_is_that_client(data):
     k = data.groups_train == 0
-    m = PFedHGPRegressor(optimizer="cavi", n_rounds=3, **SMALL).fit(data.X_train[k], data.y_train[k])
-    np.testing.assert_array_equal(m.predict(data.X_test[:5]), m.predict(data.X_test[:5], groups=[0] * 5))
+    m = PFedHGPRegressor(optimizer="cavi", n_rounds=3, **SMALL).fit(
+        data.X_train[k], data.y_train[k])
+    np.testing.assert_array_equal(m.predict(data.X_test[:5]),
+                                  m.predict(data.X_test[:5], groups=[0] * 5))
 
 
 def test_pfedgp_baseline_averages_kernels(data):
@@ -234,7 +239,8 @@ def test_paper_messages_are_gradients_of_the_global_block(data):
     m.fit(data.X_train, data.y_train, groups=data.groups_train)
     up = [r for r in m.communication_.records if r.direction == "up" and r.round > 0]
     names = set(up[0].names)
-    assert names == {"value", "jitter", "g_noise", "g_ls_g", "g_var_g", "g_Zg", "g_phi", "g_mg", "g_Lg"}
+    assert names == {"value", "jitter", "g_noise", "g_ls_g", "g_var_g", "g_Zg", "g_phi", "g_mg",
+                     "g_Lg"}
     shapes = dict(zip(up[0].names, up[0].shapes))
     assert shapes["g_Lg"] == (8 * 9 // 2,) and shapes["g_Zg"] == (8, 1)
 
@@ -260,7 +266,8 @@ def test_basis_cache_reuses_only_for_equal_parameters_and_is_not_pickled():
 
 
 @pytest.mark.parametrize("multioutput", [False, True])
-def test_cavi_clients_send_the_kernel_gradient_only_when_the_server_uses_it(monkeypatch, multioutput):
+def test_cavi_clients_send_the_kernel_gradient_only_when_the_server_uses_it(monkeypatch,
+                                                                            multioutput):
     # the broadcast says whether the next server step moves the global kernel;
     # clients skip the adjoint otherwise: same fit, fewer bytes up
     import skfed.gaussian_process._ilmm_steps as ilmm_steps
@@ -287,5 +294,6 @@ def test_cavi_clients_send_the_kernel_gradient_only_when_the_server_uses_it(monk
     monkeypatch.setattr(module, "wants_kernel_grad", lambda broadcast: True)
     always = PFedHGPRegressor(**kw).fit(X, y, groups=groups)
     np.testing.assert_array_equal(skipping.elbo_, always.elbo_)
-    np.testing.assert_array_equal(skipping.predict(X, groups=groups), always.predict(X, groups=groups))
+    np.testing.assert_array_equal(skipping.predict(X, groups=groups),
+                                  always.predict(X, groups=groups))
     assert skipping.communication_.bytes_up < always.communication_.bytes_up
