@@ -1,5 +1,7 @@
 """numba kernels: the Stage-I per-row work (residual norms, truncation level,
-row clipping) and the Stage-II lasso (FISTA with entrywise soft-thresholding)."""
+row clipping), the Tucker tangent projection, the (ST-)HOSVD retraction, the
+Stage-I server step and the Stage-II lasso (FISTA with entrywise
+soft-thresholding)."""
 
 import numpy as np
 from numba import njit
@@ -232,36 +234,88 @@ def pinv(a):
 
 
 @njit(cache=True, nogil=True)
+def pinv_rows(a, tol):
+    """``pinv(a)`` of a ``m x n`` matrix, ``m <= n``, by QR of ``a^T`` when well conditioned.
+
+    With ``a^T = Q R`` (Gram-Schmidt, each column orthogonalized twice, so
+    ``Q`` is orthonormal to rounding), ``pinv(a) = Q R^{-T}``: accurate to
+    about ``eps cond(a)`` like the SVD, at a fraction of its cost. If some
+    ``|R_kk| <= tol max_k |R_kk|`` (rank deficient or nearly so), :func:`pinv`
+    (the SVD, singular values below ``1e-15 max(s)`` dropped) decides.
+    """
+    m, n = a.shape
+    q = np.zeros((n, m))
+    rr = np.zeros((m, m))
+    big = 0.0
+    small = np.inf
+    for k in range(m):
+        for i in range(n):
+            q[i, k] = a[k, i]
+        for _ in range(2):
+            for j in range(k):
+                s = 0.0
+                for i in range(n):
+                    s += q[i, j] * q[i, k]
+                rr[j, k] += s
+                for i in range(n):
+                    q[i, k] -= s * q[i, j]
+        s = 0.0
+        for i in range(n):
+            s += q[i, k] * q[i, k]
+        s = np.sqrt(s)
+        rr[k, k] = s
+        big = max(big, s)
+        small = min(small, s)
+        if s > 0:
+            for i in range(n):
+                q[i, k] /= s
+    if m == 0 or not small > tol * big:
+        return pinv(a)
+    # X R^T = Q row by row: R x = q_i (R upper triangular), back substitution
+    out = np.empty((n, m))
+    for i in range(n):
+        for k in range(m - 1, -1, -1):
+            s = q[i, k]
+            for j in range(k + 1, m):
+                s -= rr[k, j] * out[i, j]
+            out[i, k] = s / rr[k, k]
+    return out
+
+
+@njit(cache=True, nogil=True)
 def tangent_setup(core, dims, ranks, factors):
     """Base-point quantities of the tangent projection at ``A = S x_1 U_1 ... x_N U_N``.
 
-    Returns three lists over the modes ``j``:
+    ``factors`` holds the ``U_j`` (``p_j x r_j``) flat, one after the other.
+    Everything :func:`tangent_apply` needs is packed in one flat buffer
+    (one array to pass per call instead of five tuples): per mode ``j``, at
+    ``offsets[5 j + 0 ... 4]``,
 
-    * ``core_pinv[j] = pinv(S_(j))`` (``r_{-j} x r_j``, C-order unfolding);
-    * ``z[j]``: ``pinv(S_(j))`` seen as a tensor ``(prod r_{<j}, r_{j+1}, ...,
-      r_N, r_j)`` times ``U_k`` on the modes ``k > j``, reshaped to
-      ``(prod r_{<j}, prod p_{>j}, r_j)``;
-    * ``horner[j] = S x_{k<j} U_k`` (flat), the shared part of the terms whose
-      special mode is ``j`` or later.
+    0. ``U_j`` (``p_j x r_j``) and 1. ``U_j^T``;
+    2. ``pinv(S_(j))`` (``r_{-j} x r_j``, C-order unfolding; :func:`pinv_rows`);
+    3. ``z_j``: ``pinv(S_(j))`` seen as a tensor ``(prod r_{<j}, r_{j+1}, ...,
+       r_N, r_j)`` times ``U_k`` on the modes ``k > j``, i.e. ``(prod r_{<j},
+       prod p_{>j}, r_j)``;
+    4. ``S x_{k<j} U_k`` (flat), the shared part of the Horner terms.
+
+    Returns
+    -------
+    buffer : ndarray of shape (offsets[-1],)
+    offsets : int64 ndarray of shape (5 N + 1,)
     """
     N = dims.shape[0]
-    core_pinv = []
-    z = []
-    horner = []
-    flat = core.ravel()
+    us = []
+    o = 0
+    for j in range(N):
+        size = dims[j] * ranks[j]
+        us.append(factors[o:o + size].reshape((dims[j], ranks[j])))
+        o += size
+    parts = []
     for j in range(N):
         rj = ranks[j]
         left = _prod(ranks, 0, j)
-        right = _prod(ranks, j + 1, N)
-        # mode-j unfolding of the core: column index (b, r) -> b * right + r
-        unf = np.empty((rj, left * right))
-        for b in range(left):
-            for i in range(rj):
-                for r in range(right):
-                    unf[i, b * right + r] = flat[(b * rj + i) * right + r]
-        sp = pinv(unf)
-        core_pinv.append(sp)
-        # z[j]: U_k on the middle modes of sp as (left, r_{j+1}, ..., r_N, r_j)
+        sp = pinv_rows(unfold_flat(core, ranks, j), 1e-8)
+        # z_j: U_k on the middle modes of sp as (left, r_{j+1}, ..., r_N, r_j)
         shape = np.empty(N - j + 1, dtype=np.int64)
         shape[0] = left
         for k in range(j + 1, N):
@@ -269,20 +323,30 @@ def tangent_setup(core, dims, ranks, factors):
         shape[N - j] = rj
         t = sp.ravel()
         for k in range(j + 1, N):
-            t = mode_product_flat(t, shape, k - j, factors[k])
+            t = mode_product_flat(t, shape, k - j, us[k])
             shape[k - j] = dims[k]
-        z.append(t.reshape((left, _prod(dims, j + 1, N), rj)))
+        parts.append(us[j].ravel())
+        parts.append(np.ascontiguousarray(us[j].T).ravel())
+        parts.append(sp.ravel())
+        parts.append(t)
+        parts.append(t)  # placeholder for the Horner term, set below
     shape = ranks.copy()
-    t = flat.copy()
+    t = core.copy()
     for j in range(N):
-        horner.append(t)
-        t = mode_product_flat(t, shape, j, factors[j])
+        parts[5 * j + 4] = t
+        t = mode_product_flat(t, shape, j, us[j])
         shape[j] = dims[j]
-    return core_pinv, z, horner
+    offsets = np.zeros(5 * N + 1, dtype=np.int64)
+    for i in range(5 * N):
+        offsets[i + 1] = offsets[i] + parts[i].shape[0]
+    buffer = np.empty(offsets[5 * N])
+    for i in range(5 * N):
+        buffer[offsets[i]:offsets[i + 1]] = parts[i]
+    return buffer, offsets
 
 
 @njit(cache=True, nogil=True)
-def tangent_apply(g, dims, ranks, factors, factors_t, core_pinv, z, horner):
+def tangent_apply(g, dims, ranks, buffer, offsets):
     """The tangent projection ``P(G)`` (flat, C order) from :func:`tangent_setup`'s output.
 
     ``P(G) = C x_k U_k + sum_j S x_j W_j x_{k != j} U_k`` with ``C = G x_k
@@ -291,7 +355,7 @@ def tangent_apply(g, dims, ranks, factors, factors_t, core_pinv, z, horner):
     * prefix contractions ``pre_j = G x_{k<j} U_k^T`` (``N`` mode products,
       ``pre_N = C``);
     * ``[G x_{k != j} U_k^T]_(j) pinv(S_(j))`` is ``pre_j`` contracted with
-      ``z[j]``, and ``U_j^T [.]_(j) = C_(j)``;
+      ``z_j``, and ``U_j^T [.]_(j) = C_(j)``;
     * Horner over the modes: ``D_0 = C``, ``D_{j+1} = D_j x_j U_j +
       (S x_{k<j} U_k) x_j W_j``, ``P(G) = D_N``.
     """
@@ -300,7 +364,9 @@ def tangent_apply(g, dims, ranks, factors, factors_t, core_pinv, z, horner):
     pre = [g]
     t = g
     for j in range(N):
-        t = mode_product_flat(t, shape, j, factors_t[j])
+        o = offsets[5 * j + 1]
+        ut = buffer[o:o + ranks[j] * dims[j]].reshape((ranks[j], dims[j]))
+        t = mode_product_flat(t, shape, j, ut)
         shape[j] = ranks[j]
         pre.append(t)
     C = pre[N]
@@ -313,16 +379,20 @@ def tangent_apply(g, dims, ranks, factors, factors_t, core_pinv, z, horner):
         right_p = _prod(dims, j + 1, N)
         right_r = _prod(ranks, j + 1, N)
         pre_j = pre[j]
-        zj = z[j]
-        sp = core_pinv[j]
+        u = buffer[offsets[5 * j]:offsets[5 * j + 1]].reshape((pj, rj))
+        sp = buffer[offsets[5 * j + 2]:offsets[5 * j + 3]].reshape((left * right_r, rj))
+        zj = buffer[offsets[5 * j + 3]:offsets[5 * j + 4]]
+        horner = buffer[offsets[5 * j + 4]:offsets[5 * j + 5]]
         W = np.zeros((pj, rj))
         for b in range(left):
             for i in range(pj):
                 base = (b * pj + i) * right_p
+                zb = b * right_p * rj
                 for r in range(right_p):
                     v = pre_j[base + r]
+                    zr = zb + r * rj
                     for c in range(rj):
-                        W[i, c] += v * zj[b, r, c]
+                        W[i, c] += v * zj[zr + c]
         csp = np.zeros((rj, rj))
         for b in range(left):
             for i in range(rj):
@@ -332,15 +402,179 @@ def tangent_apply(g, dims, ranks, factors, factors_t, core_pinv, z, horner):
                     row = b * right_r + r
                     for c in range(rj):
                         csp[i, c] += v * sp[row, c]
-        U = factors[j]
         for i in range(pj):
             for c in range(rj):
                 s = 0.0
                 for k in range(rj):
-                    s += U[i, k] * csp[k, c]
+                    s += u[i, k] * csp[k, c]
                 W[i, c] -= s
-        new = mode_product_flat(out, shape, j, U)
-        _mode_product_add(new, horner[j], shape, j, W)
+        new = mode_product_flat(out, shape, j, u)
+        _mode_product_add(new, horner, shape, j, W)
         out = new
         shape[j] = pj
     return out
+
+
+@njit(cache=True, nogil=True)
+def noisy_tangent_gradient(m, n, sigma, z, dims, ranks, buffer, offsets):
+    """:func:`noisy_gradient` then :func:`tangent_apply`, in one call (Stage-I client step)."""
+    return tangent_apply(noisy_gradient(m, n, sigma, z), dims, ranks, buffer, offsets)
+
+
+# ----------------------------------------------------------------------------
+# Retraction: (ST-)HOSVD with the leading singular vectors of each unfolding
+# from the eigen-decomposition of its small Gram matrix.
+
+
+@njit(cache=True, nogil=True)
+def unfold_flat(t, shape, mode):
+    """Mode-``mode`` unfolding of a C-order tensor stored flat (``tensorly.unfold``)."""
+    n = shape[mode]
+    left = _prod(shape, 0, mode)
+    right = _prod(shape, mode + 1, shape.shape[0])
+    out = np.empty((n, left * right))
+    for b in range(left):
+        for i in range(n):
+            src = (b * n + i) * right
+            dst = b * right
+            for r in range(right):
+                out[i, dst + r] = t[src + r]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def unfold_gram(t, shape, mode):
+    """``M M^T`` of the mode-``mode`` unfolding ``M`` of a flat C-order tensor, unformed ``M``."""
+    n = shape[mode]
+    left = _prod(shape, 0, mode)
+    right = _prod(shape, mode + 1, shape.shape[0])
+    g = np.zeros((n, n))
+    for b in range(left):
+        for i in range(n):
+            oi = (b * n + i) * right
+            for k in range(i + 1):
+                ok = (b * n + k) * right
+                s = 0.0
+                for r in range(right):
+                    s += t[oi + r] * t[ok + r]
+                g[i, k] += s
+    for i in range(n):
+        for k in range(i):
+            g[k, i] = g[i, k]
+    return g
+
+
+@njit(cache=True, nogil=True)
+def _flip_signs(u):
+    """Make the largest-magnitude entry of every column positive (first one on ties)."""
+    for c in range(u.shape[1]):
+        best = 0
+        for i in range(1, u.shape[0]):
+            if abs(u[i, c]) > abs(u[best, c]):
+                best = i
+        if u[best, c] < 0:
+            for i in range(u.shape[0]):
+                u[i, c] = -u[i, c]
+
+
+@njit(cache=True, nogil=True)
+def leading_left_vectors(t, shape, mode, r, gap_tol):
+    """Top-``r`` left singular vectors of the mode-``mode`` unfolding ``M`` (flat tensor).
+
+    They are the leading eigenvectors of ``M M^T`` (``p x p``, ``p =
+    shape[mode]``; LAPACK ``syevd``), far cheaper than an SVD of the wide
+    ``M``. Squaring ``M`` squares its condition, so the Gram is used only
+    when the gap ``lambda_r - lambda_{r+1}`` exceeds ``gap_tol lambda_1``
+    (subspace error about ``eps / gap_tol``); else (rank-deficient or
+    nearly tied at the cut, zero ``M``) the SVD of ``M`` decides, as before.
+    Column signs: the largest-magnitude entry of each column is positive.
+
+    Returns
+    -------
+    u : ndarray of shape (shape[mode], r)
+    """
+    g = unfold_gram(t, shape, mode)
+    p = g.shape[0]
+    w, v = np.linalg.eigh(g)  # ascending
+    top = w[p - 1]
+    below = 0.0
+    if r < p and w[p - r - 1] > 0:
+        below = w[p - r - 1]
+    u = np.empty((p, r))
+    if top > 0 and w[p - r] - below > gap_tol * top:
+        for c in range(r):
+            for i in range(p):
+                u[i, c] = v[i, p - 1 - c]
+    else:
+        full, _, _ = np.linalg.svd(unfold_flat(t, shape, mode), full_matrices=False)
+        for c in range(r):
+            for i in range(p):
+                u[i, c] = full[i, c]
+    _flip_signs(u)
+    return u
+
+
+@njit(cache=True, nogil=True)
+def hosvd_flat(t, dims, ranks, sequential, gap_tol):
+    """(ST-)HOSVD of a flat C-order tensor and its Tucker reconstruction, in one call.
+
+    ``sequential``: ST-HOSVD (each factor from the already truncated core),
+    else T-HOSVD (every factor from ``t``'s own unfoldings). Factors by
+    :func:`leading_left_vectors`.
+
+    Returns
+    -------
+    recon : ndarray of shape (prod(dims),)
+        ``core x_1 U_1 ... x_N U_N``, flat.
+    core : ndarray of shape (prod(ranks),)
+        Flat, C order.
+    factors : list of ndarray of shape (dims[j], ranks[j])
+    """
+    N = dims.shape[0]
+    shape = dims.copy()
+    core = t
+    factors = []
+    for s in range(N):
+        if sequential:
+            u = leading_left_vectors(core, shape, s, ranks[s], gap_tol)
+            core = mode_product_flat(core, shape, s, np.ascontiguousarray(u.T))
+            shape[s] = ranks[s]
+        else:
+            u = leading_left_vectors(t, dims, s, ranks[s], gap_tol)
+        factors.append(u)
+    if not sequential:
+        for s in range(N):
+            core = mode_product_flat(core, shape, s, np.ascontiguousarray(factors[s].T))
+            shape[s] = ranks[s]
+    recon = core
+    for s in range(N):
+        recon = mode_product_flat(recon, shape, s, factors[s])
+        shape[s] = dims[s]
+    return recon, core, factors
+
+
+@njit(cache=True, nogil=True)
+def weighted_step(coef, grads, weights, step_size):
+    """The Stage-I server's step before the retraction: ``coef - step_size sum_k w_k G_k``.
+
+    ``grads`` holds the clients' gradients as rows (flat), summed in row
+    order as ``sum(w * G for ...)`` would. Returns the step (flat, new
+    array), ``||sum_k w_k G_k||_F`` and whether every entry of the step is
+    finite.
+    """
+    K, size = grads.shape
+    g = np.zeros(size)
+    for k in range(K):
+        w = weights[k]
+        for i in range(size):
+            g[i] += w * grads[k, i]
+    out = np.empty(size)
+    norm2 = 0.0
+    finite = True
+    for i in range(size):
+        norm2 += g[i] * g[i]
+        v = coef[i] - step_size * g[i]
+        out[i] = v
+        if not np.isfinite(v):
+            finite = False
+    return out, np.sqrt(norm2), finite

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..federated import FederatedAlgorithm, PhasedAlgorithm
 from ..privacy import pftr_noise_multiplier
-from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient
+from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient, weighted_step
 from ._rank import make_feasible, ratio_rank, vote_ranks
 from ._tucker import (
     TangentProjector,
@@ -312,6 +312,7 @@ class StageOne(FederatedAlgorithm):
         self.retraction = retraction
         self._projector_cache = None
         self._noise_multiplier = None
+        self._broadcast_names = ("core",) + tuple(f"factor_{j}" for j in range(len(self.rank)))
 
     def client_init(self, data, rng):
         norms = np.linalg.norm(data.X, axis=1)
@@ -338,12 +339,10 @@ class StageOne(FederatedAlgorithm):
         """
         cached = self._projector_cache
         if cached is not None:
-            objs = cached[0]
-            names = ["core"] + [f"factor_{j}" for j in range(len(objs) - 1)]
-            if all(
-                broadcast.get(name) is b and not b.flags.writeable and b.base is None
-                for name, b in zip(names, objs)
-            ):
+            for name, b in zip(self._broadcast_names, cached[0]):  # a plain loop: per client
+                if broadcast.get(name) is not b or b.base is not None or b.flags.writeable:
+                    break
+            else:
                 return cached[2]
         arrays = [np.asarray(broadcast["core"], dtype=float)] + _factors_from(broadcast)
         key = tuple((a.shape, a.tobytes()) for a in arrays)
@@ -382,28 +381,34 @@ class StageOne(FederatedAlgorithm):
         sigma = self._noise_std(tau_e, state["tau_x"], n)
         if not (sigma >= 0 and math.isfinite(sigma)):  # gaussian_mechanism's check
             raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
-        # the gradient -(R^T X) / n plus the Gaussian mechanism's noise, fused; the
-        # draw is the one gaussian_mechanism makes (none when sigma == 0)
+        # the gradient -(R^T X) / n plus the Gaussian mechanism's noise (the draw
+        # gaussian_mechanism makes, none when sigma == 0), then projected
         noise = rng.standard_normal(self.coef_shape).reshape(-1) if sigma else _NO_NOISE
-        noisy = noisy_gradient((R.T @ state["X"]).reshape(-1), float(n), sigma, noise)
-        if self.tangent == "exact":
-            sent = self._projector(broadcast).apply_flat(noisy)
+        m = (R.T @ state["X"]).reshape(-1)
+        if self.tangent == "exact":  # gradient, noise and projection in one compiled call
+            sent = self._projector(broadcast).apply_noisy(m, n, sigma, noise)
         else:
-            sent = tangent_project_surrogate(noisy.reshape(self.coef_shape), self.rank,
-                                             self.retraction)
+            sent = tangent_project_surrogate(
+                noisy_gradient(m, float(n), sigma, noise).reshape(self.coef_shape),
+                self.rank, self.retraction)
         new_state = {**state, "tau_e": state["tau_e"] + [tau_e],
                      "sigma": state["sigma"] + [sigma]}
         return new_state, {"grad": sent, "n_samples": np.int64(n)}
 
     def server_step(self, state, messages, rng):
-        sizes = np.array([float(m["n_samples"]) for m in messages.values()])
+        msgs = list(messages.values())
+        sizes = np.array([float(m["n_samples"]) for m in msgs])
         weights = sizes / sizes.sum()
-        G = sum(w * np.asarray(m["grad"]) for w, m in zip(weights, messages.values()))
-        step = state["coef"] - self.step_size * G
-        _check_finite(step, len(state["grad_norm"]) + 1)
-        A, core, factors = retract(step, self.rank, self.retraction)
+        # weighted mean, step and its checks in one compiled call (one array type)
+        grads = np.stack([np.asarray(m["grad"], dtype=float).reshape(-1) for m in msgs])
+        step, grad_norm, finite = weighted_step(
+            np.ascontiguousarray(state["coef"], dtype=float).reshape(-1), grads, weights,
+            float(self.step_size))
+        if not finite:
+            _check_finite(step, len(state["grad_norm"]) + 1)
+        A, core, factors = retract(step.reshape(self.coef_shape), self.rank, self.retraction)
         state = {"coef": A, "core": core, "factors": factors,
-                 "grad_norm": state["grad_norm"] + [float(np.linalg.norm(G))]}
+                 "grad_norm": state["grad_norm"] + [float(grad_norm)]}
         return state, _factor_broadcast(A, core, factors)
 
 
