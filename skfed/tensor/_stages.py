@@ -212,7 +212,9 @@ _NO_NOISE = np.zeros(0)
 
 
 def _readonly_copy(a):
-    out = np.array(a, dtype=float, copy=True)
+    # astype: numpy's own float64 dtype object even for arrays numba made (np.array
+    # keeps theirs, and np.asarray(., dtype=float) of such an array is a view)
+    out = np.asarray(a).astype(float)
     out.setflags(write=False)
     return out
 
@@ -228,11 +230,6 @@ def _factor_broadcast(A, core, factors):
     for j, U in enumerate(factors):
         msg[f"factor_{j}"] = _readonly_copy(U)
     return msg
-
-
-def _factors_from(broadcast):
-    n = sum(1 for key in broadcast if key.startswith("factor_"))
-    return [np.asarray(broadcast[f"factor_{j}"]) for j in range(n)]
 
 
 class InitAlgorithm(FederatedAlgorithm):
@@ -344,13 +341,16 @@ class StageOne(FederatedAlgorithm):
                     break
             else:
                 return cached[2]
-        arrays = [np.asarray(broadcast["core"], dtype=float)] + _factors_from(broadcast)
+        # the broadcast's own objects for the identity check (np.asarray(., dtype=float)
+        # may return a view, e.g. of an array whose dtype object numba made)
+        objs = [broadcast[name] for name in self._broadcast_names]
+        arrays = [np.asarray(a, dtype=float) for a in objs]
         key = tuple((a.shape, a.tobytes()) for a in arrays)
         if cached is not None and cached[1] == key:
             projector = cached[2]
         else:
             projector = TangentProjector(arrays[0], arrays[1:])
-        self._projector_cache = (arrays, key, projector)  # one atomic store: thread safe
+        self._projector_cache = (objs, key, projector)  # one atomic store: thread safe
         return projector
 
     def _noise_std(self, tau_e, tau_x, n_samples):

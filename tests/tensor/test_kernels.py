@@ -353,3 +353,24 @@ def test_weighted_step_is_numpys_server_step():
     assert norm == pytest.approx(np.linalg.norm(G), rel=1e-14) and finite
     grads[2, 7] = np.inf
     assert not weighted_step(coef, grads, w, 0.3)[2]
+
+
+def test_stage_one_projector_cache_hits_the_server_broadcast_by_identity():
+    from skfed.tensor._stages import StageOne
+
+    rng = np.random.default_rng(15)
+    alg = StageOne((4, 3, 5), (2, 2, 2), rng.standard_normal((4, 3, 5)), step_size=0.1,
+                   n_rounds=3, epsilon=None, delta=None)
+    state, broadcast = alg.server_init(rng)
+    for _ in range(2):  # the initial broadcast, then one from a server step
+        projector = alg._projector(broadcast)
+        objs, _, _ = alg._projector_cache
+        sentinel = object()
+        alg._projector_cache = (objs, None, sentinel)  # only the identity path returns it
+        assert alg._projector(broadcast) is sentinel
+        alg._projector_cache = (objs, None, projector)
+        G = rng.standard_normal((4, 3, 5))
+        ref = tangent_project(G, broadcast["core"], [broadcast[f"factor_{j}"] for j in range(3)])
+        np.testing.assert_allclose(alg._projector(broadcast)(G), ref, atol=1e-13)
+        msg = {"grad": projector(G), "n_samples": np.int64(10)}
+        state, broadcast = alg.server_step(state, {0: msg}, rng)
