@@ -287,16 +287,19 @@ def tangent_setup(core, dims, ranks, factors):
     """Base-point quantities of the tangent projection at ``A = S x_1 U_1 ... x_N U_N``.
 
     ``factors`` holds the ``U_j`` (``p_j x r_j``) flat, one after the other.
-    Everything :func:`tangent_apply` needs is packed in one flat buffer
-    (one array to pass per call instead of five tuples): per mode ``j``, at
-    ``offsets[5 j + 0 ... 4]``,
+    :func:`tangent_apply` works on cyclically rotated tensors: a tensor whose
+    mode ``j`` comes first, followed by modes ``j + 1, ..., N, 1, ..., j - 1``
+    (C order), so that every mode product is one matrix product on its
+    leading mode (a BLAS call) and moves that mode to the end. Everything it
+    needs is packed in one flat buffer (one array to pass per call); per mode
+    ``j``, at ``offsets[5 j + 0 ... 4]``:
 
     0. ``U_j`` (``p_j x r_j``) and 1. ``U_j^T``;
-    2. ``pinv(S_(j))`` (``r_{-j} x r_j``, C-order unfolding; :func:`pinv_rows`);
-    3. ``z_j``: ``pinv(S_(j))`` seen as a tensor ``(prod r_{<j}, r_{j+1}, ...,
-       r_N, r_j)`` times ``U_k`` on the modes ``k > j``, i.e. ``(prod r_{<j},
-       prod p_{>j}, r_j)``;
-    4. ``S x_{k<j} U_k`` (flat), the shared part of the Horner terms.
+    2. ``pinv`` of the rotated core unfolding ``S_<j>`` (``r_{-j} x r_j``;
+       :func:`pinv_rows`);
+    3. ``z_j``: that pseudo-inverse times ``U_k`` on the modes ``k > j``,
+       ``(prod p_{>j} prod r_{<j}) x r_j``;
+    4. ``H_j = S x_{k<j} U_k``, rotated to start at mode ``j``.
 
     Returns
     -------
@@ -310,32 +313,30 @@ def tangent_setup(core, dims, ranks, factors):
         size = dims[j] * ranks[j]
         us.append(factors[o:o + size].reshape((dims[j], ranks[j])))
         o += size
+    total = core.shape[0]
     parts = []
+    h = core.copy()
     for j in range(N):
         rj = ranks[j]
-        left = _prod(ranks, 0, j)
-        sp = pinv_rows(unfold_flat(core, ranks, j), 1e-8)
-        # z_j: U_k on the middle modes of sp as (left, r_{j+1}, ..., r_N, r_j)
-        shape = np.empty(N - j + 1, dtype=np.int64)
-        shape[0] = left
+        # rotated core: (prod r_{<j}, prod r_{>=j}) transposed
+        lead = _prod(ranks, 0, j)
+        rot = np.ascontiguousarray(core.reshape((lead, total // lead)).T)
+        sp = pinv_rows(rot.reshape((rj, total // rj)), 1e-8)
+        shape = np.empty(N, dtype=np.int64)
+        for k in range(N - 1):
+            shape[k] = ranks[(j + 1 + k) % N]
+        shape[N - 1] = rj
+        z = sp.ravel()
         for k in range(j + 1, N):
-            shape[k - j] = ranks[k]
-        shape[N - j] = rj
-        t = sp.ravel()
-        for k in range(j + 1, N):
-            t = mode_product_flat(t, shape, k - j, us[k])
-            shape[k - j] = dims[k]
+            z = mode_product_flat(z, shape, k - j - 1, us[k])
+            shape[k - j - 1] = dims[k]
         parts.append(us[j].ravel())
-        parts.append(np.ascontiguousarray(us[j].T).ravel())
+        ut = np.ascontiguousarray(us[j].T)
+        parts.append(ut.ravel())
         parts.append(sp.ravel())
-        parts.append(t)
-        parts.append(t)  # placeholder for the Horner term, set below
-    shape = ranks.copy()
-    t = core.copy()
-    for j in range(N):
-        parts[5 * j + 4] = t
-        t = mode_product_flat(t, shape, j, us[j])
-        shape[j] = dims[j]
+        parts.append(z)
+        parts.append(h)
+        h = np.dot(h.reshape((rj, h.shape[0] // rj)).T, ut).ravel()
     offsets = np.zeros(5 * N + 1, dtype=np.int64)
     for i in range(5 * N):
         offsets[i + 1] = offsets[i] + parts[i].shape[0]
@@ -350,69 +351,62 @@ def tangent_apply(g, dims, ranks, buffer, offsets):
     """The tangent projection ``P(G)`` (flat, C order) from :func:`tangent_setup`'s output.
 
     ``P(G) = C x_k U_k + sum_j S x_j W_j x_{k != j} U_k`` with ``C = G x_k
-    U_k^T`` and ``W_j = (I - U_j U_j^T) [G x_{k != j} U_k^T]_(j) pinv(S_(j))``:
+    U_k^T`` and ``W_j = (I - U_j U_j^T) [G x_{k != j} U_k^T]_(j) pinv(S_(j))``,
+    on cyclically rotated tensors (see :func:`tangent_setup`), each step one
+    matrix product:
 
-    * prefix contractions ``pre_j = G x_{k<j} U_k^T`` (``N`` mode products,
-      ``pre_N = C``);
-    * ``[G x_{k != j} U_k^T]_(j) pinv(S_(j))`` is ``pre_j`` contracted with
-      ``z_j``, and ``U_j^T [.]_(j) = C_(j)``;
-    * Horner over the modes: ``D_0 = C``, ``D_{j+1} = D_j x_j U_j +
-      (S x_{k<j} U_k) x_j W_j``, ``P(G) = D_N``.
+    * prefix contractions ``pre_j = G x_{k<j} U_k^T``, rotated to start at
+      mode ``j`` (``pre_N = C``);
+    * ``V_j = [G x_{k != j} U_k^T]_<j> pinv(S_<j>)`` is ``pre_j`` (as a
+      ``p_j x rest`` matrix) times ``z_j``, and ``W_j = V_j - U_j (U_j^T V_j)``;
+    * Horner over the modes: ``D_0 = C``, ``D_{j+1} = D_j x_j U_j + H_j x_j
+      W_j`` with ``H_j = S x_{k<j} U_k``, ``P(G) = D_N`` (rotated N times:
+      back in C order).
     """
     N = dims.shape[0]
-    shape = dims.copy()
-    pre = [g]
+    pre = []
     t = g
     for j in range(N):
-        o = offsets[5 * j + 1]
-        ut = buffer[o:o + ranks[j] * dims[j]].reshape((ranks[j], dims[j]))
-        t = mode_product_flat(t, shape, j, ut)
-        shape[j] = ranks[j]
+        pj = dims[j]
         pre.append(t)
-    C = pre[N]
-    out = C
-    # shape of D_j: (p_{<j}, r_{>=j}); now equal to ranks
+        u = buffer[offsets[5 * j]:offsets[5 * j + 1]].reshape((pj, ranks[j]))
+        t = np.dot(t.reshape((pj, t.shape[0] // pj)).T, u).ravel()
+    d = t
     for j in range(N):
         pj = dims[j]
         rj = ranks[j]
-        left = _prod(ranks, 0, j)
-        right_p = _prod(dims, j + 1, N)
-        right_r = _prod(ranks, j + 1, N)
-        pre_j = pre[j]
         u = buffer[offsets[5 * j]:offsets[5 * j + 1]].reshape((pj, rj))
-        sp = buffer[offsets[5 * j + 2]:offsets[5 * j + 3]].reshape((left * right_r, rj))
-        zj = buffer[offsets[5 * j + 3]:offsets[5 * j + 4]]
-        horner = buffer[offsets[5 * j + 4]:offsets[5 * j + 5]]
-        W = np.zeros((pj, rj))
-        for b in range(left):
+        ut = buffer[offsets[5 * j + 1]:offsets[5 * j + 2]].reshape((rj, pj))
+        pre_j = pre[j]
+        rest = pre_j.shape[0] // pj
+        z = buffer[offsets[5 * j + 3]:offsets[5 * j + 4]].reshape((rest, rj))
+        v = np.dot(pre_j.reshape((pj, rest)), z)
+        # the r_j x r_j block U_j^T V_j and the Horner step's right factor
+        # [U_j^T; W_j^T] (2 r_j x p_j), W_j = V_j - U_j (U_j^T V_j): loops (tiny)
+        uv = np.zeros((rj, rj))
+        for k in range(rj):
             for i in range(pj):
-                base = (b * pj + i) * right_p
-                zb = b * right_p * rj
-                for r in range(right_p):
-                    v = pre_j[base + r]
-                    zr = zb + r * rj
-                    for c in range(rj):
-                        W[i, c] += v * zj[zr + c]
-        csp = np.zeros((rj, rj))
-        for b in range(left):
-            for i in range(rj):
-                base = (b * rj + i) * right_r
-                for r in range(right_r):
-                    v = C[base + r]
-                    row = b * right_r + r
-                    for c in range(rj):
-                        csp[i, c] += v * sp[row, c]
-        for i in range(pj):
-            for c in range(rj):
-                s = 0.0
+                c = ut[k, i]
+                for m in range(rj):
+                    uv[k, m] += c * v[i, m]
+        right = np.empty((2 * rj, pj))
+        for k in range(rj):
+            for i in range(pj):
+                right[k, i] = ut[k, i]
+        for m in range(rj):
+            for i in range(pj):
+                s = v[i, m]
                 for k in range(rj):
-                    s += u[i, k] * csp[k, c]
-                W[i, c] -= s
-        new = mode_product_flat(out, shape, j, u)
-        _mode_product_add(new, horner, shape, j, W)
-        out = new
-        shape[j] = pj
-    return out
+                    s -= u[i, k] * uv[k, m]
+                right[rj + m, i] = s
+        # D_{j+1} = [D_j; H_j]^T [U_j^T; W_j^T]: one product (D_j and H_j stacked flat)
+        h = buffer[offsets[5 * j + 4]:offsets[5 * j + 5]]
+        n = d.shape[0]
+        stacked = np.empty(2 * n)
+        stacked[:n] = d
+        stacked[n:] = h
+        d = np.dot(stacked.reshape((2 * rj, n // rj)).T, right).ravel()
+    return d
 
 
 @njit(cache=True, nogil=True)

@@ -309,6 +309,7 @@ class StageOne(FederatedAlgorithm):
         self.retraction = retraction
         self._projector_cache = None
         self._noise_multiplier = None
+        self._coef_size = math.prod(self.coef_shape)
         self._broadcast_names = ("core",) + tuple(f"factor_{j}" for j in range(len(self.rank)))
 
     def client_init(self, data, rng):
@@ -373,7 +374,8 @@ class StageOne(FederatedAlgorithm):
     def client_step(self, data, state, broadcast, rng):
         A = np.asarray(broadcast["coef"])
         q, p = data.y.shape[1], data.X.shape[1]
-        R = data.y - data.X @ A.reshape(q, p).T
+        R = data.X @ A.reshape(q, p).T
+        R = np.subtract(data.y, R, out=R)  # Y - X A^T, without a second (n, q) array
         # T_tau_e row-wise, in place (R is this step's own array); NaN: the quantile level
         tau_e = clip_residuals(R, float(self.clip_quantile),
                                np.nan if self.tau_e is None else float(self.tau_e))
@@ -383,7 +385,8 @@ class StageOne(FederatedAlgorithm):
             raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
         # the gradient -(R^T X) / n plus the Gaussian mechanism's noise (the draw
         # gaussian_mechanism makes, none when sigma == 0), then projected
-        noise = rng.standard_normal(self.coef_shape).reshape(-1) if sigma else _NO_NOISE
+        # flat: the same draws, in the same (C) order, as of shape coef_shape
+        noise = rng.standard_normal(self._coef_size) if sigma else _NO_NOISE
         m = (R.T @ state["X"]).reshape(-1)
         if self.tangent == "exact":  # gradient, noise and projection in one compiled call
             sent = self._projector(broadcast).apply_noisy(m, n, sigma, noise)

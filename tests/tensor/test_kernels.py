@@ -207,7 +207,9 @@ def test_tangent_kernels_match_the_term_by_term_reference(shape, rank):
     flat = np.concatenate([U.ravel() for U in factors])
     buffer, offsets = tangent_setup(core.ravel(), dims, ranks, flat)
     for j in range(len(shape)):
-        unf = np.moveaxis(core, j, 0).reshape(rank[j], -1)
+        # the cyclically rotated unfolding: modes j, j + 1, ..., N - 1, 0, ..., j - 1
+        order = [(j + k) % len(shape) for k in range(len(shape))]
+        unf = np.transpose(core, order).reshape(rank[j], -1)
         part = [buffer[offsets[5 * j + i]:offsets[5 * j + i + 1]] for i in range(5)]
         assert np.array_equal(part[0], factors[j].ravel())
         assert np.array_equal(part[1], factors[j].T.ravel())
