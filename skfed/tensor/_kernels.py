@@ -421,44 +421,6 @@ def noisy_tangent_gradient(m, n, sigma, z, dims, ranks, buffer, offsets):
 
 
 @njit(cache=True, nogil=True)
-def unfold_flat(t, shape, mode):
-    """Mode-``mode`` unfolding of a C-order tensor stored flat (``tensorly.unfold``)."""
-    n = shape[mode]
-    left = _prod(shape, 0, mode)
-    right = _prod(shape, mode + 1, shape.shape[0])
-    out = np.empty((n, left * right))
-    for b in range(left):
-        for i in range(n):
-            src = (b * n + i) * right
-            dst = b * right
-            for r in range(right):
-                out[i, dst + r] = t[src + r]
-    return out
-
-
-@njit(cache=True, nogil=True)
-def unfold_gram(t, shape, mode):
-    """``M M^T`` of the mode-``mode`` unfolding ``M`` of a flat C-order tensor, unformed ``M``."""
-    n = shape[mode]
-    left = _prod(shape, 0, mode)
-    right = _prod(shape, mode + 1, shape.shape[0])
-    g = np.zeros((n, n))
-    for b in range(left):
-        for i in range(n):
-            oi = (b * n + i) * right
-            for k in range(i + 1):
-                ok = (b * n + k) * right
-                s = 0.0
-                for r in range(right):
-                    s += t[oi + r] * t[ok + r]
-                g[i, k] += s
-    for i in range(n):
-        for k in range(i):
-            g[k, i] = g[i, k]
-    return g
-
-
-@njit(cache=True, nogil=True)
 def _flip_signs(u):
     """Make the largest-magnitude entry of every column positive (first one on ties)."""
     for c in range(u.shape[1]):
@@ -471,25 +433,105 @@ def _flip_signs(u):
                 u[i, c] = -u[i, c]
 
 
-@njit(cache=True, nogil=True)
-def leading_left_vectors(t, shape, mode, r, gap_tol):
-    """Top-``r`` left singular vectors of the mode-``mode`` unfolding ``M`` (flat tensor).
+# Gram matrices up to this size are diagonalized by Jacobi rotations, larger by LAPACK
+_JACOBI_MAX = 16
 
-    They are the leading eigenvectors of ``M M^T`` (``p x p``, ``p =
-    shape[mode]``; LAPACK ``syevd``), far cheaper than an SVD of the wide
-    ``M``. Squaring ``M`` squares its condition, so the Gram is used only
-    when the gap ``lambda_r - lambda_{r+1}`` exceeds ``gap_tol lambda_1``
-    (subspace error about ``eps / gap_tol``); else (rank-deficient or
-    nearly tied at the cut, zero ``M``) the SVD of ``M`` decides, as before.
-    Column signs: the largest-magnitude entry of each column is positive.
+
+@njit(cache=True, nogil=True)
+def sym_eig_jacobi(a):
+    """Eigen-decomposition of a small symmetric matrix by cyclic Jacobi rotations.
+
+    ``np.linalg.eigh(a)`` for the few-by-few Gram matrices of the retraction
+    without a LAPACK call's set-up (several us each, more than the
+    arithmetic). Rotations until the off-diagonal part is negligible against
+    the diagonal (quadratic convergence, a handful of sweeps); the
+    eigenvectors are orthonormal to rounding, the eigenvalues accurate to
+    ``eps ||a||``.
 
     Returns
     -------
-    u : ndarray of shape (shape[mode], r)
+    w : ndarray of shape (n,)
+        Eigenvalues, ascending.
+    v : ndarray of shape (n, n)
+        Orthonormal eigenvectors, as columns (column ``i`` for ``w[i]``).
     """
-    g = unfold_gram(t, shape, mode)
-    p = g.shape[0]
-    w, v = np.linalg.eigh(g)  # ascending
+    n = a.shape[0]
+    a = a.copy()
+    v = np.eye(n)
+    for sweep in range(60):
+        off = 0.0  # largest off-diagonal magnitude (squares could underflow)
+        for p in range(n):
+            for q in range(p + 1, n):
+                off = max(off, abs(a[p, q]))
+        if off == 0.0:
+            break
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                apq = a[p, q]
+                if apq == 0.0:
+                    continue
+                # negligible against both diagonal entries: exactly zero (ends the sweeps)
+                if (sweep > 3 and abs(a[p, p]) + 100.0 * abs(apq) == abs(a[p, p])
+                        and abs(a[q, q]) + 100.0 * abs(apq) == abs(a[q, q])):
+                    a[p, q] = 0.0
+                    a[q, p] = 0.0
+                    continue
+                theta = (a[q, q] - a[p, p]) / (2.0 * apq)
+                if abs(theta) > 1e150:
+                    t = 0.5 / theta
+                else:
+                    t = 1.0 / (abs(theta) + np.sqrt(theta * theta + 1.0))
+                    if theta < 0:
+                        t = -t
+                c = 1.0 / np.sqrt(t * t + 1.0)
+                s = t * c
+                for k in range(n):  # A J
+                    akp = a[k, p]
+                    akq = a[k, q]
+                    a[k, p] = c * akp - s * akq
+                    a[k, q] = s * akp + c * akq
+                for k in range(n):  # J^T (A J)
+                    apk = a[p, k]
+                    aqk = a[q, k]
+                    a[p, k] = c * apk - s * aqk
+                    a[q, k] = s * apk + c * aqk
+                a[p, q] = 0.0
+                a[q, p] = 0.0
+                for k in range(n):  # V J
+                    vkp = v[k, p]
+                    vkq = v[k, q]
+                    v[k, p] = c * vkp - s * vkq
+                    v[k, q] = s * vkp + c * vkq
+    w = np.empty(n)
+    for i in range(n):
+        w[i] = a[i, i]
+    order = np.argsort(w)
+    return w[order], np.ascontiguousarray(v[:, order])
+
+
+@njit(cache=True, nogil=True)
+def leading_left_vectors(m, r, gap_tol):
+    """Top-``r`` left singular vectors of a matrix ``m`` (C order), signs normalized.
+
+    They are the leading eigenvectors of ``m m^T`` (``p x p``; by
+    :func:`sym_eig_jacobi` up to ``p = 16``, else LAPACK ``syevd``), far
+    cheaper than an SVD of a wide ``m``. Squaring ``m``
+    squares its condition, so the Gram is used only when the gap
+    ``lambda_r - lambda_{r+1}`` exceeds ``gap_tol lambda_1`` (subspace error
+    about ``eps / gap_tol``); else (rank-deficient or nearly tied at the
+    cut, zero ``m``) the SVD of ``m`` decides, as before. Column signs: the
+    largest-magnitude entry of each column is positive.
+
+    Returns
+    -------
+    u : ndarray of shape (m.shape[0], r)
+    """
+    p = m.shape[0]
+    g = np.dot(m, m.T)
+    if p <= _JACOBI_MAX:
+        w, v = sym_eig_jacobi(g)
+    else:
+        w, v = np.linalg.eigh(g)  # ascending
     top = w[p - 1]
     below = 0.0
     if r < p and w[p - r - 1] > 0:
@@ -500,7 +542,7 @@ def leading_left_vectors(t, shape, mode, r, gap_tol):
             for i in range(p):
                 u[i, c] = v[i, p - 1 - c]
     else:
-        full, _, _ = np.linalg.svd(unfold_flat(t, shape, mode), full_matrices=False)
+        full, _, _ = np.linalg.svd(m, full_matrices=False)
         for c in range(r):
             for i in range(p):
                 u[i, c] = full[i, c]
@@ -514,7 +556,10 @@ def hosvd_flat(t, dims, ranks, sequential, gap_tol):
 
     ``sequential``: ST-HOSVD (each factor from the already truncated core),
     else T-HOSVD (every factor from ``t``'s own unfoldings). Factors by
-    :func:`leading_left_vectors`.
+    :func:`leading_left_vectors` of the cyclically rotated unfoldings (modes
+    ``j, j + 1, ..., N, 1, ..., j - 1``; a permutation of the columns of the
+    usual unfolding, so the same left singular vectors); every mode product
+    is one matrix product on the leading mode, which then moves to the end.
 
     Returns
     -------
@@ -525,25 +570,24 @@ def hosvd_flat(t, dims, ranks, sequential, gap_tol):
     factors : list of ndarray of shape (dims[j], ranks[j])
     """
     N = dims.shape[0]
-    shape = dims.copy()
-    core = t
+    total = t.shape[0]
     factors = []
-    for s in range(N):
-        if sequential:
-            u = leading_left_vectors(core, shape, s, ranks[s], gap_tol)
-            core = mode_product_flat(core, shape, s, np.ascontiguousarray(u.T))
-            shape[s] = ranks[s]
-        else:
-            u = leading_left_vectors(t, dims, s, ranks[s], gap_tol)
-        factors.append(u)
     if not sequential:
         for s in range(N):
-            core = mode_product_flat(core, shape, s, np.ascontiguousarray(factors[s].T))
-            shape[s] = ranks[s]
+            lead = _prod(dims, 0, s)
+            rot = np.ascontiguousarray(t.reshape((lead, total // lead)).T)
+            factors.append(leading_left_vectors(rot.reshape((dims[s], total // dims[s])),
+                                                ranks[s], gap_tol))
+    core = t
+    for s in range(N):
+        m = core.reshape((dims[s], core.shape[0] // dims[s]))
+        if sequential:
+            factors.append(leading_left_vectors(m, ranks[s], gap_tol))
+        core = np.dot(m.T, factors[s]).ravel()
     recon = core
     for s in range(N):
-        recon = mode_product_flat(recon, shape, s, factors[s])
-        shape[s] = dims[s]
+        m = recon.reshape((ranks[s], recon.shape[0] // ranks[s]))
+        recon = np.dot(m.T, np.ascontiguousarray(factors[s].T)).ravel()
     return recon, core, factors
 
 

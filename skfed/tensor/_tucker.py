@@ -86,9 +86,8 @@ def _unfold(T, mode):
 
     tensorly's numpy backend computes ``moveaxis(T, mode, 0).reshape(T.shape[mode],
     -1)``; the same transpose spelled out skips its backend dispatch and
-    ``moveaxis``'s axis normalization. (The retraction unfolds inside its
-    numba kernel, :func:`~skfed.tensor._kernels.unfold_flat`, the same
-    layout.)
+    ``moveaxis``'s axis normalization. (The retraction's numba kernel uses
+    cyclically rotated unfoldings, a permutation of these columns.)
     """
     order = (mode,) + tuple(range(mode)) + tuple(range(mode + 1, T.ndim))
     return T.transpose(order).reshape(T.shape[mode], -1)
@@ -125,9 +124,7 @@ def _leading_left_singular_vectors(M, r):
     ``M M^T``, the SVD of ``M`` when the Gram is not conclusive; the
     largest-magnitude entry of each column is positive).
     """
-    M = np.array(M, dtype=float, order="C", ndmin=2)
-    return leading_left_vectors(M.reshape(-1), np.array(M.shape, dtype=np.int64), 0, int(r),
-                                _GAP_TOL)
+    return leading_left_vectors(np.array(M, dtype=float, order="C", ndmin=2), int(r), _GAP_TOL)
 
 
 def _hosvd(T, rank, sequential):

@@ -274,18 +274,6 @@ def test_projector_apply_flat_is_the_call():
 # retraction kernels
 
 
-def test_unfold_and_gram_kernels_match_numpy():
-    from skfed.tensor._kernels import unfold_flat, unfold_gram
-
-    T = np.random.default_rng(10).standard_normal((3, 4, 2, 5))
-    dims = np.array(T.shape, dtype=np.int64)
-    for mode in range(4):
-        ref = np.moveaxis(T, mode, 0).reshape(T.shape[mode], -1)
-        assert np.array_equal(unfold_flat(T.ravel(), dims, mode), ref)
-        np.testing.assert_allclose(unfold_gram(T.ravel(), dims, mode), ref @ ref.T,
-                                   rtol=1e-13, atol=1e-13)
-
-
 def _svd_vectors(M, r):
     U = np.linalg.svd(M, full_matrices=False)[0][:, :r]
     idx = np.argmax(np.abs(U), axis=0)
@@ -297,17 +285,20 @@ def test_leading_left_vectors_match_the_svd():
 
     rng = np.random.default_rng(11)
     T = rng.standard_normal((5, 6, 7))
-    dims = np.array(T.shape, dtype=np.int64)
     for mode in range(3):
         M = np.moveaxis(T, mode, 0).reshape(T.shape[mode], -1)
         for r in (1, 3, T.shape[mode]):
-            U = leading_left_vectors(T.ravel(), dims, mode, r, 1e-4)
+            U = leading_left_vectors(M, r, 1e-4)
             np.testing.assert_allclose(U, _svd_vectors(M, r), atol=1e-12)
+            # a permutation of the columns has the same left singular vectors
+            perm = rng.permutation(M.shape[1])
+            np.testing.assert_allclose(leading_left_vectors(M[:, perm].copy(), r, 1e-4), U,
+                                       atol=1e-12)
     # rank deficient at the cut (rank 1, r = 2) and zero: the SVD's vectors, orthonormal
     M = rng.standard_normal((4, 1)) @ rng.standard_normal((1, 9))
     for A in (M, np.zeros((3, 5))):
-        U = leading_left_vectors(A.ravel(), np.array(A.shape, dtype=np.int64), 0, 2, 1e-4)
-        np.testing.assert_allclose(U, _svd_vectors(A, 2), atol=1e-12)
+        np.testing.assert_allclose(leading_left_vectors(A, 2, 1e-4), _svd_vectors(A, 2),
+                                   atol=1e-12)
 
 
 @pytest.mark.parametrize("sequential", [True, False])
@@ -376,3 +367,27 @@ def test_stage_one_projector_cache_hits_the_server_broadcast_by_identity():
         np.testing.assert_allclose(alg._projector(broadcast)(G), ref, atol=1e-13)
         msg = {"grad": projector(G), "n_samples": np.int64(10)}
         state, broadcast = alg.server_step(state, {0: msg}, rng)
+
+
+def test_sym_eig_jacobi_matches_eigh():
+    from skfed.tensor._kernels import sym_eig_jacobi
+
+    rng = np.random.default_rng(16)
+    cases = [rng.standard_normal((n, 3 * n)) for n in (1, 2, 5, 10, 16)]
+    cases.append(rng.standard_normal((6, 2)))  # rank 2: zero eigenvalues
+    cases.append(np.diag([3.0, 1.0, 2.0]) @ rng.standard_normal((3, 3)) * 1e-100)  # tiny
+    for M in cases:
+        A = M @ M.T
+        w, V = sym_eig_jacobi(A)
+        w_ref, V_ref = np.linalg.eigh(A)
+        scale = np.abs(w_ref).max()
+        np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-13 * scale)
+        np.testing.assert_allclose(V.T @ V, np.eye(len(A)), atol=1e-14)
+        np.testing.assert_allclose(A @ V, V * w, rtol=0, atol=1e-13 * scale)
+        # distinct eigenvalues: the same eigenvectors up to sign
+        gaps = np.diff(w_ref) > 1e-6 * scale
+        for i in range(len(A)):
+            if (i == 0 or gaps[i - 1]) and (i == len(A) - 1 or gaps[i]):
+                assert abs(abs(V[:, i] @ V_ref[:, i]) - 1) < 1e-12
+    w, V = sym_eig_jacobi(np.zeros((4, 4)))
+    assert np.array_equal(w, np.zeros(4)) and np.array_equal(V, np.eye(4))
