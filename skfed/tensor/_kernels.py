@@ -159,7 +159,7 @@ def fista_lasso_gram(gram, c, b0, step, penalty, n_iter):
 # Tensors are passed flat (C order) with their shape as an int64 array, so one
 # compiled kernel serves every order. ``dims`` is the coefficient shape
 # ``(p_1, ..., p_N)``, ``ranks`` the Tucker rank ``(r_1, ..., r_N)``, and
-# ``factors[j]`` the orthonormal ``p_j x r_j`` factor ``U_j`` (tuples of arrays).
+# ``U_j`` the orthonormal ``p_j x r_j`` factor of mode ``j``.
 
 
 @njit(cache=True, nogil=True)
@@ -167,53 +167,6 @@ def _prod(shape, lo, hi):
     out = 1
     for k in range(lo, hi):
         out *= shape[k]
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _mode_product_add(out, t, shape, mode, m):
-    """``out += T x_mode M`` (all flat, C order); see :func:`mode_product_flat`."""
-    n = shape[mode]
-    a = m.shape[0]
-    left = _prod(shape, 0, mode)
-    right = _prod(shape, mode + 1, shape.shape[0])
-    if right == 1:  # last mode: a small matrix product T (left x n) M^T
-        for b in range(left):
-            for i in range(a):
-                s = 0.0
-                for k in range(n):
-                    s += m[i, k] * t[b * n + k]
-                out[b * a + i] += s
-        return
-    for b in range(left):
-        for i in range(a):
-            o = (b * a + i) * right
-            for k in range(n):
-                c = m[i, k]
-                s = (b * n + k) * right
-                for r in range(right):
-                    out[o + r] += c * t[s + r]
-
-
-@njit(cache=True, nogil=True)
-def mode_product_flat(t, shape, mode, m):
-    """``T x_mode M`` of a C-order tensor stored flat.
-
-    Parameters
-    ----------
-    t : ndarray of shape (prod(shape),)
-    shape : int64 ndarray
-        Shape of ``T``.
-    mode : int
-    m : ndarray of shape (a, shape[mode])
-
-    Returns
-    -------
-    out : ndarray of shape (prod(shape) // shape[mode] * a,)
-        Flat, C order; its shape is ``shape`` with ``shape[mode]`` replaced by ``a``.
-    """
-    out = np.zeros(t.shape[0] // shape[mode] * m.shape[0])
-    _mode_product_add(out, t, shape, mode, m)
     return out
 
 
@@ -308,10 +261,12 @@ def tangent_setup(core, dims, ranks, factors):
     """
     N = dims.shape[0]
     us = []
+    uts = []
     o = 0
     for j in range(N):
         size = dims[j] * ranks[j]
         us.append(factors[o:o + size].reshape((dims[j], ranks[j])))
+        uts.append(np.ascontiguousarray(us[j].T))
         o += size
     total = core.shape[0]
     parts = []
@@ -322,21 +277,20 @@ def tangent_setup(core, dims, ranks, factors):
         lead = _prod(ranks, 0, j)
         rot = np.ascontiguousarray(core.reshape((lead, total // lead)).T)
         sp = pinv_rows(rot.reshape((rj, total // rj)), 1e-8)
-        shape = np.empty(N, dtype=np.int64)
-        for k in range(N - 1):
-            shape[k] = ranks[(j + 1 + k) % N]
-        shape[N - 1] = rj
+        # sp as (r_{j+1}, ..., r_N, r_1, ..., r_j) times U_k (k > j) on the leading
+        # modes, which move to the end: (r_1, ..., r_j, p_{j+1}, ..., p_N); then the
+        # two blocks swapped
         z = sp.ravel()
         for k in range(j + 1, N):
-            z = mode_product_flat(z, shape, k - j - 1, us[k])
-            shape[k - j - 1] = dims[k]
+            z = np.dot(z.reshape((ranks[k], z.shape[0] // ranks[k])).T, uts[k]).ravel()
+        lead = _prod(ranks, 0, j + 1)
+        z = np.ascontiguousarray(z.reshape((lead, z.shape[0] // lead)).T).ravel()
         parts.append(us[j].ravel())
-        ut = np.ascontiguousarray(us[j].T)
-        parts.append(ut.ravel())
+        parts.append(uts[j].ravel())
         parts.append(sp.ravel())
         parts.append(z)
         parts.append(h)
-        h = np.dot(h.reshape((rj, h.shape[0] // rj)).T, ut).ravel()
+        h = np.dot(h.reshape((rj, h.shape[0] // rj)).T, uts[j]).ravel()
     offsets = np.zeros(5 * N + 1, dtype=np.int64)
     for i in range(5 * N):
         offsets[i + 1] = offsets[i] + parts[i].shape[0]

@@ -403,7 +403,9 @@ class StageOne(FederatedAlgorithm):
         sizes = np.array([float(m["n_samples"]) for m in msgs])
         weights = sizes / sizes.sum()
         # weighted mean, step and its checks in one compiled call (one array type)
-        grads = np.stack([np.asarray(m["grad"], dtype=float).reshape(-1) for m in msgs])
+        grads = np.empty((len(msgs), self._coef_size))
+        for k, m in enumerate(msgs):
+            grads[k] = np.reshape(m["grad"], -1)
         step, grad_norm, finite = weighted_step(
             np.ascontiguousarray(state["coef"], dtype=float).reshape(-1), grads, weights,
             float(self.step_size))

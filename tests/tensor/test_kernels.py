@@ -62,7 +62,6 @@ def test_stage_two_converges_to_the_lasso_solution():
 from skfed.tensor._kernels import (  # noqa: E402
     clip_residuals,
     clip_rows_inplace,
-    mode_product_flat,
     noisy_gradient,
     noisy_tangent_gradient,
     pinv,
@@ -147,17 +146,6 @@ def test_stage_one_noise_std_is_pftr_noise_std():
                 tau_e, tau_x, n, 13, eps, delta)
         with pytest.raises(ValueError, match="truncation levels"):
             alg._noise_std(np.nan, 1.0, 10)
-
-
-@pytest.mark.parametrize("shape", [(4,), (3, 5), (2, 3, 4), (2, 1, 3, 4)])
-def test_mode_product_flat_matches_tensordot(shape):
-    rng = np.random.default_rng(2)
-    T = rng.standard_normal(shape)
-    for mode in range(len(shape)):
-        M = rng.standard_normal((3, shape[mode]))
-        ref = np.moveaxis(np.tensordot(M, T, axes=(1, mode)), 0, mode)
-        out = mode_product_flat(T.ravel(), np.array(shape, dtype=np.int64), mode, M)
-        np.testing.assert_allclose(out.reshape(ref.shape), ref, rtol=1e-13, atol=1e-14)
 
 
 def test_pinv_matches_numpy():
