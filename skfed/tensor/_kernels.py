@@ -1,5 +1,7 @@
 """numba kernels: the Stage-I per-row work (residual norms, truncation level,
-row clipping) and the Stage-II lasso (FISTA with entrywise soft-thresholding)."""
+row clipping), the Tucker tangent projection, the (ST-)HOSVD retraction, the
+Stage-I server step and the Stage-II lasso (FISTA with entrywise
+soft-thresholding)."""
 
 import numpy as np
 from numba import njit
@@ -157,7 +159,7 @@ def fista_lasso_gram(gram, c, b0, step, penalty, n_iter):
 # Tensors are passed flat (C order) with their shape as an int64 array, so one
 # compiled kernel serves every order. ``dims`` is the coefficient shape
 # ``(p_1, ..., p_N)``, ``ranks`` the Tucker rank ``(r_1, ..., r_N)``, and
-# ``factors[j]`` the orthonormal ``p_j x r_j`` factor ``U_j`` (tuples of arrays).
+# ``U_j`` the orthonormal ``p_j x r_j`` factor of mode ``j``.
 
 
 @njit(cache=True, nogil=True)
@@ -165,53 +167,6 @@ def _prod(shape, lo, hi):
     out = 1
     for k in range(lo, hi):
         out *= shape[k]
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _mode_product_add(out, t, shape, mode, m):
-    """``out += T x_mode M`` (all flat, C order); see :func:`mode_product_flat`."""
-    n = shape[mode]
-    a = m.shape[0]
-    left = _prod(shape, 0, mode)
-    right = _prod(shape, mode + 1, shape.shape[0])
-    if right == 1:  # last mode: a small matrix product T (left x n) M^T
-        for b in range(left):
-            for i in range(a):
-                s = 0.0
-                for k in range(n):
-                    s += m[i, k] * t[b * n + k]
-                out[b * a + i] += s
-        return
-    for b in range(left):
-        for i in range(a):
-            o = (b * a + i) * right
-            for k in range(n):
-                c = m[i, k]
-                s = (b * n + k) * right
-                for r in range(right):
-                    out[o + r] += c * t[s + r]
-
-
-@njit(cache=True, nogil=True)
-def mode_product_flat(t, shape, mode, m):
-    """``T x_mode M`` of a C-order tensor stored flat.
-
-    Parameters
-    ----------
-    t : ndarray of shape (prod(shape),)
-    shape : int64 ndarray
-        Shape of ``T``.
-    mode : int
-    m : ndarray of shape (a, shape[mode])
-
-    Returns
-    -------
-    out : ndarray of shape (prod(shape) // shape[mode] * a,)
-        Flat, C order; its shape is ``shape`` with ``shape[mode]`` replaced by ``a``.
-    """
-    out = np.zeros(t.shape[0] // shape[mode] * m.shape[0])
-    _mode_product_add(out, t, shape, mode, m)
     return out
 
 
@@ -232,115 +187,386 @@ def pinv(a):
 
 
 @njit(cache=True, nogil=True)
-def tangent_setup(core, dims, ranks, factors):
-    """Base-point quantities of the tangent projection at ``A = S x_1 U_1 ... x_N U_N``.
+def pinv_rows(a, tol):
+    """``pinv(a)`` of a ``m x n`` matrix, ``m <= n``, by QR of ``a^T`` when well conditioned.
 
-    Returns three lists over the modes ``j``:
-
-    * ``core_pinv[j] = pinv(S_(j))`` (``r_{-j} x r_j``, C-order unfolding);
-    * ``z[j]``: ``pinv(S_(j))`` seen as a tensor ``(prod r_{<j}, r_{j+1}, ...,
-      r_N, r_j)`` times ``U_k`` on the modes ``k > j``, reshaped to
-      ``(prod r_{<j}, prod p_{>j}, r_j)``;
-    * ``horner[j] = S x_{k<j} U_k`` (flat), the shared part of the terms whose
-      special mode is ``j`` or later.
+    With ``a^T = Q R`` (Gram-Schmidt, each column orthogonalized twice, so
+    ``Q`` is orthonormal to rounding), ``pinv(a) = Q R^{-T}``: accurate to
+    about ``eps cond(a)`` like the SVD, at a fraction of its cost. If some
+    ``|R_kk| <= tol max_k |R_kk|`` (rank deficient or nearly so), :func:`pinv`
+    (the SVD, singular values below ``1e-15 max(s)`` dropped) decides.
     """
-    N = dims.shape[0]
-    core_pinv = []
-    z = []
-    horner = []
-    flat = core.ravel()
-    for j in range(N):
-        rj = ranks[j]
-        left = _prod(ranks, 0, j)
-        right = _prod(ranks, j + 1, N)
-        # mode-j unfolding of the core: column index (b, r) -> b * right + r
-        unf = np.empty((rj, left * right))
-        for b in range(left):
-            for i in range(rj):
-                for r in range(right):
-                    unf[i, b * right + r] = flat[(b * rj + i) * right + r]
-        sp = pinv(unf)
-        core_pinv.append(sp)
-        # z[j]: U_k on the middle modes of sp as (left, r_{j+1}, ..., r_N, r_j)
-        shape = np.empty(N - j + 1, dtype=np.int64)
-        shape[0] = left
-        for k in range(j + 1, N):
-            shape[k - j] = ranks[k]
-        shape[N - j] = rj
-        t = sp.ravel()
-        for k in range(j + 1, N):
-            t = mode_product_flat(t, shape, k - j, factors[k])
-            shape[k - j] = dims[k]
-        z.append(t.reshape((left, _prod(dims, j + 1, N), rj)))
-    shape = ranks.copy()
-    t = flat.copy()
-    for j in range(N):
-        horner.append(t)
-        t = mode_product_flat(t, shape, j, factors[j])
-        shape[j] = dims[j]
-    return core_pinv, z, horner
+    m, n = a.shape
+    q = np.zeros((n, m))
+    rr = np.zeros((m, m))
+    big = 0.0
+    small = np.inf
+    for k in range(m):
+        for i in range(n):
+            q[i, k] = a[k, i]
+        for _ in range(2):
+            for j in range(k):
+                s = 0.0
+                for i in range(n):
+                    s += q[i, j] * q[i, k]
+                rr[j, k] += s
+                for i in range(n):
+                    q[i, k] -= s * q[i, j]
+        s = 0.0
+        for i in range(n):
+            s += q[i, k] * q[i, k]
+        s = np.sqrt(s)
+        rr[k, k] = s
+        big = max(big, s)
+        small = min(small, s)
+        if s > 0:
+            for i in range(n):
+                q[i, k] /= s
+    if m == 0 or not small > tol * big:
+        return pinv(a)
+    # X R^T = Q row by row: R x = q_i (R upper triangular), back substitution
+    out = np.empty((n, m))
+    for i in range(n):
+        for k in range(m - 1, -1, -1):
+            s = q[i, k]
+            for j in range(k + 1, m):
+                s -= rr[k, j] * out[i, j]
+            out[i, k] = s / rr[k, k]
+    return out
 
 
 @njit(cache=True, nogil=True)
-def tangent_apply(g, dims, ranks, factors, factors_t, core_pinv, z, horner):
+def tangent_setup(core, dims, ranks, factors):
+    """Base-point quantities of the tangent projection at ``A = S x_1 U_1 ... x_N U_N``.
+
+    ``factors`` holds the ``U_j`` (``p_j x r_j``) flat, one after the other.
+    :func:`tangent_apply` works on cyclically rotated tensors: a tensor whose
+    mode ``j`` comes first, followed by modes ``j + 1, ..., N, 1, ..., j - 1``
+    (C order), so that every mode product is one matrix product on its
+    leading mode (a BLAS call) and moves that mode to the end. Everything it
+    needs is packed in one flat buffer (one array to pass per call); per mode
+    ``j``, at ``offsets[5 j + 0 ... 4]``:
+
+    0. ``U_j`` (``p_j x r_j``) and 1. ``U_j^T``;
+    2. ``pinv`` of the rotated core unfolding ``S_<j>`` (``r_{-j} x r_j``;
+       :func:`pinv_rows`);
+    3. ``z_j``: that pseudo-inverse times ``U_k`` on the modes ``k > j``,
+       ``(prod p_{>j} prod r_{<j}) x r_j``;
+    4. ``H_j = S x_{k<j} U_k``, rotated to start at mode ``j``.
+
+    Returns
+    -------
+    buffer : ndarray of shape (offsets[-1],)
+    offsets : int64 ndarray of shape (5 N + 1,)
+    """
+    N = dims.shape[0]
+    us = []
+    uts = []
+    o = 0
+    for j in range(N):
+        size = dims[j] * ranks[j]
+        us.append(factors[o:o + size].reshape((dims[j], ranks[j])))
+        uts.append(np.ascontiguousarray(us[j].T))
+        o += size
+    total = core.shape[0]
+    parts = []
+    h = core.copy()
+    for j in range(N):
+        rj = ranks[j]
+        # rotated core: (prod r_{<j}, prod r_{>=j}) transposed
+        lead = _prod(ranks, 0, j)
+        rot = np.ascontiguousarray(core.reshape((lead, total // lead)).T)
+        sp = pinv_rows(rot.reshape((rj, total // rj)), 1e-8)
+        # sp as (r_{j+1}, ..., r_N, r_1, ..., r_j) times U_k (k > j) on the leading
+        # modes, which move to the end: (r_1, ..., r_j, p_{j+1}, ..., p_N); then the
+        # two blocks swapped
+        z = sp.ravel()
+        for k in range(j + 1, N):
+            z = np.dot(z.reshape((ranks[k], z.shape[0] // ranks[k])).T, uts[k]).ravel()
+        lead = _prod(ranks, 0, j + 1)
+        z = np.ascontiguousarray(z.reshape((lead, z.shape[0] // lead)).T).ravel()
+        parts.append(us[j].ravel())
+        parts.append(uts[j].ravel())
+        parts.append(sp.ravel())
+        parts.append(z)
+        parts.append(h)
+        h = np.dot(h.reshape((rj, h.shape[0] // rj)).T, uts[j]).ravel()
+    offsets = np.zeros(5 * N + 1, dtype=np.int64)
+    for i in range(5 * N):
+        offsets[i + 1] = offsets[i] + parts[i].shape[0]
+    buffer = np.empty(offsets[5 * N])
+    for i in range(5 * N):
+        buffer[offsets[i]:offsets[i + 1]] = parts[i]
+    return buffer, offsets
+
+
+@njit(cache=True, nogil=True)
+def tangent_apply(g, dims, ranks, buffer, offsets):
     """The tangent projection ``P(G)`` (flat, C order) from :func:`tangent_setup`'s output.
 
     ``P(G) = C x_k U_k + sum_j S x_j W_j x_{k != j} U_k`` with ``C = G x_k
-    U_k^T`` and ``W_j = (I - U_j U_j^T) [G x_{k != j} U_k^T]_(j) pinv(S_(j))``:
+    U_k^T`` and ``W_j = (I - U_j U_j^T) [G x_{k != j} U_k^T]_(j) pinv(S_(j))``,
+    on cyclically rotated tensors (see :func:`tangent_setup`), each step one
+    matrix product:
 
-    * prefix contractions ``pre_j = G x_{k<j} U_k^T`` (``N`` mode products,
-      ``pre_N = C``);
-    * ``[G x_{k != j} U_k^T]_(j) pinv(S_(j))`` is ``pre_j`` contracted with
-      ``z[j]``, and ``U_j^T [.]_(j) = C_(j)``;
-    * Horner over the modes: ``D_0 = C``, ``D_{j+1} = D_j x_j U_j +
-      (S x_{k<j} U_k) x_j W_j``, ``P(G) = D_N``.
+    * prefix contractions ``pre_j = G x_{k<j} U_k^T``, rotated to start at
+      mode ``j`` (``pre_N = C``);
+    * ``V_j = [G x_{k != j} U_k^T]_<j> pinv(S_<j>)`` is ``pre_j`` (as a
+      ``p_j x rest`` matrix) times ``z_j``, and ``W_j = V_j - U_j (U_j^T V_j)``;
+    * Horner over the modes: ``D_0 = C``, ``D_{j+1} = D_j x_j U_j + H_j x_j
+      W_j`` with ``H_j = S x_{k<j} U_k``, ``P(G) = D_N`` (rotated N times:
+      back in C order).
     """
     N = dims.shape[0]
-    shape = dims.copy()
-    pre = [g]
+    pre = []
     t = g
     for j in range(N):
-        t = mode_product_flat(t, shape, j, factors_t[j])
-        shape[j] = ranks[j]
+        pj = dims[j]
         pre.append(t)
-    C = pre[N]
-    out = C
-    # shape of D_j: (p_{<j}, r_{>=j}); now equal to ranks
+        u = buffer[offsets[5 * j]:offsets[5 * j + 1]].reshape((pj, ranks[j]))
+        t = np.dot(t.reshape((pj, t.shape[0] // pj)).T, u).ravel()
+    d = t
     for j in range(N):
         pj = dims[j]
         rj = ranks[j]
-        left = _prod(ranks, 0, j)
-        right_p = _prod(dims, j + 1, N)
-        right_r = _prod(ranks, j + 1, N)
+        u = buffer[offsets[5 * j]:offsets[5 * j + 1]].reshape((pj, rj))
+        ut = buffer[offsets[5 * j + 1]:offsets[5 * j + 2]].reshape((rj, pj))
         pre_j = pre[j]
-        zj = z[j]
-        sp = core_pinv[j]
-        W = np.zeros((pj, rj))
-        for b in range(left):
+        rest = pre_j.shape[0] // pj
+        z = buffer[offsets[5 * j + 3]:offsets[5 * j + 4]].reshape((rest, rj))
+        v = np.dot(pre_j.reshape((pj, rest)), z)
+        # the r_j x r_j block U_j^T V_j and the Horner step's right factor
+        # [U_j^T; W_j^T] (2 r_j x p_j), W_j = V_j - U_j (U_j^T V_j): loops (tiny)
+        uv = np.zeros((rj, rj))
+        for k in range(rj):
             for i in range(pj):
-                base = (b * pj + i) * right_p
-                for r in range(right_p):
-                    v = pre_j[base + r]
-                    for c in range(rj):
-                        W[i, c] += v * zj[b, r, c]
-        csp = np.zeros((rj, rj))
-        for b in range(left):
-            for i in range(rj):
-                base = (b * rj + i) * right_r
-                for r in range(right_r):
-                    v = C[base + r]
-                    row = b * right_r + r
-                    for c in range(rj):
-                        csp[i, c] += v * sp[row, c]
-        U = factors[j]
-        for i in range(pj):
-            for c in range(rj):
-                s = 0.0
+                c = ut[k, i]
+                for m in range(rj):
+                    uv[k, m] += c * v[i, m]
+        right = np.empty((2 * rj, pj))
+        for k in range(rj):
+            for i in range(pj):
+                right[k, i] = ut[k, i]
+        for m in range(rj):
+            for i in range(pj):
+                s = v[i, m]
                 for k in range(rj):
-                    s += U[i, k] * csp[k, c]
-                W[i, c] -= s
-        new = mode_product_flat(out, shape, j, U)
-        _mode_product_add(new, horner[j], shape, j, W)
-        out = new
-        shape[j] = pj
-    return out
+                    s -= u[i, k] * uv[k, m]
+                right[rj + m, i] = s
+        # D_{j+1} = [D_j; H_j]^T [U_j^T; W_j^T]: one product (D_j and H_j stacked flat)
+        h = buffer[offsets[5 * j + 4]:offsets[5 * j + 5]]
+        n = d.shape[0]
+        stacked = np.empty(2 * n)
+        stacked[:n] = d
+        stacked[n:] = h
+        d = np.dot(stacked.reshape((2 * rj, n // rj)).T, right).ravel()
+    return d
+
+
+@njit(cache=True, nogil=True)
+def noisy_tangent_gradient(m, n, sigma, z, dims, ranks, buffer, offsets):
+    """:func:`noisy_gradient` then :func:`tangent_apply`, in one call (Stage-I client step)."""
+    return tangent_apply(noisy_gradient(m, n, sigma, z), dims, ranks, buffer, offsets)
+
+
+# ----------------------------------------------------------------------------
+# Retraction: (ST-)HOSVD with the leading singular vectors of each unfolding
+# from the eigen-decomposition of its small Gram matrix.
+
+
+@njit(cache=True, nogil=True)
+def _flip_signs(u):
+    """Make the largest-magnitude entry of every column positive (first one on ties)."""
+    for c in range(u.shape[1]):
+        best = 0
+        for i in range(1, u.shape[0]):
+            if abs(u[i, c]) > abs(u[best, c]):
+                best = i
+        if u[best, c] < 0:
+            for i in range(u.shape[0]):
+                u[i, c] = -u[i, c]
+
+
+# Gram matrices up to this size are diagonalized by Jacobi rotations, larger by LAPACK
+_JACOBI_MAX = 16
+
+
+@njit(cache=True, nogil=True)
+def sym_eig_jacobi(a):
+    """Eigen-decomposition of a small symmetric matrix by cyclic Jacobi rotations.
+
+    ``np.linalg.eigh(a)`` for the few-by-few Gram matrices of the retraction
+    without a LAPACK call's set-up (several us each, more than the
+    arithmetic). Rotations until the off-diagonal part is negligible against
+    the diagonal (quadratic convergence, a handful of sweeps); the
+    eigenvectors are orthonormal to rounding, the eigenvalues accurate to
+    ``eps ||a||``.
+
+    Returns
+    -------
+    w : ndarray of shape (n,)
+        Eigenvalues, ascending.
+    v : ndarray of shape (n, n)
+        Orthonormal eigenvectors, as columns (column ``i`` for ``w[i]``).
+    """
+    n = a.shape[0]
+    a = a.copy()
+    v = np.eye(n)
+    for sweep in range(60):
+        off = 0.0  # largest off-diagonal magnitude (squares could underflow)
+        for p in range(n):
+            for q in range(p + 1, n):
+                off = max(off, abs(a[p, q]))
+        if off == 0.0:
+            break
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                apq = a[p, q]
+                if apq == 0.0:
+                    continue
+                # negligible against both diagonal entries: exactly zero (ends the sweeps)
+                if (sweep > 3 and abs(a[p, p]) + 100.0 * abs(apq) == abs(a[p, p])
+                        and abs(a[q, q]) + 100.0 * abs(apq) == abs(a[q, q])):
+                    a[p, q] = 0.0
+                    a[q, p] = 0.0
+                    continue
+                theta = (a[q, q] - a[p, p]) / (2.0 * apq)
+                if abs(theta) > 1e150:
+                    t = 0.5 / theta
+                else:
+                    t = 1.0 / (abs(theta) + np.sqrt(theta * theta + 1.0))
+                    if theta < 0:
+                        t = -t
+                c = 1.0 / np.sqrt(t * t + 1.0)
+                s = t * c
+                for k in range(n):  # A J
+                    akp = a[k, p]
+                    akq = a[k, q]
+                    a[k, p] = c * akp - s * akq
+                    a[k, q] = s * akp + c * akq
+                for k in range(n):  # J^T (A J)
+                    apk = a[p, k]
+                    aqk = a[q, k]
+                    a[p, k] = c * apk - s * aqk
+                    a[q, k] = s * apk + c * aqk
+                a[p, q] = 0.0
+                a[q, p] = 0.0
+                for k in range(n):  # V J
+                    vkp = v[k, p]
+                    vkq = v[k, q]
+                    v[k, p] = c * vkp - s * vkq
+                    v[k, q] = s * vkp + c * vkq
+    w = np.empty(n)
+    for i in range(n):
+        w[i] = a[i, i]
+    order = np.argsort(w)
+    return w[order], np.ascontiguousarray(v[:, order])
+
+
+@njit(cache=True, nogil=True)
+def leading_left_vectors(m, r, gap_tol):
+    """Top-``r`` left singular vectors of a matrix ``m`` (C order), signs normalized.
+
+    They are the leading eigenvectors of ``m m^T`` (``p x p``; by
+    :func:`sym_eig_jacobi` up to ``p = 16``, else LAPACK ``syevd``), far
+    cheaper than an SVD of a wide ``m``. Squaring ``m``
+    squares its condition, so the Gram is used only when the gap
+    ``lambda_r - lambda_{r+1}`` exceeds ``gap_tol lambda_1`` (subspace error
+    about ``eps / gap_tol``); else (rank-deficient or nearly tied at the
+    cut, zero ``m``) the SVD of ``m`` decides, as before. Column signs: the
+    largest-magnitude entry of each column is positive.
+
+    Returns
+    -------
+    u : ndarray of shape (m.shape[0], r)
+    """
+    p = m.shape[0]
+    g = np.dot(m, m.T)
+    if p <= _JACOBI_MAX:
+        w, v = sym_eig_jacobi(g)
+    else:
+        w, v = np.linalg.eigh(g)  # ascending
+    top = w[p - 1]
+    below = 0.0
+    if r < p and w[p - r - 1] > 0:
+        below = w[p - r - 1]
+    u = np.empty((p, r))
+    if top > 0 and w[p - r] - below > gap_tol * top:
+        for c in range(r):
+            for i in range(p):
+                u[i, c] = v[i, p - 1 - c]
+    else:
+        full, _, _ = np.linalg.svd(m, full_matrices=False)
+        for c in range(r):
+            for i in range(p):
+                u[i, c] = full[i, c]
+    _flip_signs(u)
+    return u
+
+
+@njit(cache=True, nogil=True)
+def hosvd_flat(t, dims, ranks, sequential, gap_tol):
+    """(ST-)HOSVD of a flat C-order tensor and its Tucker reconstruction, in one call.
+
+    ``sequential``: ST-HOSVD (each factor from the already truncated core),
+    else T-HOSVD (every factor from ``t``'s own unfoldings). Factors by
+    :func:`leading_left_vectors` of the cyclically rotated unfoldings (modes
+    ``j, j + 1, ..., N, 1, ..., j - 1``; a permutation of the columns of the
+    usual unfolding, so the same left singular vectors); every mode product
+    is one matrix product on the leading mode, which then moves to the end.
+
+    Returns
+    -------
+    recon : ndarray of shape (prod(dims),)
+        ``core x_1 U_1 ... x_N U_N``, flat.
+    core : ndarray of shape (prod(ranks),)
+        Flat, C order.
+    factors : list of ndarray of shape (dims[j], ranks[j])
+    """
+    N = dims.shape[0]
+    total = t.shape[0]
+    factors = []
+    if not sequential:
+        for s in range(N):
+            lead = _prod(dims, 0, s)
+            rot = np.ascontiguousarray(t.reshape((lead, total // lead)).T)
+            factors.append(leading_left_vectors(rot.reshape((dims[s], total // dims[s])),
+                                                ranks[s], gap_tol))
+    core = t
+    for s in range(N):
+        m = core.reshape((dims[s], core.shape[0] // dims[s]))
+        if sequential:
+            factors.append(leading_left_vectors(m, ranks[s], gap_tol))
+        core = np.dot(m.T, factors[s]).ravel()
+    recon = core
+    for s in range(N):
+        m = recon.reshape((ranks[s], recon.shape[0] // ranks[s]))
+        recon = np.dot(m.T, np.ascontiguousarray(factors[s].T)).ravel()
+    return recon, core, factors
+
+
+@njit(cache=True, nogil=True)
+def weighted_step(coef, grads, weights, step_size):
+    """The Stage-I server's step before the retraction: ``coef - step_size sum_k w_k G_k``.
+
+    ``grads`` holds the clients' gradients as rows (flat), summed in row
+    order as ``sum(w * G for ...)`` would. Returns the step (flat, new
+    array), ``||sum_k w_k G_k||_F`` and whether every entry of the step is
+    finite.
+    """
+    K, size = grads.shape
+    g = np.zeros(size)
+    for k in range(K):
+        w = weights[k]
+        for i in range(size):
+            g[i] += w * grads[k, i]
+    out = np.empty(size)
+    norm2 = 0.0
+    finite = True
+    for i in range(size):
+        norm2 += g[i] * g[i]
+        v = coef[i] - step_size * g[i]
+        out[i] = v
+        if not np.isfinite(v):
+            finite = False
+    return out, np.sqrt(norm2), finite

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..federated import FederatedAlgorithm, PhasedAlgorithm
 from ..privacy import pftr_noise_multiplier
-from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient
+from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient, weighted_step
 from ._rank import make_feasible, ratio_rank, vote_ranks
 from ._tucker import (
     TangentProjector,
@@ -212,7 +212,9 @@ _NO_NOISE = np.zeros(0)
 
 
 def _readonly_copy(a):
-    out = np.array(a, dtype=float, copy=True)
+    # astype: numpy's own float64 dtype object even for arrays numba made (np.array
+    # keeps theirs, and np.asarray(., dtype=float) of such an array is a view)
+    out = np.asarray(a).astype(float)
     out.setflags(write=False)
     return out
 
@@ -228,11 +230,6 @@ def _factor_broadcast(A, core, factors):
     for j, U in enumerate(factors):
         msg[f"factor_{j}"] = _readonly_copy(U)
     return msg
-
-
-def _factors_from(broadcast):
-    n = sum(1 for key in broadcast if key.startswith("factor_"))
-    return [np.asarray(broadcast[f"factor_{j}"]) for j in range(n)]
 
 
 class InitAlgorithm(FederatedAlgorithm):
@@ -312,6 +309,8 @@ class StageOne(FederatedAlgorithm):
         self.retraction = retraction
         self._projector_cache = None
         self._noise_multiplier = None
+        self._coef_size = math.prod(self.coef_shape)
+        self._broadcast_names = ("core",) + tuple(f"factor_{j}" for j in range(len(self.rank)))
 
     def client_init(self, data, rng):
         norms = np.linalg.norm(data.X, axis=1)
@@ -338,20 +337,21 @@ class StageOne(FederatedAlgorithm):
         """
         cached = self._projector_cache
         if cached is not None:
-            objs = cached[0]
-            names = ["core"] + [f"factor_{j}" for j in range(len(objs) - 1)]
-            if all(
-                broadcast.get(name) is b and not b.flags.writeable and b.base is None
-                for name, b in zip(names, objs)
-            ):
+            for name, b in zip(self._broadcast_names, cached[0]):  # a plain loop: per client
+                if broadcast.get(name) is not b or b.base is not None or b.flags.writeable:
+                    break
+            else:
                 return cached[2]
-        arrays = [np.asarray(broadcast["core"], dtype=float)] + _factors_from(broadcast)
+        # the broadcast's own objects for the identity check (np.asarray(., dtype=float)
+        # may return a view, e.g. of an array whose dtype object numba made)
+        objs = [broadcast[name] for name in self._broadcast_names]
+        arrays = [np.asarray(a, dtype=float) for a in objs]
         key = tuple((a.shape, a.tobytes()) for a in arrays)
         if cached is not None and cached[1] == key:
             projector = cached[2]
         else:
             projector = TangentProjector(arrays[0], arrays[1:])
-        self._projector_cache = (arrays, key, projector)  # one atomic store: thread safe
+        self._projector_cache = (objs, key, projector)  # one atomic store: thread safe
         return projector
 
     def _noise_std(self, tau_e, tau_x, n_samples):
@@ -374,7 +374,8 @@ class StageOne(FederatedAlgorithm):
     def client_step(self, data, state, broadcast, rng):
         A = np.asarray(broadcast["coef"])
         q, p = data.y.shape[1], data.X.shape[1]
-        R = data.y - data.X @ A.reshape(q, p).T
+        R = data.X @ A.reshape(q, p).T
+        R = np.subtract(data.y, R, out=R)  # Y - X A^T, without a second (n, q) array
         # T_tau_e row-wise, in place (R is this step's own array); NaN: the quantile level
         tau_e = clip_residuals(R, float(self.clip_quantile),
                                np.nan if self.tau_e is None else float(self.tau_e))
@@ -382,28 +383,37 @@ class StageOne(FederatedAlgorithm):
         sigma = self._noise_std(tau_e, state["tau_x"], n)
         if not (sigma >= 0 and math.isfinite(sigma)):  # gaussian_mechanism's check
             raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
-        # the gradient -(R^T X) / n plus the Gaussian mechanism's noise, fused; the
-        # draw is the one gaussian_mechanism makes (none when sigma == 0)
-        noise = rng.standard_normal(self.coef_shape).reshape(-1) if sigma else _NO_NOISE
-        noisy = noisy_gradient((R.T @ state["X"]).reshape(-1), float(n), sigma, noise)
-        if self.tangent == "exact":
-            sent = self._projector(broadcast).apply_flat(noisy)
+        # the gradient -(R^T X) / n plus the Gaussian mechanism's noise (the draw
+        # gaussian_mechanism makes, none when sigma == 0), then projected
+        # flat: the same draws, in the same (C) order, as of shape coef_shape
+        noise = rng.standard_normal(self._coef_size) if sigma else _NO_NOISE
+        m = (R.T @ state["X"]).reshape(-1)
+        if self.tangent == "exact":  # gradient, noise and projection in one compiled call
+            sent = self._projector(broadcast).apply_noisy(m, n, sigma, noise)
         else:
-            sent = tangent_project_surrogate(noisy.reshape(self.coef_shape), self.rank,
-                                             self.retraction)
+            sent = tangent_project_surrogate(
+                noisy_gradient(m, float(n), sigma, noise).reshape(self.coef_shape),
+                self.rank, self.retraction)
         new_state = {**state, "tau_e": state["tau_e"] + [tau_e],
                      "sigma": state["sigma"] + [sigma]}
         return new_state, {"grad": sent, "n_samples": np.int64(n)}
 
     def server_step(self, state, messages, rng):
-        sizes = np.array([float(m["n_samples"]) for m in messages.values()])
+        msgs = list(messages.values())
+        sizes = np.array([float(m["n_samples"]) for m in msgs])
         weights = sizes / sizes.sum()
-        G = sum(w * np.asarray(m["grad"]) for w, m in zip(weights, messages.values()))
-        step = state["coef"] - self.step_size * G
-        _check_finite(step, len(state["grad_norm"]) + 1)
-        A, core, factors = retract(step, self.rank, self.retraction)
+        # weighted mean, step and its checks in one compiled call (one array type)
+        grads = np.empty((len(msgs), self._coef_size))
+        for k, m in enumerate(msgs):
+            grads[k] = np.reshape(m["grad"], -1)
+        step, grad_norm, finite = weighted_step(
+            np.ascontiguousarray(state["coef"], dtype=float).reshape(-1), grads, weights,
+            float(self.step_size))
+        if not finite:
+            _check_finite(step, len(state["grad_norm"]) + 1)
+        A, core, factors = retract(step.reshape(self.coef_shape), self.rank, self.retraction)
         state = {"coef": A, "core": core, "factors": factors,
-                 "grad_norm": state["grad_norm"] + [float(np.linalg.norm(G))]}
+                 "grad_norm": state["grad_norm"] + [float(grad_norm)]}
         return state, _factor_broadcast(A, core, factors)
 
 

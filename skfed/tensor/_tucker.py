@@ -11,9 +11,13 @@ import math
 import numbers
 
 import numpy as np
-from scipy.linalg.lapack import dgesdd as _dgesdd
-
-from ._kernels import tangent_apply, tangent_setup
+from ._kernels import (
+    hosvd_flat,
+    leading_left_vectors,
+    noisy_tangent_gradient,
+    tangent_apply,
+    tangent_setup,
+)
 
 __all__ = [
     "check_tucker_rank",
@@ -82,10 +86,8 @@ def _unfold(T, mode):
 
     tensorly's numpy backend computes ``moveaxis(T, mode, 0).reshape(T.shape[mode],
     -1)``; the same transpose spelled out skips its backend dispatch and
-    ``moveaxis``'s axis normalization, about half the cost of an unfolding
-    of these small tensors (the retraction unfolds every mode every Stage-I
-    round). The mode products use :func:`_mode_product` (one matmul, no
-    unfold/fold copies).
+    ``moveaxis``'s axis normalization. (The retraction's numba kernel uses
+    cyclically rotated unfoldings, a permutation of these columns.)
     """
     order = (mode,) + tuple(range(mode)) + tuple(range(mode + 1, T.ndim))
     return T.transpose(order).reshape(T.shape[mode], -1)
@@ -110,45 +112,44 @@ def _mode_product(T, M, mode):
     return out.reshape(new_shape)
 
 
-def _leading_left_singular_vectors(M, r):
-    """Top-``r`` left singular vectors of ``M`` by LAPACK ``gesdd``.
+# Gram eigen-decomposition is used when lambda_r - lambda_{r+1} > _GAP_TOL lambda_1;
+# its subspace error is then at most about eps / _GAP_TOL (2e-12), else the SVD decides
+_GAP_TOL = 1e-4
 
-    The routine ``np.linalg.svd`` calls, called through scipy's LAPACK
-    wrapper for real double matrices to skip numpy's per-call overhead (the
-    retraction runs every Stage-I round on small unfoldings).
+
+def _leading_left_singular_vectors(M, r):
+    """Top-``r`` left singular vectors of a matrix ``M``, signs normalized.
+
+    See :func:`~skfed.tensor._kernels.leading_left_vectors` (eigenvectors of
+    ``M M^T``, the SVD of ``M`` when the Gram is not conclusive; the
+    largest-magnitude entry of each column is positive).
     """
-    if M.dtype == np.float64 and M.ndim == 2 and M.size:
-        U, _, _, info = _dgesdd(M, compute_uv=1, full_matrices=0)
-        if info == 0:
-            return U[:, :r]
-    # other dtypes, or gesdd failed: numpy's SVD (raises LinAlgError if it fails too)
-    U, _, _ = np.linalg.svd(M, full_matrices=False)
-    return U[:, :r]
+    return leading_left_vectors(np.array(M, dtype=float, order="C", ndmin=2), int(r), _GAP_TOL)
+
+
+def _hosvd(T, rank, sequential):
+    T = np.array(T, dtype=float, order="C")  # own copy: the kernel sees one array type
+    out, core, factors = hosvd_flat(T.reshape(-1), np.array(T.shape, dtype=np.int64),
+                                    np.array(rank, dtype=np.int64), sequential, _GAP_TOL)
+    return out.reshape(T.shape), core.reshape(tuple(rank)), list(factors)
 
 
 def st_hosvd(T, rank):
     """Sequentially truncated HOSVD: ``(core, factors)`` of Tucker rank ``<= rank``.
 
     Mode by mode, the factor is taken from the current (already truncated)
-    core, which is then compressed along that mode.
+    core, which is then compressed along that mode. Factors are the leading
+    left singular vectors of the unfoldings, computed from their Gram
+    matrices when that is accurate (see
+    :func:`~skfed.tensor._kernels.leading_left_vectors`), the
+    largest-magnitude entry of each column positive.
     """
-    core = np.asarray(T, dtype=float)
-    factors = []
-    for s, r in enumerate(rank):
-        U = _leading_left_singular_vectors(_unfold(core, s), r)
-        factors.append(U)
-        core = _mode_product(core, U.T, s)
-    return core, factors
+    return _hosvd(T, rank, True)[1:]
 
 
 def t_hosvd(T, rank):
     """Truncated HOSVD: every factor from the original tensor's unfoldings."""
-    T = np.asarray(T, dtype=float)
-    factors = [_leading_left_singular_vectors(_unfold(T, s), r) for s, r in enumerate(rank)]
-    core = T
-    for s, U in enumerate(factors):
-        core = _mode_product(core, U.T, s)
-    return core, factors
+    return _hosvd(T, rank, False)[1:]
 
 
 def tucker_to_tensor(core, factors):
@@ -161,13 +162,10 @@ def tucker_to_tensor(core, factors):
 
 def retract(T, rank, method="st_hosvd"):
     """Retraction onto Tucker rank ``<= rank``: ``(tensor, core, factors)``."""
-    if method == "st_hosvd":
-        core, factors = st_hosvd(T, rank)
-    elif method == "t_hosvd":
-        core, factors = t_hosvd(T, rank)
-    else:
+    if method not in RETRACTIONS:
         raise ValueError(f"retraction must be one of {RETRACTIONS}, got {method!r}.")
-    return tucker_to_tensor(core, factors), core, factors
+    # decomposition and reconstruction in one compiled call
+    return _hosvd(T, rank, method == "st_hosvd")
 
 
 class TangentProjector:
@@ -175,13 +173,14 @@ class TangentProjector:
 
     Everything that depends only on the base point ``A = S x_1 U_1 ... x_N
     U_N`` is computed once (per Stage-I round) by the numba kernel
-    :func:`~skfed.tensor._kernels.tangent_setup`: the pseudo-inverses of the
-    core unfoldings, those pseudo-inverses multiplied by the factors of the
-    later modes, and the partial reconstructions ``S x_{k<j} U_k``. A call
-    then costs ``N`` mode products for ``C = G x_k U_k^T`` (prefix by
-    prefix), one contraction per mode for ``W_j`` and ``2 N`` mode products
-    for the result (Horner's scheme over the modes, see
-    :func:`~skfed.tensor._kernels.tangent_apply`), all in one compiled call.
+    :func:`~skfed.tensor._kernels.tangent_setup` and packed in one buffer:
+    the pseudo-inverses of the core unfoldings, those pseudo-inverses
+    multiplied by the factors of the later modes, and the partial
+    reconstructions ``S x_{k<j} U_k``. A call then costs ``N`` mode products
+    for ``C = G x_k U_k^T`` (prefix by prefix), one contraction per mode for
+    ``W_j`` and ``2 N`` mode products for the result (Horner's scheme over
+    the modes, see :func:`~skfed.tensor._kernels.tangent_apply`), all in one
+    compiled call.
 
     Parameters
     ----------
@@ -191,20 +190,15 @@ class TangentProjector:
 
     def __init__(self, core, factors):
         core = np.asarray(core, dtype=float)
-        self.core = core
-        # own writable C-order copies: the kernels then always see one array type
-        # (a broadcast's arrays are read-only), so they compile once
-        self.factors = tuple(np.array(U, dtype=float, order="C") for U in factors)
-        self.factors_t = tuple(np.ascontiguousarray(U.T) for U in self.factors)
-        self.shape = tuple(U.shape[0] for U in self.factors)
+        self.shape = tuple(U.shape[0] for U in factors)
         self._dims = np.array(self.shape, dtype=np.int64)
         self._ranks = np.array(core.shape, dtype=np.int64)
-        core_pinv, z, horner = tangent_setup(
-            np.array(core, order="C").reshape(-1), self._dims, self._ranks, self.factors
+        # new writable C-order arrays: the kernel always sees one array type
+        # (a broadcast's arrays are read-only), so it compiles once
+        flat = np.concatenate([np.asarray(U, dtype=float).reshape(-1) for U in factors])
+        self._buffer, self._offsets = tangent_setup(
+            np.array(core, order="C").reshape(-1), self._dims, self._ranks, flat
         )
-        self.core_pinv = tuple(core_pinv)
-        self._z = tuple(z)
-        self._horner = tuple(horner)
 
     def __call__(self, G):
         G = np.asarray(G, dtype=float)
@@ -218,13 +212,20 @@ class TangentProjector:
     def apply_flat(self, g):
         """``P(G)`` for ``G`` given flat (C order) as a writeable float64 array.
 
-        The call without its checks, for a caller that made ``g`` itself
-        (the Stage-I client step). Returns the tensor, of shape ``shape``.
+        The call without its checks. Returns the tensor, of shape ``shape``.
         """
-        out = tangent_apply(
-            g, self._dims, self._ranks, self.factors,
-            self.factors_t, self.core_pinv, self._z, self._horner,
-        )
+        out = tangent_apply(g, self._dims, self._ranks, self._buffer, self._offsets)
+        return out.reshape(self.shape)
+
+    def apply_noisy(self, m, n, sigma, z):
+        """``P(-m / n + sigma z)`` (:func:`~skfed.tensor._kernels.noisy_gradient`), flat.
+
+        The Stage-I client step's gradient, noise and projection in one
+        compiled call; ``m`` and ``z`` flat, writeable float64 (``z`` may be
+        empty when ``sigma == 0``). Returns the tensor, of shape ``shape``.
+        """
+        out = noisy_tangent_gradient(m, float(n), float(sigma), z, self._dims, self._ranks,
+                                     self._buffer, self._offsets)
         return out.reshape(self.shape)
 
 

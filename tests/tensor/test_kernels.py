@@ -62,9 +62,10 @@ def test_stage_two_converges_to_the_lasso_solution():
 from skfed.tensor._kernels import (  # noqa: E402
     clip_residuals,
     clip_rows_inplace,
-    mode_product_flat,
     noisy_gradient,
+    noisy_tangent_gradient,
     pinv,
+    pinv_rows,
     quantile_linear,
     row_norms,
     tangent_apply,
@@ -147,17 +148,6 @@ def test_stage_one_noise_std_is_pftr_noise_std():
             alg._noise_std(np.nan, 1.0, 10)
 
 
-@pytest.mark.parametrize("shape", [(4,), (3, 5), (2, 3, 4), (2, 1, 3, 4)])
-def test_mode_product_flat_matches_tensordot(shape):
-    rng = np.random.default_rng(2)
-    T = rng.standard_normal(shape)
-    for mode in range(len(shape)):
-        M = rng.standard_normal((3, shape[mode]))
-        ref = np.moveaxis(np.tensordot(M, T, axes=(1, mode)), 0, mode)
-        out = mode_product_flat(T.ravel(), np.array(shape, dtype=np.int64), mode, M)
-        np.testing.assert_allclose(out.reshape(ref.shape), ref, rtol=1e-13, atol=1e-14)
-
-
 def test_pinv_matches_numpy():
     rng = np.random.default_rng(3)
     full = rng.standard_normal((3, 8))
@@ -202,18 +192,38 @@ def test_tangent_kernels_match_the_term_by_term_reference(shape, rank):
         np.testing.assert_allclose(tangent_project(G, core, factors), ref, rtol=0, atol=1e-12)
     # the setup pieces themselves
     dims, ranks = np.array(shape, dtype=np.int64), np.array(rank, dtype=np.int64)
-    Us = tuple(np.ascontiguousarray(U) for U in factors)  # one array type in the tuple
-    core_pinv, z, horner = tangent_setup(core.ravel(), dims, ranks, Us)
+    flat = np.concatenate([U.ravel() for U in factors])
+    buffer, offsets = tangent_setup(core.ravel(), dims, ranks, flat)
     for j in range(len(shape)):
-        unf = np.moveaxis(core, j, 0).reshape(rank[j], -1)
-        np.testing.assert_allclose(core_pinv[j], np.linalg.pinv(unf), atol=1e-12)
-    np.testing.assert_allclose(horner[0], core.ravel())
+        # the cyclically rotated unfolding: modes j, j + 1, ..., N - 1, 0, ..., j - 1
+        order = [(j + k) % len(shape) for k in range(len(shape))]
+        unf = np.transpose(core, order).reshape(rank[j], -1)
+        part = [buffer[offsets[5 * j + i]:offsets[5 * j + i + 1]] for i in range(5)]
+        assert np.array_equal(part[0], factors[j].ravel())
+        assert np.array_equal(part[1], factors[j].T.ravel())
+        np.testing.assert_allclose(part[2], np.linalg.pinv(unf).ravel(), atol=1e-12)
+    np.testing.assert_allclose(buffer[offsets[4]:offsets[5]], core.ravel())
     G = rng.standard_normal(shape)
-    out = tangent_apply(G.ravel(), dims, ranks, Us,
-                        tuple(np.ascontiguousarray(U.T) for U in factors),
-                        tuple(core_pinv), tuple(z), tuple(horner))
+    out = tangent_apply(G.ravel(), dims, ranks, buffer, offsets)
     np.testing.assert_allclose(out.reshape(shape), _tangent_project_ref(G, core, factors),
                                atol=1e-12)
+    # gradient, noise and projection fused
+    m, z = rng.standard_normal(shape) * 30.0, rng.standard_normal(shape)
+    fused = noisy_tangent_gradient(m.ravel(), 37.0, 0.4, z.ravel(), dims, ranks, buffer,
+                                   offsets)
+    np.testing.assert_allclose(fused.reshape(shape),
+                               _tangent_project_ref(-m / 37.0 + 0.4 * z, core, factors),
+                               atol=1e-12)
+
+
+def test_pinv_rows_matches_numpy():
+    rng = np.random.default_rng(13)
+    full = rng.standard_normal((3, 27))
+    deficient = rng.standard_normal((3, 1)) @ rng.standard_normal((1, 8))  # SVD fallback
+    square = rng.standard_normal((4, 4))
+    for a in (full, deficient, np.zeros((2, 4)), square, full[:1].copy(), np.ones((1, 1))):
+        np.testing.assert_allclose(pinv_rows(a, 1e-8), np.linalg.pinv(a), rtol=1e-10,
+                                   atol=1e-12)
 
 
 def test_tangent_projection_at_a_rank_deficient_core():
@@ -246,3 +256,126 @@ def test_projector_apply_flat_is_the_call():
     G = rng.standard_normal((4, 3, 5))
     projector = TangentProjector(core, factors)
     assert np.array_equal(projector.apply_flat(G.reshape(-1).copy()), projector(G))
+
+
+# ----------------------------------------------------------------------------
+# retraction kernels
+
+
+def _svd_vectors(M, r):
+    U = np.linalg.svd(M, full_matrices=False)[0][:, :r]
+    idx = np.argmax(np.abs(U), axis=0)
+    return U * np.sign(U[idx, np.arange(r)])
+
+
+def test_leading_left_vectors_match_the_svd():
+    from skfed.tensor._kernels import leading_left_vectors
+
+    rng = np.random.default_rng(11)
+    T = rng.standard_normal((5, 6, 7))
+    for mode in range(3):
+        M = np.moveaxis(T, mode, 0).reshape(T.shape[mode], -1)
+        for r in (1, 3, T.shape[mode]):
+            U = leading_left_vectors(M, r, 1e-4)
+            np.testing.assert_allclose(U, _svd_vectors(M, r), atol=1e-12)
+            # a permutation of the columns has the same left singular vectors
+            perm = rng.permutation(M.shape[1])
+            np.testing.assert_allclose(leading_left_vectors(M[:, perm].copy(), r, 1e-4), U,
+                                       atol=1e-12)
+    # rank deficient at the cut (rank 1, r = 2) and zero: the SVD's vectors, orthonormal
+    M = rng.standard_normal((4, 1)) @ rng.standard_normal((1, 9))
+    for A in (M, np.zeros((3, 5))):
+        np.testing.assert_allclose(leading_left_vectors(A, 2, 1e-4), _svd_vectors(A, 2),
+                                   atol=1e-12)
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+@pytest.mark.parametrize("shape, rank", [((5, 5, 10, 5), (3, 3, 3, 3)), ((6, 4, 5), (2, 3, 2)),
+                                         ((7, 6), (2, 2)), ((3, 4, 2), (3, 4, 2))])
+def test_hosvd_flat_matches_the_numpy_hosvd(shape, rank, sequential):
+    from skfed.tensor._kernels import hosvd_flat
+
+    rng = np.random.default_rng(12)
+    T = rng.standard_normal(shape)
+
+    def mdot(X, M, k):
+        return np.moveaxis(np.tensordot(M, X, axes=(1, k)), 0, k)
+
+    core, factors = T, []
+    for k, r in enumerate(rank):  # the numpy (T-/ST-)HOSVD, SVD signs normalized
+        src = core if sequential else T
+        factors.append(_svd_vectors(np.moveaxis(src, k, 0).reshape(src.shape[k], -1), r))
+        if sequential:
+            core = mdot(core, factors[k].T, k)
+    if not sequential:
+        for k, U in enumerate(factors):
+            core = mdot(core, U.T, k)
+    recon = core
+    for k, U in enumerate(factors):
+        recon = mdot(recon, U, k)
+    out, c, fs = hosvd_flat(T.ravel(), np.array(shape, dtype=np.int64),
+                            np.array(rank, dtype=np.int64), sequential, 1e-4)
+    np.testing.assert_allclose(out.reshape(shape), recon, atol=1e-12)
+    np.testing.assert_allclose(c.reshape(rank), core, atol=1e-12)
+    for U, ref in zip(fs, factors, strict=True):
+        np.testing.assert_allclose(U, ref, atol=1e-12)
+
+
+def test_weighted_step_is_numpys_server_step():
+    from skfed.tensor._kernels import weighted_step
+
+    rng = np.random.default_rng(14)
+    coef, grads = rng.standard_normal(60), rng.standard_normal((4, 60))
+    sizes = np.array([40.0, 250.0, 13.0, 90.0])
+    w = sizes / sizes.sum()
+    G = sum(wk * g for wk, g in zip(w, grads))
+    step, norm, finite = weighted_step(coef, grads, w, 0.3)
+    assert np.array_equal(step, coef - 0.3 * G)  # same order of operations: bitwise
+    assert norm == pytest.approx(np.linalg.norm(G), rel=1e-14) and finite
+    grads[2, 7] = np.inf
+    assert not weighted_step(coef, grads, w, 0.3)[2]
+
+
+def test_stage_one_projector_cache_hits_the_server_broadcast_by_identity():
+    from skfed.tensor._stages import StageOne
+
+    rng = np.random.default_rng(15)
+    alg = StageOne((4, 3, 5), (2, 2, 2), rng.standard_normal((4, 3, 5)), step_size=0.1,
+                   n_rounds=3, epsilon=None, delta=None)
+    state, broadcast = alg.server_init(rng)
+    for _ in range(2):  # the initial broadcast, then one from a server step
+        projector = alg._projector(broadcast)
+        objs, _, _ = alg._projector_cache
+        sentinel = object()
+        alg._projector_cache = (objs, None, sentinel)  # only the identity path returns it
+        assert alg._projector(broadcast) is sentinel
+        alg._projector_cache = (objs, None, projector)
+        G = rng.standard_normal((4, 3, 5))
+        ref = tangent_project(G, broadcast["core"], [broadcast[f"factor_{j}"] for j in range(3)])
+        np.testing.assert_allclose(alg._projector(broadcast)(G), ref, atol=1e-13)
+        msg = {"grad": projector(G), "n_samples": np.int64(10)}
+        state, broadcast = alg.server_step(state, {0: msg}, rng)
+
+
+def test_sym_eig_jacobi_matches_eigh():
+    from skfed.tensor._kernels import sym_eig_jacobi
+
+    rng = np.random.default_rng(16)
+    cases = [rng.standard_normal((n, 3 * n)) for n in (1, 2, 5, 10, 16)]
+    cases.append(rng.standard_normal((6, 2)))  # rank 2: zero eigenvalues
+    cases.append(np.diag([3.0, 1.0, 2.0]) @ rng.standard_normal((3, 3)) * 1e-100)  # tiny
+    for M in cases:
+        A = M @ M.T
+        w, V = sym_eig_jacobi(A)
+        w_ref, V_ref = np.linalg.eigh(A)
+        scale = np.abs(w_ref).max()
+        np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-13 * scale)
+        np.testing.assert_allclose(V.T @ V, np.eye(len(A)), atol=1e-14)
+        np.testing.assert_allclose(A @ V, V * w, rtol=0, atol=1e-13 * scale)
+        # distinct eigenvalues: the same eigenvectors up to sign
+        gaps = np.diff(w_ref) > 1e-6 * scale
+        for i in range(len(A)):
+            if (i == 0 or gaps[i - 1]) and (i == len(A) - 1 or gaps[i]):
+                assert abs(abs(V[:, i] @ V_ref[:, i]) - 1) < 1e-12
+    w, V = sym_eig_jacobi(np.zeros((4, 4)))
+    assert np.array_equal(w, np.zeros(4)) and np.array_equal(V, np.eye(4))

@@ -111,15 +111,28 @@ def test_check_tucker_rank():
         retract(np.zeros((3, 3)), (1, 1), "hooi")
 
 
-def test_leading_singular_vectors_are_numpys():
+def test_leading_singular_vectors_are_numpys_up_to_sign():
     from skfed.tensor._tucker import _leading_left_singular_vectors
 
     rng = np.random.default_rng(7)
+    deficient = rng.standard_normal((6, 1)) @ rng.standard_normal((1, 40))  # SVD fallback
     for M in (rng.standard_normal((5, 250)), rng.standard_normal((10, 4)),
               np.zeros((3, 6)), rng.standard_normal((4, 9)).astype(np.float32),
-              np.asfortranarray(rng.standard_normal((6, 8)))):
-        ref = np.linalg.svd(M, full_matrices=False)[0][:, :2]
-        np.testing.assert_allclose(_leading_left_singular_vectors(M, 2), ref, atol=1e-6)
+              np.asfortranarray(rng.standard_normal((6, 8))), deficient):
+        ref = np.linalg.svd(M.astype(float), full_matrices=False)[0][:, :2]
+        U = _leading_left_singular_vectors(M, 2)
+        np.testing.assert_allclose(U.T @ U, np.eye(2), atol=1e-14)
+        # the spanned subspace (the leading one; for ``deficient`` the first vector)
+        k = 1 if M is deficient else 2
+        np.testing.assert_allclose(U[:, :k] @ U[:, :k].T, ref[:, :k] @ ref[:, :k].T,
+                                   atol=1e-12)
+        if M.any():
+            # deterministic signs: the largest-magnitude entry of each column is positive
+            idx = np.argmax(np.abs(U), axis=0)
+            assert np.all(U[idx, np.arange(2)] > 0)
+            if M is not deficient:
+                np.testing.assert_allclose(U, ref * np.sign(ref[idx, np.arange(2)]),
+                                           atol=1e-12)
 
 
 def test_unfold_is_tensorlys():
