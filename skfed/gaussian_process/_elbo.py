@@ -28,6 +28,7 @@ Cholesky reverse mode gives ``K_zz_bar`` and :func:`kernel_adjoint` the
 kernel parameters.
 """
 
+import functools
 import weakref
 from dataclasses import dataclass, field
 
@@ -131,15 +132,24 @@ def chol_backward(L, L_bar):
     return 0.5 * (K_bar + K_bar.T)
 
 
+@functools.lru_cache(maxsize=None)
+def _tril_indices(m):
+    """``np.tril_indices(m)``, made once per size (read-only; a round packs many)."""
+    rows, cols = np.tril_indices(m)
+    rows.flags.writeable = False
+    cols.flags.writeable = False
+    return rows, cols
+
+
 def tril_pack(A):
     """Lower triangle (with diagonal) of a square matrix as a flat vector."""
-    return A[np.tril_indices(A.shape[0])]
+    return A[_tril_indices(A.shape[0])]
 
 
 def tril_unpack(v, m, symmetric=False):
     """Inverse of :func:`tril_pack` (optionally mirrored to a symmetric matrix)."""
     A = np.zeros((m, m))
-    A[np.tril_indices(m)] = v
+    A[_tril_indices(m)] = v
     if symmetric:
         A = A + np.tril(A, -1).T
     return A
@@ -172,6 +182,8 @@ class ModelConfig:
 
     def lengthscale(self, raw):
         ls = softplus(np.asarray(raw, dtype=float))
+        if ls.shape == (self.n_features,):  # ARD (or one feature): already the vector
+            return ls
         return np.broadcast_to(ls, (self.n_features,)).astype(float)
 
     def fold_lengthscale_grad(self, g_ls, raw):
@@ -233,7 +245,7 @@ class Basis:
 
     def quad(self, L):
         """``|L^T W|_F^2 = sum(L * (W W^T) L)``."""
-        return float(np.sum(L * (self.gram @ L)))
+        return float((L * (self.gram @ L)).sum())
 
 
 def stacked_gram(bases):
@@ -242,10 +254,15 @@ def stacked_gram(bases):
     Diagonal blocks are the bases' own Gram matrices, the block below the
     diagonal the transpose of the one above (exactly symmetric).
     """
-    k = len(bases)
-    return np.block([[bases[i].gram if i == j else
-                      (bases[i].cross(bases[j]) if i < j else bases[j].cross(bases[i]).T)
-                      for j in range(k)] for i in range(k)])
+    edges = [0]
+    for b in bases:
+        edges.append(edges[-1] + b.W.shape[0])
+    G = np.empty((edges[-1], edges[-1]))
+    for i, bi in enumerate(bases):
+        for j, bj in enumerate(bases):
+            G[edges[i]:edges[i + 1], edges[j]:edges[j + 1]] = (
+                bi.gram if i == j else (bi.cross(bj) if i < j else bj.cross(bi).T))
+    return G
 
 
 def basis_forward(X, Z, ls, var, kind, jitter):
@@ -290,8 +307,8 @@ def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0):
 def kl_whitened(m, L, prior_var=1.0):
     """``KL(N(m, L L^T) || N(0, prior_var I))``."""
     dim = m.shape[0]
-    quad = (np.sum(L * L) + m @ m) / prior_var
-    return 0.5 * (quad - dim + dim * np.log(prior_var) - 2.0 * np.sum(np.log(np.abs(np.diag(L)))))
+    quad = ((L * L).sum() + m @ m) / prior_var
+    return 0.5 * (quad - dim + dim * np.log(prior_var) - 2.0 * np.log(np.abs(np.diag(L))).sum())
 
 
 def kl_whitened_grads(m, L, prior_var=1.0):
