@@ -428,16 +428,4 @@ class _IlmmSteps(_PFedHGPSteps):
         g["noise"] = np.asarray(softplus_inv(s2))
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(phi))
-        # kernel steps every other round, never the last (see the scalar _cavi_server)
-        hyper = self.kernel_keys()
-        move = self._moves_kernel(state)
-        state["moved"] = False
-        if move:
-            state["moved"] = True
-            grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs) for k in hyper}
-            adam = state["hyper_adam"] or adam_init(g, hyper)
-            g, adam = adam_ascent(g, grads, adam, self.server_lr, hyper,
-                                  scale={"Zg": state["z_scale"]})
-            state["hyper_adam"] = adam
-        state.update(g=g, elbo=state["elbo"] + [float(elbo)])
-        return state
+        return self._kernel_step(state, g, msgs, elbo)

@@ -483,6 +483,20 @@ class _PFedHGPSteps(FederatedAlgorithm):
         return (bool(self.kernel_keys()) and bool(state.get("elbo"))
                 and not state.get("moved", False) and state["round"] + 1 < self.n_rounds)
 
+    def _kernel_step(self, state, g, msgs, elbo):
+        """The closed-form server's end of round: one Adam step on the global kernel
+        in the rounds :meth:`_moves_kernel` allows, then the new ``g`` and ELBO."""
+        hyper = self.kernel_keys()
+        state["moved"] = self._moves_kernel(state)
+        if state["moved"]:
+            grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs) for k in hyper}
+            adam = state["hyper_adam"] or adam_init(g, hyper)
+            g, adam = adam_ascent(g, grads, adam, self.server_lr, hyper,
+                                  scale={"Zg": state["z_scale"]})
+            state["hyper_adam"] = adam
+        state.update(g=g, elbo=state["elbo"] + [float(elbo)])
+        return state
+
     @one_blas_thread
     def server_step(self, state, messages, rng):
         if state["phase"] == 0:
@@ -571,15 +585,4 @@ class _PFedHGPSteps(FederatedAlgorithm):
         g["noise"] = np.asarray(softplus_inv(s2))
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(phi))
-        hyper = self.kernel_keys()
-        move = self._moves_kernel(state)
-        state["moved"] = False
-        if move:
-            state["moved"] = True
-            grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs) for k in hyper}
-            adam = state["hyper_adam"] or adam_init(g, hyper)
-            g, adam = adam_ascent(g, grads, adam, self.server_lr, hyper,
-                                  scale={"Zg": state["z_scale"]})
-            state["hyper_adam"] = adam
-        state.update(g=g, elbo=state["elbo"] + [float(elbo)])
-        return state
+        return self._kernel_step(state, g, msgs, elbo)
