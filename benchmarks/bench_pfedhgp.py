@@ -5,7 +5,13 @@ Measures, in one run:
 * the time of one training round (``optimizer="cavi"`` and ``"paper"``) with
   T clients x n rows, d=2, M=50 global and M_i=20 local inducing inputs,
   against the time of forming every client's ``K(X_i, Z)`` and
-  ``K(Z, X_i) K(X_i, Z)`` once (the floor of any sparse-GP round);
+  ``K(Z, X_i) K(X_i, Z)`` once (the floor of any sparse-GP round). The
+  rounds are the algorithm's own client and server steps called directly,
+  as in a fit, alternating with floor passes (process CPU time): the
+  machine's speed drifts by tens of percent over seconds, and each ratio
+  compares a round with the floor passes just before and after it. In
+  ``optimizer="cavi"`` the global kernel moves every other round, so a
+  "round" is the mean of two consecutive ones;
 * the same for the multi-output (ILMM) model with Q=3 outputs and R=2
   latents per component, against R times that floor (one global basis per
   latent);
@@ -26,6 +32,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from skfed import PFedHGPRegressor
+from skfed.federated import Federation
 from skfed.gaussian_process._kernels import kernel_matrix
 from skfed.metrics import gaussian_nll
 
@@ -45,20 +52,68 @@ def make(T, n, d=2, seed=0, n_outputs=None):
     return X, y, groups
 
 
-def floor_time(X, groups, M=50, repeats=3):
-    """Median over ``repeats`` of forming every client's ``K(X_i, Z)`` and ``K^T K`` once."""
+def floor_pass(X, groups, M=50):
+    """A function forming every client's ``K(X_i, Z)`` and ``K^T K`` once."""
     Z = np.random.default_rng(0).uniform(0, 1, (M, X.shape[1]))
     ls = np.full(X.shape[1], 0.3)
     blocks = [X[groups == k] for k in np.unique(groups)]
-    times = []
-    for _ in range(repeats):
-        tic = time.perf_counter()
-        with threadpool_limits(1, "blas"):
-            for Xk in blocks:
-                K = kernel_matrix(Xk, Z, ls, 1.0, 0)
-                _ = K.T @ K
-        times.append(time.perf_counter() - tic)
-    return float(np.median(times))
+
+    def run():
+        for Xk in blocks:
+            K = kernel_matrix(Xk, Z, ls, 1.0, 0)
+            _ = K.T @ K
+
+    return run
+
+
+def paired_round_ratios(X, y, groups, optimizer, repeat=9, **kw):
+    """Process seconds of rounds and of floor passes, interleaved, and their ratios.
+
+    The steps of a fit (``n_rounds`` large, so that no round is the last)
+    are driven directly: set-up round and two warm-up rounds first, then
+    ``repeat`` times: a floor pass, two rounds, a floor pass. Each ratio is
+    the mean of the two rounds over the mean of the two floor passes.
+
+    Returns
+    -------
+    rounds, floors, ratios : ndarray of shape (repeat,)
+    """
+    model = PFedHGPRegressor(optimizer=optimizer, n_rounds=10_000, n_inducing_global=50,
+                             n_inducing_local=20, init_lengthscale_global=0.3,
+                             init_lengthscale_local=0.1, random_state=0, **kw)
+    n_outputs = None if y.ndim == 1 else y.shape[1]
+    steps = model._steps_algorithm(X.shape[1], n_outputs)
+    fed = Federation.from_arrays(X, y, groups)
+    rng = np.random.default_rng(0)
+    states = [steps.client_init(c, rng) for c in fed.clients]
+    server = list(steps.server_init(rng))  # [state, broadcast]
+
+    def one_round():
+        msgs = {}
+        for k, c in enumerate(fed.clients):
+            states[k], msgs[k] = steps.client_step(c, states[k], server[1], rng)
+        server[0], server[1] = steps.server_step(server[0], msgs, rng)
+
+    floor = floor_pass(X, groups)
+    clock = time.process_time
+    with threadpool_limits(1, "blas"):
+        for _ in range(3):  # set-up round, then warm-up (numba loads its cache)
+            one_round()
+        floor()
+        rounds, floors = [], []
+        for _ in range(repeat):
+            tic = clock()
+            floor()
+            t1 = clock()
+            one_round()
+            one_round()
+            t2 = clock()
+            floor()
+            t3 = clock()
+            rounds.append((t2 - t1) / 2)
+            floors.append((t1 - tic + t3 - t2) / 2)
+    rounds, floors = np.array(rounds), np.array(floors)
+    return rounds, floors, rounds / floors
 
 
 def round_time(X, y, groups, optimizer, n_rounds=2, **kw):
@@ -85,17 +140,21 @@ def main():
     T, n = (10, 500) if args.quick else (100, 2000)
     X, y, groups = make(T, n)
     kernel_matrix(X[:2], X[:2], np.ones(2), 1.0, 0)  # compile
-    floor = floor_time(X, groups)
-    for opt, steps in (("cavi", 1), ("paper", 1)):
-        t, _ = round_time(X, y, groups, opt, local_steps=steps)
-        print(f"{opt:5s} T={T} n={n}: {t:.3f} s per round (local_steps={steps}), "
-              f"floor K(X,Z), K^T K: {floor:.3f} s, ratio {t / floor:.1f}")
+    repeat = 3 if args.quick else 9
+    for opt in ("cavi", "paper"):
+        r, f, ratio = paired_round_ratios(X, y, groups, opt, repeat=repeat, local_steps=1)
+        print(f"{opt:5s} T={T} n={n} (local_steps=1): round median {np.median(r):.3f} s, "
+              f"floor K(X,Z), K^T K median {np.median(f):.3f} s; ratio median "
+              f"{np.median(ratio):.2f} (range {ratio.min():.2f}-{ratio.max():.2f}, "
+              f"{repeat} pairs)")
     R = 2
     Xm, Ym, gm = make(T, n, n_outputs=3)
     for opt in ("cavi", "paper"):
-        t, _ = round_time(Xm, Ym, gm, opt, local_steps=1, n_latents=R)
-        print(f"{opt:5s} multi-output Q=3 R={R} T={T} n={n}: {t:.3f} s per round, "
-              f"floor x R: {R * floor:.3f} s, ratio {t / (R * floor):.1f}")
+        r, f, ratio = paired_round_ratios(Xm, Ym, gm, opt, repeat=repeat, local_steps=1,
+                                          n_latents=R)
+        print(f"{opt:5s} multi-output Q=3 R={R} T={T} n={n}: round median {np.median(r):.3f} s, "
+              f"R x floor median {R * np.median(f):.3f} s; ratio median "
+              f"{np.median(ratio / R):.2f} (range {ratio.min() / R:.2f}-{ratio.max() / R:.2f})")
     sizes = [250, 500, 1000, 2000] if not args.quick else [100, 200, 400]
     times = [round_time(*make(5, m), "cavi", n_rounds=2, local_steps=1)[0] for m in sizes]
     slope_n = np.polyfit(np.log(sizes), np.log(times), 1)[0]

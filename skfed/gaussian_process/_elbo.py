@@ -37,7 +37,7 @@ from scipy.linalg import LinAlgError
 from scipy.linalg.blas import dtrsm
 from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
-from ._kernels import kernel_adjoint, kernel_adjoint_cross, kernel_matrix
+from ._kernels import chol_backward, kernel_adjoint, kernel_adjoint_cross, kernel_matrix
 
 LOG2PI = np.log(2.0 * np.pi)
 
@@ -119,17 +119,6 @@ def chol_jitter(K, jitter, max_tries=8):
         f"a kernel matrix is not positive definite even with jitter {jit / 10:.1e}; "
         "check for NaN hyperparameters or raise jitter."
     )
-
-
-def chol_backward(L, L_bar):
-    """Symmetric adjoint of ``K`` given the adjoint of ``L = chol(K)`` (Murray 2016)."""
-    P = L.T @ np.tril(L_bar)
-    P = np.tril(P)
-    P.flat[:: P.shape[0] + 1] *= 0.5  # the diagonal (a view: cheaper than index arrays)
-    # K_bar = L^{-T} P L^{-1}
-    tmp = solve_triangular(L, P.T, lower=True, trans=1, check_finite=False).T  # P L^{-1}
-    K_bar = solve_triangular(L, tmp, lower=True, trans=1, check_finite=False)  # L^{-T} (.)
-    return 0.5 * (K_bar + K_bar.T)
 
 
 @functools.lru_cache(maxsize=None)
@@ -228,7 +217,7 @@ class Basis:
     @property
     def sqnorm(self):
         if self._sqnorm is None:
-            self._sqnorm = float(np.sum(self.W * self.W))
+            self._sqnorm = float(np.trace(self.gram))  # the Gram matrix is needed anyway
         return self._sqnorm
 
     def cross(self, other):
@@ -278,28 +267,31 @@ def basis_forward(X, Z, ls, var, kind, jitter):
     return Basis(L=L, W=Wt.T, jitter=used, K=Kxz)
 
 
-def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0):
+def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0, WE=None):
     """Gradients (variance, ARD lengthscales, Z) of a function of ``W``.
 
     The adjoint of ``W`` comes in the factored form ``W_bar = A W + P E^T``
     (``A`` of shape ``(M, M)`` or None for zero, ``P`` of shape ``(M, k)``,
     ``E`` of shape ``(n, k)``), which every caller's adjoint has. Then
-    ``C_bar = L^{-T} W_bar`` needs one ``(n, M) x (M, M)`` product and
+    ``C_bar^T = W^T (L^{-T} A)^T + E (L^{-T} P)^T``: one ``(n, M) x (M, M)``
+    product, the low-rank part handed to the kernel adjoint unformed, and
     ``L_bar = -C_bar W^T`` only ``M x M`` products with the Gram matrix.
     ``var_direct`` adds a direct derivative with respect to the variance
-    (from the trace of ``diag k(X, X) = var``).
+    (from the trace of ``diag k(X, X) = var``). ``WE`` is ``W E`` if the
+    caller has it (saves a pass over ``W``).
     """
     L, W = basis.L, basis.W
     LP = solve_triangular(L, P, lower=True, trans=1, check_finite=False)
-    CbarT = E @ LP.T  # C_bar^T, (n, M)
-    L_bar = -LP @ (W @ E).T
+    L_bar = -LP @ (W @ E if WE is None else WE).T
     if A is not None:
         LA = solve_triangular(L, A, lower=True, trans=1, check_finite=False)
-        CbarT += W.T @ LA.T
+        G = W.T @ LA.T  # (n, M)
         L_bar -= LA @ basis.gram
+    else:
+        G = np.zeros_like(basis.K)
     Kzz_bar = chol_backward(L, L_bar)
     gv1, gl1, gZa, gZb = kernel_adjoint(Z, Z, ls, var, kind, Kzz_bar)
-    gv2, gl2, gZc = kernel_adjoint_cross(X, Z, ls, var, kind, basis.K, CbarT)
+    gv2, gl2, gZc = kernel_adjoint_cross(X, Z, ls, var, kind, basis.K, G, E, LP)
     return gv1 + gv2 + var_direct, gl1 + gl2, gZa + gZb + gZc
 
 
@@ -495,55 +487,6 @@ def _inv_chol_spd(P):
     S = cho_solve(Lp, np.eye(P.shape[0]))
     S = 0.5 * (S + S.T)
     return S, cholesky(S)
-
-
-def solve_local_q(y, g, loc, cfg, gb, lb):
-    """Optimal ``q(delta_i)`` and ``q(u_i)`` given the global block (spec 4.2).
-
-    Covariances in closed form; the two means by one joint linear solve.
-    Returns a new local parameter dict.
-    """
-    c = unpack_global(g, cfg)
-    s2, phi = c["noise"], c["phi"]
-    r = y.copy()
-    if cfg.use_global:
-        r -= gb.W.T @ g["mg"]
-    blocks = []
-    if cfg.use_deviation:
-        blocks.append(gb)
-    if cfg.use_local:
-        blocks.append(lb)
-    if not blocks:
-        return dict(loc)
-    # P = B B^T / s2 with B = [W; V], from the bases' Gram matrices and W V^T
-    P = stacked_gram(blocks) / s2
-    sizes = [b.W.shape[0] for b in blocks]
-    diag = []
-    if cfg.use_deviation:
-        diag.append(np.full(sizes[0], 1.0 / phi))
-    if cfg.use_local:
-        diag.append(np.ones(lb.W.shape[0]))
-    P.flat[:: P.shape[0] + 1] += np.concatenate(diag)
-    rhs = np.concatenate([b.W @ r for b in blocks]) / s2
-    Lp = cholesky(0.5 * (P + P.T))
-    means = cho_solve(Lp, rhs)
-    out = dict(loc)
-    k = 0
-    if cfg.use_deviation:
-        M = sizes[0]
-        out["md"] = means[:M]
-        # the covariance depends on the global basis, s2 and phi only: the same
-        # for every call of a round, so it is kept on the basis
-        if gb._dev_cov is None or gb._dev_cov[:2] != (s2, phi):
-            Ld = _inv_chol_spd(P[:M, :M])[1]
-            Ld.flags.writeable = False
-            gb._dev_cov = (s2, phi, Ld)
-        out["Ld"] = gb._dev_cov[2]
-        k = M
-    if cfg.use_local:
-        out["mu"] = means[k:]
-        _, out["Lu"] = _inv_chol_spd(P[k:, k:])
-    return out
 
 
 def optimal_phi(D, t_g, n_clients, M, s2):

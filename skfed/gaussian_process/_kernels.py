@@ -12,7 +12,8 @@ case.
 import numpy as np
 from numba import njit
 
-__all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_cross"]
+__all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_cross",
+           "closed_form_q"]
 
 #: public kernel names -> the ``kind`` code of the numba functions
 KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
@@ -134,13 +135,16 @@ def kernel_adjoint(X, Z, lengthscale, variance, kind, Kbar):
 
 
 @njit(cache=True, nogil=True)
-def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, Kbar):
-    """Gradients of ``sum(Kbar * k(X, Z))`` given the formed ``K = k(X, Z)``.
+def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
+    """Gradients of ``sum(Kbar * k(X, Z))`` with ``Kbar = G + E P^T``, given ``K = k(X, Z)``.
 
-    The adjoint of the large cross-covariance of a sparse basis: it reads
-    ``K`` instead of evaluating the kernel again (no ``exp``) and skips the
-    gradient with respect to ``X`` (data, not a parameter), so it costs about
-    one pass over ``K`` where :func:`kernel_adjoint` costs two.
+    The adjoint of the large cross-covariance of a sparse basis: it reads the
+    formed ``K`` instead of evaluating the kernel again (no ``exp``), skips
+    the gradient with respect to ``X`` (data, not a parameter), and takes the
+    adjoint in the factored form every caller has (a dense part plus a low
+    rank part), so the low-rank part is never formed as an ``(n, m)`` matrix.
+    One pass over the rows; the squared exponential needs no distances at all
+    (its slope is ``-K``).
 
     Parameters
     ----------
@@ -150,8 +154,11 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, Kbar):
         As in :func:`kernel_matrix`.
     K : ndarray of shape (n, m)
         ``kernel_matrix(X, Z, lengthscale, variance, kind)``.
-    Kbar : ndarray of shape (n, m)
-        Adjoint of ``K``.
+    G : ndarray of shape (n, m)
+        Dense part of the adjoint of ``K``.
+    E : ndarray of shape (n, k)
+    P : ndarray of shape (m, k)
+        Low-rank part of the adjoint of ``K``.
 
     Returns
     -------
@@ -161,31 +168,232 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, Kbar):
     """
     n, d = X.shape
     m = Z.shape[0]
+    rank = P.shape[1]
     inv = 1.0 / lengthscale
-    inv2 = inv * inv
+    Zt = np.ascontiguousarray(Z.T)  # (d, m): the inner loops run over inducing inputs
     s_var = 0.0
-    g_ls = np.zeros(d)
-    g_Z = np.zeros((m, d))
-    c = np.empty(n)
-    # one inducing input at a time: its gradient sums stay in registers
-    for j in range(m):
-        for i in range(n):
-            r2 = _r2(X, i, Z, j, inv)
-            a = Kbar[i, j]
-            kv = K[i, j]
-            s_var += a * kv
-            c[i] = a * _slope_from_value(kv, r2, kind)
+    acc = np.zeros((d, m))  # sum_i c_ij (x_ik - z_jk)
+    acc2 = np.zeros((d, m))  # sum_i c_ij (x_ik - z_jk)^2
+    a = np.empty(m)
+    c = np.empty(m)
+    r2 = np.empty(m)
+    for i in range(n):
+        Gi = G[i]
+        Ki = K[i]
+        for j in range(m):
+            a[j] = Gi[j]
+        for q in range(rank):
+            eq = E[i, q]
+            for j in range(m):
+                a[j] += eq * P[j, q]
+        for j in range(m):
+            s_var += a[j] * Ki[j]
+        if kind == 0:
+            for j in range(m):
+                c[j] = -a[j] * Ki[j]
+        else:
+            r2[:] = 0.0
+            for k in range(d):
+                x = X[i, k]
+                zk = Zt[k]
+                for j in range(m):
+                    t = (x - zk[j]) * inv[k]
+                    r2[j] += t * t
+            for j in range(m):
+                c[j] = a[j] * _slope_from_value(Ki[j], r2[j], kind)
         for k in range(d):
-            z = Z[j, k]
-            gz = 0.0
-            gl = 0.0
-            for i in range(n):
-                diff = X[i, k] - z
-                gx = c[i] * diff
-                gz += gx
-                gl += gx * diff
-            # dk/dz = -variance g diff / l^2 ; dk/dl = -variance g diff^2 / l^3
-            g_Z[j, k] -= gz * inv2[k]
-            g_ls[k] -= gl * inv2[k] * inv[k]
+            x = X[i, k]
+            zk = Zt[k]
+            ak = acc[k]
+            a2k = acc2[k]
+            for j in range(m):
+                diff = x - zk[j]
+                gx = c[j] * diff
+                ak[j] += gx
+                a2k[j] += gx * diff
+    # dk/dz = -variance g diff / l^2 ; dk/dl = -variance g diff^2 / l^3
+    g_Z = np.empty((m, d))
+    g_ls = np.zeros(d)
+    for k in range(d):
+        i2 = inv[k] * inv[k]
+        for j in range(m):
+            g_Z[j, k] = -acc[k, j] * i2
+            g_ls[k] -= acc2[k, j] * i2 * inv[k]
     # d k / d variance = f = K / variance
     return s_var / variance, g_ls, g_Z
+
+
+# ----------------------------------------------------------------------------
+# small dense algebra of the closed-form round (many calls on 20 x 20 to
+# 70 x 70 matrices: a numba pass costs less than a dozen LAPACK calls from Python)
+# ----------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _chol_in_place(A):
+    """Lower Cholesky factor of the SPD matrix whose lower triangle is ``A`` (in place).
+
+    The strict upper triangle is zeroed. Returns 0, or ``j + 1`` if the
+    leading minor of order ``j + 1`` is not positive definite (as LAPACK).
+    """
+    n = A.shape[0]
+    for j in range(n):
+        s = A[j, j]
+        for p in range(j):
+            s -= A[j, p] * A[j, p]
+        if not s > 0.0:  # also catches NaN
+            return j + 1
+        d = np.sqrt(s)
+        A[j, j] = d
+        for i in range(j + 1, n):
+            t = A[i, j]
+            for p in range(j):
+                t -= A[i, p] * A[j, p]
+            A[i, j] = t / d
+        for i in range(j):
+            A[i, j] = 0.0
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _inv_chol_block(P, start, stop):
+    """Lower Cholesky factor of ``inv(P[start:stop, start:stop])`` (lower triangle of ``P``).
+
+    With ``J`` the exchange matrix, ``J B J = R R^T`` gives ``B = U U^T`` for
+    the upper ``U = J R J``, so ``inv(B) = U^{-T} U^{-1}`` and the lower factor
+    is ``U^{-T} = J R^{-T} J``: one factorization and one triangular
+    inversion, no explicit inverse. Returns ``(info, factor)``.
+    """
+    m = stop - start
+    R = np.empty((m, m))
+    for i in range(m):
+        for j in range(i + 1):
+            # (J B J)[i, j] = B[m-1-i, m-1-j]: an upper entry of B, read from the lower
+            R[i, j] = P[start + m - 1 - j, start + m - 1 - i]
+    info = _chol_in_place(R)
+    out = np.zeros((m, m))
+    if info != 0:
+        return info, out
+    # Rinv = R^{-1} (lower), column by column
+    Rinv = np.zeros((m, m))
+    for j in range(m):
+        Rinv[j, j] = 1.0 / R[j, j]
+        for i in range(j + 1, m):
+            t = 0.0
+            for p in range(j, i):
+                t -= R[i, p] * Rinv[p, j]
+            Rinv[i, j] = t / R[i, i]
+    for i in range(m):
+        for j in range(i + 1):
+            out[i, j] = Rinv[m - 1 - j, m - 1 - i]
+    return 0, out
+
+
+@njit(cache=True, nogil=True)
+def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
+    """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (spec 4.2).
+
+    The joint precision is ``P = [[Gw, C], [C^T, Gv]] / s2 + diag(inv_prior_w
+    I, I)`` (either block may be empty); the means solve ``P m = [rw; rv] /
+    s2``; each covariance is the inverse of its own precision block (the
+    factorized ``q``).
+
+    Returns
+    -------
+    info : int
+        0, or nonzero if a precision was not positive definite.
+    means : ndarray of shape (k + nu,)
+    Lu : ndarray of shape (nu, nu)
+        Lower Cholesky factor of the ``q(u_i)`` covariance.
+    Ld : ndarray of shape (k, k)
+        Lower Cholesky factor of the ``q(delta_i)`` covariance (zeros unless
+        ``want_ld``).
+    """
+    k = Gw.shape[0]
+    nu = Gv.shape[0]
+    N = k + nu
+    P = np.empty((N, N))
+    for i in range(k):
+        for j in range(i + 1):
+            P[i, j] = Gw[i, j] / s2
+        P[i, i] += inv_prior_w
+    for i in range(nu):
+        for j in range(k):
+            P[k + i, j] = C[j, i] / s2
+        for j in range(i + 1):
+            P[k + i, k + j] = Gv[i, j] / s2
+        P[k + i, k + i] += 1.0
+    Ld = np.zeros((k, k))
+    Lu = np.zeros((nu, nu))
+    if want_ld and k > 0:
+        info, Ld = _inv_chol_block(P, 0, k)
+        if info != 0:
+            return info, np.zeros(N), Lu, Ld
+    if nu > 0:
+        info, Lu = _inv_chol_block(P, k, N)
+        if info != 0:
+            return info, np.zeros(N), Lu, Ld
+    info = _chol_in_place(P)
+    x = np.empty(N)
+    if info != 0:
+        return info, x, Lu, Ld
+    for i in range(k):
+        x[i] = rw[i] / s2
+    for i in range(nu):
+        x[k + i] = rv[i] / s2
+    for i in range(N):  # L z = b
+        t = x[i]
+        for p in range(i):
+            t -= P[i, p] * x[p]
+        x[i] = t / P[i, i]
+    for i in range(N - 1, -1, -1):  # L^T m = z
+        t = x[i]
+        for p in range(i + 1, N):
+            t -= P[p, i] * x[p]
+        x[i] = t / P[i, i]
+    return 0, x, Lu, Ld
+
+
+@njit(cache=True, nogil=True)
+def chol_backward(L, L_bar):
+    """Symmetric adjoint of ``K`` given the adjoint of its Cholesky factor ``L``.
+
+    Reverse mode of ``L = chol(K)`` (Murray 2016, "Differentiation of the
+    Cholesky decomposition"): ``P = Phi(L^T tril(L_bar))``, ``Phi`` the lower
+    triangle with the diagonal halved, then ``K_bar = L^{-T} P L^{-1}``,
+    symmetrized. Only the lower triangle of ``L_bar`` is read.
+    """
+    n = L.shape[0]
+    P = np.zeros((n, n))
+    for k in range(n):
+        for i in range(k + 1):
+            lki = L[k, i]
+            for j in range(i + 1):
+                P[i, j] += lki * L_bar[k, j]
+    for i in range(n):
+        P[i, i] *= 0.5
+    LT = np.ascontiguousarray(L.T)
+    # Xt = (P L^{-1})^T, row r of Xt solves x L = P[r] (x is zero beyond column r)
+    Xt = np.zeros((n, n))
+    x = np.empty(n)
+    for r in range(n):
+        for j in range(r, -1, -1):
+            t = P[r, j]
+            for k in range(j + 1, r + 1):
+                t -= x[k] * LT[j, k]
+            x[j] = t / LT[j, j]
+        for j in range(r + 1):
+            Xt[j, r] = x[j]
+    # Kt = (L^{-T} X)^T, row c solves L^T k = X[:, c] (X[:, c] = Xt[c])
+    Kt = np.empty((n, n))
+    for c in range(n):
+        xc = Xt[c]
+        kc = Kt[c]
+        for i in range(n - 1, -1, -1):
+            t = xc[i]
+            for m in range(i + 1, n):
+                t -= LT[i, m] * kc[m]
+            kc[i] = t / LT[i, i]
+    out = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            out[i, j] = 0.5 * (Kt[i, j] + Kt[j, i])
+    return out

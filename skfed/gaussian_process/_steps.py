@@ -32,6 +32,7 @@ from scipy.stats import qmc
 from threadpoolctl import ThreadpoolController
 
 from ..federated import FederatedAlgorithm
+from ._closed_form import ClosedFormClient
 from ._elbo import (
     LOG2PI,
     client_terms,
@@ -42,7 +43,6 @@ from ._elbo import (
     server_kl,
     softplus,
     softplus_inv,
-    solve_local_q,
     tril_pack,
     tril_unpack,
     _inv_chol_spd,
@@ -329,9 +329,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
             for k in self.global_keys():
                 msg["g_" + k] = tril_pack(gg[k]) if k in TRIL_KEYS else gg[k]
         else:
-            loc, adam, jit_l, lb = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale, cache)
-            msg = self._cavi_message(X, y, g, loc, gb, lb,
-                                     kernel_grad=wants_kernel_grad(broadcast))
+            loc, adam, jit_l, cf = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale, cache)
+            msg = self._cavi_message(X, loc, cf, kernel_grad=wants_kernel_grad(broadcast))
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
             msg["var_l"] = loc["var_l"]
@@ -374,39 +373,30 @@ class _PFedHGPSteps(FederatedAlgorithm):
         hyper = self.local_keys(hyper_only=True)
         if adam is None and hyper:
             adam = adam_init(loc, hyper)
-        lb = self._local_basis(X, loc, cache) if cfg.use_local else None
-        jit = lb.jitter if lb is not None else 0.0
-        loc = solve_local_q(y, g, loc, cfg, gb, lb)
+        cf = ClosedFormClient(y, g, cfg, gb)
+        jit = 0.0
+        if cfg.use_local:
+            lb = self._local_basis(X, loc, cache)
+            jit = lb.jitter
+            cf.set_local(lb)
+        loc = cf.solve(loc)
         for _ in range(self.local_steps if hyper else 0):
-            _, gl, _, _ = client_terms(X, y, g, loc, cfg, gb=gb, lb=lb, want_local_hyper=True)
+            gl = cf.local_hyper_grad(X, loc)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
             lb = self._local_basis(X, loc, cache)
             jit = max(jit, lb.jitter)
-            loc = solve_local_q(y, g, loc, cfg, gb, lb)
-        return loc, adam, jit, lb
+            cf.set_local(lb)
+            loc = cf.solve(loc)
+        return loc, adam, jit, cf
 
-    def _cavi_message(self, X, y, g, loc, gb, lb, kernel_grad=True):
-        cfg = self.cfg
-        _, _, gg, st = client_terms(X, y, g, loc, cfg, gb=gb, lb=lb, want_global=True,
-                                    want_global_kernel=kernel_grad)
-        r = y.copy()
-        c = 0.0
-        if cfg.use_deviation:
-            r -= gb.W.T @ loc["md"]
-            c += gb.quad(loc["Ld"])
-        if cfg.use_local:
-            r -= lb.W.T @ loc["mu"]
-            c += lb.quad(loc["Lu"]) + st["t_l"]
-        msg = {"n": np.int64(y.shape[0]), "rr": r @ r, "c": c, "t_g": st["t_g"]}
-        if cfg.use_global:
-            msg["Phi"] = tril_pack(gb.gram)
-            msg["b"] = gb.W @ r
-        if cfg.use_deviation:
-            msg["D"] = st["D"]
-            msg["logdet_d"] = 2.0 * np.sum(np.log(np.abs(np.diag(loc["Ld"]))))
-        msg["kl_u"] = kl_whitened(loc["mu"], loc["Lu"]) if cfg.use_local else 0.0
-        if kernel_grad:
-            for k in self.kernel_keys():
+    def _cavi_message(self, X, loc, cf, kernel_grad=True):
+        msg = cf.message(loc)
+        if "Phi" in msg:
+            msg["Phi"] = tril_pack(msg["Phi"])
+        keys = self.kernel_keys()
+        if kernel_grad and keys:
+            gg = cf.global_kernel_grad(X, loc)
+            for k in keys:
                 msg["g_" + k] = gg[k]
         return msg
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
+from skfed.gaussian_process._closed_form import ClosedFormClient
 from skfed.gaussian_process._elbo import (
     ModelConfig,
     client_terms,
@@ -13,7 +14,6 @@ from skfed.gaussian_process._elbo import (
     server_kl,
     softplus,
     softplus_inv,
-    solve_local_q,
     _inv_chol_spd,
 )
 from skfed.gaussian_process._kernels import kernel_matrix
@@ -105,6 +105,86 @@ def test_elbo_equals_exact_evidence_when_inducing_inputs_are_training_inputs():
     assert optimal_global_only_elbo(X, y, X[::3].copy(), ls, var, noise, 1e-12) < exact - 1e-3
 
 
+def closed_form_q(X, y, g, loc, cfg):
+    """The optimal q(delta_i), q(u_i) of one client (the closed-form round's solve)."""
+    cf = ClosedFormClient(y, g, cfg, global_basis(X, g, cfg) if cfg.global_basis else None)
+    if cfg.use_local:
+        cf.set_local(local_basis(X, loc, cfg))
+    return cf.solve(loc)
+
+
+COMPONENTS = [(True, True, True), (True, False, True), (True, True, False), (False, True, True),
+              (True, False, False), (False, False, True)]
+
+
+@pytest.mark.parametrize("kind", [0, 2])
+@pytest.mark.parametrize("use", COMPONENTS)
+def test_closed_form_round_matches_the_general_client_terms(kind, use):
+    """The closed-form round works from Gram statistics; the same numbers as client_terms
+    (and as plain numpy) for every set of components."""
+    rng = np.random.default_rng(11 + kind)
+    n, d, M, Mi = 25, 2, 5, 4
+    X, y = rng.uniform(size=(n, d)), rng.normal(size=n)
+    cfg = ModelConfig(kind=kind, ard=True, n_features=d, use_global=use[0],
+                      use_deviation=use[1], use_local=use[2])
+    g, loc = random_params(rng, d, M, Mi, d)
+    gb = global_basis(X, g, cfg) if cfg.global_basis else None
+    lb = local_basis(X, loc, cfg) if cfg.use_local else None
+    cf = ClosedFormClient(y, g, cfg, gb)
+    if lb is not None:
+        cf.set_local(lb)
+    loc = cf.solve(loc)
+    s2, phi = float(softplus(g["noise"])), float(softplus(g["phi"]))
+
+    # the means solve the joint normal equations, the covariances are the inverse blocks
+    # (brute force)
+    if cfg.use_deviation or cfg.use_local:
+        B = np.vstack(([gb.W] if cfg.use_deviation else []) + ([lb.W] if cfg.use_local else []))
+        prior = np.concatenate(([np.full(M, phi)] if cfg.use_deviation else [])
+                               + ([np.ones(Mi)] if cfg.use_local else []))
+        r0 = y - gb.W.T @ g["mg"] if cfg.use_global else y
+        A = B @ B.T / s2 + np.diag(1 / prior)
+        means = np.linalg.solve(A, B @ r0 / s2)
+        k = 0
+        if cfg.use_deviation:
+            np.testing.assert_allclose(loc["md"], means[:M], rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(loc["Ld"] @ loc["Ld"].T, np.linalg.inv(A[:M, :M]),
+                                       rtol=1e-9)
+            k = M
+        if cfg.use_local:
+            np.testing.assert_allclose(loc["mu"], means[k:], rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(loc["Lu"] @ loc["Lu"].T, np.linalg.inv(A[k:, k:]),
+                                       rtol=1e-9)
+
+    _, gl, gg, st = client_terms(X, y, g, loc, cfg, gb=gb, lb=lb, want_global=True,
+                                 want_local_hyper=True)
+    if cfg.use_local:
+        for key, val in cf.local_hyper_grad(X, loc).items():
+            np.testing.assert_allclose(val, gl[key], rtol=1e-9, atol=1e-12)
+    if cfg.global_basis:
+        for key, val in cf.global_kernel_grad(X, loc).items():
+            np.testing.assert_allclose(val, gg[key], rtol=1e-9, atol=1e-12)
+
+    msg = cf.message(loc)
+    r = y.copy()
+    if cfg.use_deviation:
+        r -= gb.W.T @ loc["md"]
+    if cfg.use_local:
+        r -= lb.W.T @ loc["mu"]
+    assert msg["rr"] == pytest.approx(r @ r, rel=1e-10)
+    assert msg["t_g"] == pytest.approx(st["t_g"], rel=1e-10, abs=1e-12)
+    c = st["t_l"]
+    if cfg.use_deviation:
+        c += np.sum((loc["Ld"].T @ gb.W) ** 2)
+        assert msg["D"] == pytest.approx(st["D"], rel=1e-12)
+    if cfg.use_local:
+        c += np.sum((loc["Lu"].T @ lb.W) ** 2)
+    assert msg["c"] == pytest.approx(c, rel=1e-10)
+    if cfg.use_global:
+        np.testing.assert_allclose(msg["b"], gb.W @ r, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(msg["Phi"], gb.W @ gb.W.T, rtol=1e-12)
+
+
 def hierarchy_evidence(Xs, ys, cfg, g, locs):
     """Exact log marginal likelihood of the pFedHGP prior (all clients jointly)."""
     ls_g, var_g = cfg.lengthscale(g["ls_g"]), float(softplus(g["var_g"]))
@@ -144,8 +224,7 @@ def test_hierarchical_elbo_never_exceeds_exact_evidence():
     assert elbo() < exact  # random q
     for _ in range(30):  # CAVI: closed-form blocks, the bound rises and stays below
         before = elbo()
-        locs = [solve_local_q(y, g, l, cfg, global_basis(X, g, cfg), local_basis(X, l, cfg))
-                for X, y, l in zip(Xs, ys, locs)]
+        locs = [closed_form_q(X, y, g, l, cfg) for X, y, l in zip(Xs, ys, locs)]
         s2 = float(softplus(g["noise"]))
         P, b = np.eye(M), np.zeros(M)
         for X, y, l in zip(Xs, ys, locs):

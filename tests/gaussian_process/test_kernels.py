@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 from scipy.linalg import cholesky
 
-from skfed.gaussian_process._elbo import chol_backward, chol_jitter
+from skfed.gaussian_process._elbo import chol_jitter
 from skfed.gaussian_process._kernels import (
     KERNEL_KINDS,
+    chol_backward,
+    closed_form_q,
     kernel_adjoint,
     kernel_adjoint_cross,
     kernel_matrix,
@@ -80,13 +82,15 @@ def test_kernel_adjoint_cross_matches_finite_differences(kind):
     X, Z = rng.normal(size=(9, 2)), rng.normal(size=(4, 2))
     X[0] = Z[1]  # a coincident pair
     ls, var = np.array([0.8, 1.3]), 1.5
-    Kbar = rng.normal(size=(9, 4))
+    # the adjoint in factored form: a dense part plus a rank-2 part
+    G, E, P = rng.normal(size=(9, 4)), rng.normal(size=(9, 2)), rng.normal(size=(4, 2))
+    Kbar = G + E @ P.T
 
     def f(Z, ls, var):
         return np.sum(Kbar * reference_kernel(X, Z, ls, var, kind))
 
     K = reference_kernel(X, Z, ls, var, kind)
-    g_var, g_ls, g_Z = kernel_adjoint_cross(X, Z, ls, var, kind, K, Kbar)
+    g_var, g_ls, g_Z = kernel_adjoint_cross(X, Z, ls, var, kind, K, G, E, P)
     h = 1e-6
     assert g_var == pytest.approx((f(Z, ls, var + h) - f(Z, ls, var - h)) / (2 * h), rel=1e-6)
     for k in range(2):
@@ -135,3 +139,48 @@ def test_jitter_escalates_on_singular_matrix():
     L, used = chol_jitter(K, 1e-12)
     assert used >= 1e-9
     np.testing.assert_allclose(L @ L.T, K + used * np.eye(5), atol=1e-10)
+
+
+def reference_chol_backward(L, L_bar):
+    """Murray (2016) in plain numpy: K_bar = L^{-T} Phi(L^T tril(L_bar)) L^{-1}, symmetrized."""
+    from scipy.linalg import solve_triangular
+
+    P = np.tril(L.T @ np.tril(L_bar))
+    P[np.diag_indices_from(P)] *= 0.5
+    K_bar = solve_triangular(L, solve_triangular(L, P.T, lower=True, trans=1).T, lower=True,
+                             trans=1)
+    return 0.5 * (K_bar + K_bar.T)
+
+
+@pytest.mark.parametrize("n", [1, 4, 23])
+def test_chol_backward_matches_numpy_reference(n):
+    rng = np.random.default_rng(n)
+    A = rng.normal(size=(n, n))
+    L = np.linalg.cholesky(A @ A.T + n * np.eye(n))
+    L_bar = rng.normal(size=(n, n))  # the upper triangle must be ignored
+    np.testing.assert_allclose(chol_backward(L, L_bar), reference_chol_backward(L, L_bar),
+                               rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("k, nu", [(6, 4), (0, 4), (6, 0)])
+def test_closed_form_q_matches_numpy(k, nu):
+    """Joint means and the per-block covariance factors against dense numpy."""
+    rng = np.random.default_rng(k + nu)
+    B = rng.normal(size=(k + nu, 15))
+    G = B @ B.T
+    Gw, C, Gv = G[:k, :k], G[:k, k:], G[k:, k:]
+    r = rng.normal(size=k + nu)
+    s2, phi = 0.4, 1.7
+    P = G / s2 + np.diag(np.r_[np.full(k, 1 / phi), np.ones(nu)])
+    info, means, Lu, Ld = closed_form_q(Gw, np.ascontiguousarray(C), Gv, r[:k], r[k:], s2,
+                                        1 / phi, True)
+    assert info == 0
+    np.testing.assert_allclose(means, np.linalg.solve(P, r / s2), rtol=1e-10, atol=1e-13)
+    for F, block in ((Ld, P[:k, :k]), (Lu, P[k:, k:])):
+        if F.size:
+            np.testing.assert_allclose(F @ F.T, np.linalg.inv(block), rtol=1e-10, atol=1e-13)
+            np.testing.assert_array_equal(np.triu(F, 1), 0.0)
+            assert np.all(np.diag(F) > 0)
+    # not positive definite: reported, not raised
+    assert closed_form_q(-np.eye(3), np.empty((3, 0)), np.empty((0, 0)), np.ones(3),
+                         np.empty(0), 1.0, 0.0, True)[0] != 0

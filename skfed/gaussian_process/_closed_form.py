@@ -1,0 +1,219 @@
+"""One client's closed-form (``optimizer="cavi"``) round from Gram statistics.
+
+The round (spec 4.2, see ``_steps``) sets ``q(delta_i)`` and ``q(u_i)`` to
+their optimum, takes Adam steps on the local kernel and sends sufficient
+statistics. With the bases ``W = L_g^{-1} K_g(Z_g, X)`` and ``V = L_l^{-1}
+K_l(Z_l, X)`` every quantity of the round is an ``M x M`` expression in
+
+    W W^T,  W V^T,  V V^T,  W y,  V y,  y^T y
+
+except the residual ``e`` that the kernel adjoints need, formed once per
+kernel gradient. So the round touches the ``n`` rows only to form the bases
+and these products and for the adjoints, instead of once per term (the
+general :func:`~skfed.gaussian_process._elbo.client_terms` forms the
+predictive mean and residual on every call). The numbers are those of
+``client_terms`` up to rounding; ``tests/gaussian_process/test_elbo.py``
+checks them against it.
+"""
+
+import numpy as np
+
+from scipy.linalg import LinAlgError
+
+from ._elbo import basis_backward, kl_whitened, sigmoid, softplus, unpack_global
+from ._kernels import closed_form_q
+
+
+class ClosedFormClient:
+    """A client's statistics for one closed-form round at fixed global parameters.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n,)
+        The client's (normalized) targets; never leave the client.
+    g : dict
+        Raw global parameters (the broadcast).
+    cfg : ModelConfig
+    gb : Basis or None
+        The client's global basis at ``g`` (None without a shared basis).
+    """
+
+    def __init__(self, y, g, cfg, gb):
+        self.cfg = cfg
+        self.y = y
+        self.n = y.shape[0]
+        self.yy = float(y @ y)
+        self.g = g
+        c = unpack_global(g, cfg)
+        self.s2, self.phi = c["noise"], c["phi"]
+        self.var_g = c.get("var")
+        self.ls_g = c.get("ls")
+        self.gb = gb
+        self.wy = gb.W @ y if gb is not None else None
+        self.mg = g["mg"] if cfg.use_global else None
+        self.lb = self.vy = self.C = None
+
+    def set_local(self, lb):
+        """Use the local basis ``lb`` (after a step on the local kernel)."""
+        self.lb = lb
+        self.vy = lb.W @ self.y
+        self.C = self.gb.cross(lb) if self.gb is not None else None  # W V^T
+
+    # --- q(delta_i), q(u_i) ---------------------------------------------------
+    def solve(self, loc):
+        """Optimal ``q(delta_i)`` and ``q(u_i)`` given the global block (spec 4.2).
+
+        Covariances in closed form, the two means by one joint linear solve
+        of ``(B B^T / s2 + prior^{-1}) m = B r / s2`` with ``B = [W; V]`` and
+        ``r = y - W^T m_g``. Returns a new local parameter dict.
+        """
+        cfg, s2, gb = self.cfg, self.s2, self.gb
+        if not (cfg.use_deviation or cfg.use_local):
+            return dict(loc)
+        empty = np.empty((0, 0))
+        Gw, Gv, rw, rv = empty, empty, np.empty(0), np.empty(0)
+        if cfg.use_deviation:
+            Gw = gb.gram
+            rw = self.wy - Gw @ self.mg if cfg.use_global else self.wy
+        if cfg.use_local:
+            Gv = self.lb.gram
+            rv = self.vy - self.C.T @ self.mg if cfg.use_global else self.vy
+        if cfg.use_deviation and cfg.use_local:
+            C = self.C
+        else:
+            C = np.empty((Gw.shape[0], Gv.shape[0]))
+        # the q(delta) covariance depends on the global basis, s2 and phi only: the
+        # same for every solve of a round, so it is kept on the basis
+        new_ld = cfg.use_deviation and (gb._dev_cov is None or gb._dev_cov[:2] != (s2, self.phi))
+        info, means, Lu, Ld = closed_form_q(Gw, C, Gv, rw, rv, s2,
+                                            1.0 / self.phi if cfg.use_deviation else 1.0, new_ld)
+        if info != 0:
+            raise LinAlgError(f"a closed-form precision is not positive definite (info={info}).")
+        out = dict(loc)
+        k = Gw.shape[0]
+        if cfg.use_deviation:
+            out["md"] = means[:k]
+            if new_ld:
+                Ld.flags.writeable = False
+                gb._dev_cov = (s2, self.phi, Ld)
+            out["Ld"] = gb._dev_cov[2]
+        if cfg.use_local:
+            out["mu"] = means[k:]
+            out["Lu"] = Lu
+        return out
+
+    # --- gradients of the client's ELBO terms ---------------------------------
+    def _mbar(self, loc):
+        """Mean of the whitened shared-basis coefficients, ``m_g + m_delta``."""
+        cfg = self.cfg
+        if not cfg.global_basis:
+            return None
+        mbar = np.zeros(self.gb.W.shape[0])
+        if cfg.use_global:
+            mbar += self.mg
+        if cfg.use_deviation:
+            mbar += loc["md"]
+        return mbar
+
+    def _residual(self, mbar, loc):
+        """``e = y - W^T mbar - V^T m_u``: the one pass over the rows a gradient needs."""
+        e = self.y.copy()
+        if mbar is not None:
+            e -= self.gb.W.T @ mbar
+        if self.cfg.use_local:
+            e -= self.lb.W.T @ loc["mu"]
+        return e
+
+    def local_hyper_grad(self, X, loc):
+        """Gradient of the client's ELBO terms with respect to ``Zl, ls_l, var_l``.
+
+        As ``client_terms(..., want_local_hyper=True)``: the adjoint of ``V`` is
+        ``(m_u e^T - S_u V + V) / s2``.
+        """
+        cfg, s2, lb = self.cfg, self.s2, self.lb
+        mbar = self._mbar(loc)
+        mu = loc["mu"]
+        e = self._residual(mbar, loc)
+        Ve = self.vy - lb.gram @ mu
+        if mbar is not None:
+            Ve -= self.C.T @ mbar
+        A = np.eye(mu.shape[0])
+        A -= loc["Lu"] @ loc["Lu"].T
+        A /= s2
+        var_l = float(softplus(loc["var_l"]))
+        gv, gls, gZ = basis_backward(
+            X, loc["Zl"], cfg.lengthscale(loc["ls_l"]), var_l, cfg.kind, lb, A,
+            mu[:, None] / s2, e[:, None], var_direct=-self.n / (2 * s2), WE=Ve[:, None])
+        return {"var_l": np.asarray(gv * sigmoid(loc["var_l"])),
+                "ls_l": cfg.fold_lengthscale_grad(gls, loc["ls_l"]),
+                "Zl": gZ if cfg.learn_inducing else np.zeros_like(gZ)}
+
+    def global_kernel_grad(self, X, loc):
+        """Gradient of the client's ELBO terms with respect to ``Zg, ls_g, var_g``.
+
+        As ``client_terms(..., want_global=True)``: the adjoint of ``W`` is
+        ``(mbar e^T - (S_g + S_delta) W + kappa W) / s2``.
+        """
+        cfg, s2, gb, g = self.cfg, self.s2, self.gb, self.g
+        M = gb.W.shape[0]
+        kappa = cfg.kappa_fixed + (self.phi if cfg.use_deviation else 0.0)
+        mbar = self._mbar(loc)
+        e = self._residual(mbar, loc)
+        We = self.wy - gb.gram @ mbar
+        A = kappa * np.eye(M)
+        if cfg.use_global:
+            A -= g["Lg"] @ g["Lg"].T
+        if cfg.use_deviation:
+            A -= loc["Ld"] @ loc["Ld"].T
+        if cfg.use_local:
+            We -= self.C @ loc["mu"]
+        A /= s2
+        gv, gls, gZ = basis_backward(
+            X, g["Zg"], self.ls_g, self.var_g, cfg.kind, gb, A, mbar[:, None] / s2,
+            e[:, None], var_direct=-kappa * self.n / (2 * s2), WE=We[:, None])
+        return {"var_g": np.asarray(gv * sigmoid(g["var_g"])),
+                "ls_g": cfg.fold_lengthscale_grad(gls, g["ls_g"]),
+                "Zg": gZ if cfg.learn_inducing else np.zeros_like(gZ)}
+
+    # --- the message ------------------------------------------------------------
+    def message(self, loc):
+        """The sufficient statistics of the closed-form server (spec 4.2).
+
+        With ``r = y - W^T m_delta - V^T m_u``: ``rr = |r|^2``, ``b = W r``,
+        ``Phi = W W^T`` (the server packs it), ``c`` the trace terms of
+        ``q(delta_i)``, ``q(u_i)`` and the local residual trace, ``t_g`` the
+        global residual trace, ``D = |m_delta|^2 + tr S_delta`` and the
+        log-determinant of ``S_delta``, ``kl_u = KL(q(u_i) || p(u_i))``.
+        """
+        cfg, gb, lb = self.cfg, self.gb, self.lb
+        rr, c, t_g = self.yy, 0.0, 0.0
+        if cfg.global_basis:
+            t_g = self.n * self.var_g - gb.sqnorm
+        msg = {"n": np.int64(self.n)}
+        if cfg.use_global:
+            b = self.wy.copy()
+        if cfg.use_deviation:
+            md, Ld = loc["md"], loc["Ld"]
+            Gmd = gb.gram @ md
+            rr += md @ Gmd - 2.0 * (md @ self.wy)
+            c += gb.quad(Ld)
+            if cfg.use_global:
+                b -= Gmd
+        if cfg.use_local:
+            mu, Lu = loc["mu"], loc["Lu"]
+            rr += mu @ (lb.gram @ mu) - 2.0 * (mu @ self.vy)
+            t_l = self.n * float(softplus(loc["var_l"])) - lb.sqnorm
+            c += lb.quad(Lu) + t_l
+            if cfg.use_deviation:
+                rr += 2.0 * (md @ (self.C @ mu))
+            if cfg.use_global:
+                b -= self.C @ mu
+        msg.update(rr=rr, c=c, t_g=t_g)
+        if cfg.use_global:
+            msg["Phi"] = gb.gram
+            msg["b"] = b
+        if cfg.use_deviation:
+            msg["D"] = float(np.sum(Ld * Ld) + md @ md)
+            msg["logdet_d"] = 2.0 * np.sum(np.log(np.abs(np.diag(Ld))))
+        msg["kl_u"] = kl_whitened(mu, Lu) if cfg.use_local else 0.0
+        return msg
