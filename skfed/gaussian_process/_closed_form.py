@@ -95,7 +95,10 @@ class ClosedFormClient:
             out["md"] = means[:k]
             if new_ld:
                 Ld.flags.writeable = False
-                gb._dev_cov = (s2, self.phi, Ld)
+                # with the terms of the message that depend on S_delta alone
+                sq = float(np.sum(Ld * Ld))
+                logdet = 2.0 * float(np.log(np.diagonal(Ld)).sum())
+                gb._dev_cov = (s2, self.phi, Ld, sq, logdet, gb.quad(Ld))
             out["Ld"] = gb._dev_cov[2]
         if cfg.use_local:
             out["mu"] = means[k:]
@@ -194,9 +197,14 @@ class ClosedFormClient:
             b = self.wy.copy()
         if cfg.use_deviation:
             md, Ld = loc["md"], loc["Ld"]
+            # |Ld|^2, log det S_delta and |Ld^T W|^2, kept with the round's S_delta
+            cov = gb._dev_cov
+            sq, logdet, quad = cov[3:] if cov is not None and cov[2] is Ld else (
+                float(np.sum(Ld * Ld)), 2.0 * float(np.log(np.abs(np.diagonal(Ld))).sum()),
+                gb.quad(Ld))
             Gmd = gb.gram @ md
             rr += md @ Gmd - 2.0 * (md @ self.wy)
-            c += gb.quad(Ld)
+            c += quad
             if cfg.use_global:
                 b -= Gmd
         if cfg.use_local:
@@ -213,7 +221,7 @@ class ClosedFormClient:
             msg["Phi"] = gb.gram
             msg["b"] = b
         if cfg.use_deviation:
-            msg["D"] = float(np.sum(Ld * Ld) + md @ md)
-            msg["logdet_d"] = 2.0 * np.sum(np.log(np.abs(np.diag(Ld))))
+            msg["D"] = sq + float(md @ md)
+            msg["logdet_d"] = logdet
         msg["kl_u"] = kl_whitened(mu, Lu) if cfg.use_local else 0.0
         return msg

@@ -37,7 +37,13 @@ from scipy.linalg import LinAlgError
 from scipy.linalg.blas import dtrsm
 from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
-from ._kernels import chol_backward, kernel_adjoint, kernel_adjoint_cross, kernel_matrix
+from ._kernels import (
+    chol_backward,
+    inducing_cholesky,
+    kernel_adjoint,
+    kernel_adjoint_cross,
+    kernel_matrix,
+)
 
 LOG2PI = np.log(2.0 * np.pi)
 
@@ -107,12 +113,14 @@ def chol_jitter(K, jitter, max_tries=8):
     used : float
         The jitter that succeeded (reported by the estimator as ``jitter_``).
     """
-    K = 0.5 * (K + K.T)
-    eye = np.eye(K.shape[0])
+    n = K.shape[0]
     jit = float(jitter)
     for _ in range(max_tries):
-        L, info = dpotrf(K + jit * eye, lower=1, clean=1)
-        if info == 0 and np.all(np.isfinite(L)):
+        A = K + K.T
+        A *= 0.5
+        A.flat[:: n + 1] += jit
+        L, info = dpotrf(A, lower=1, clean=1, overwrite_a=1)
+        if info == 0 and np.isfinite(L.trace()):  # a NaN or inf reaches the diagonal
             return L, jit
         jit = max(jit * 10.0, 1e-12)
     raise CholeskyError(
@@ -206,7 +214,8 @@ class Basis:
     _gram: np.ndarray = None
     _sqnorm: float = None
     _cross: list = field(default_factory=list)  # [(weak ref to other basis, W W_other^T)]
-    _dev_cov: tuple = None  # (s2, phi, chol of the optimal q(delta) covariance)
+    # (s2, phi, chol of the optimal q(delta) covariance, and terms of it: see _closed_form)
+    _dev_cov: tuple = None
 
     @property
     def gram(self):
@@ -256,10 +265,19 @@ def stacked_gram(bases):
     return G
 
 
+#: up to this many inducing inputs their Cholesky factor is one numba pass (no
+#: LAPACK call overhead); beyond, LAPACK's blocked factorization is faster
+SMALL_INDUCING = 128
+
+
 def basis_forward(X, Z, ls, var, kind, jitter):
     """Whitened interpolation basis of inputs ``X`` on inducing inputs ``Z``."""
-    Kzz = kernel_matrix(Z, Z, ls, var, kind)
-    L, used = chol_jitter(Kzz, jitter)
+    info = 1
+    if Z.shape[0] <= SMALL_INDUCING:
+        info, L = inducing_cholesky(Z, ls, var, kind, jitter)
+        used = jitter
+    if info != 0:  # large Z, or the jitter must escalate
+        L, used = chol_jitter(kernel_matrix(Z, Z, ls, var, kind), jitter)
     Kxz = kernel_matrix(X, Z, ls, var, kind)
     # W^T = K(X, Z) L^{-T}: the right-sided solve on the row-major (n, M) block
     # is about twice as fast as the left-sided one on K(Z, X)

@@ -227,7 +227,12 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
 # small dense algebra of the closed-form round (many calls on 20 x 20 to
 # 70 x 70 matrices: a numba pass costs less than a dozen LAPACK calls from Python)
 # ----------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
+#: reassociation lets the dot-product reductions vectorize (results change by
+#: rounding only); no flag assumes finite values, so NaN checks stay valid
+REASSOC = {"reassoc", "contract"}
+
+
+@njit(cache=True, nogil=True, fastmath=REASSOC)
 def _chol_in_place(A):
     """Lower Cholesky factor of the SPD matrix whose lower triangle is ``A`` (in place).
 
@@ -253,7 +258,7 @@ def _chol_in_place(A):
     return 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=REASSOC)
 def _inv_chol_block(P, start, stop):
     """Lower Cholesky factor of ``inv(P[start:stop, start:stop])`` (lower triangle of ``P``).
 
@@ -287,7 +292,7 @@ def _inv_chol_block(P, start, stop):
     return 0, out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=REASSOC)
 def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (spec 4.2).
 
@@ -352,7 +357,7 @@ def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     return 0, x, Lu, Ld
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=REASSOC)
 def chol_backward(L, L_bar):
     """Symmetric adjoint of ``K`` given the adjoint of its Cholesky factor ``L``.
 
@@ -397,3 +402,21 @@ def chol_backward(L, L_bar):
         for j in range(n):
             out[i, j] = 0.5 * (Kt[i, j] + Kt[j, i])
     return out
+
+
+@njit(cache=True, nogil=True, fastmath=REASSOC)
+def inducing_cholesky(Z, lengthscale, variance, kind, jitter):
+    """Lower Cholesky factor of ``k(Z, Z) + jitter I`` in one pass (small ``Z``).
+
+    Returns ``(info, L)``; ``info`` is nonzero if the matrix is not positive
+    definite (the caller then escalates the jitter).
+    """
+    m = Z.shape[0]
+    inv = 1.0 / lengthscale
+    L = np.empty((m, m))
+    for i in range(m):
+        for j in range(i):
+            f, _ = _profile(_r2(Z, i, Z, j, inv), kind)
+            L[i, j] = variance * f
+        L[i, i] = variance + jitter  # f(0) = 1 for every kind
+    return _chol_in_place(L), L

@@ -69,12 +69,17 @@ class BasisCache:
         self._store = {}
 
     def get(self, name, params, build):
-        """The basis ``name`` for ``params`` (a list of arrays); ``build()`` on a miss."""
+        """The basis ``name`` for ``params`` (a list of arrays); ``build()`` on a miss.
+
+        Parameters match if their shapes and bytes are equal (a ``-0.0`` for a
+        ``0.0`` only costs a rebuild).
+        """
+        key = tuple((np.shape(p), np.asarray(p, dtype=float).tobytes()) for p in params)
         hit = self._store.get(name)
-        if hit is not None and all(np.array_equal(a, b) for a, b in zip(hit[0], params)):
+        if hit is not None and hit[0] == key:
             return hit[1]
         value = build()
-        self._store[name] = ([np.array(p, dtype=float) for p in params], value)
+        self._store[name] = (key, value)
         return value
 
     def __reduce__(self):

@@ -9,6 +9,7 @@ from skfed.gaussian_process._kernels import (
     KERNEL_KINDS,
     chol_backward,
     closed_form_q,
+    inducing_cholesky,
     kernel_adjoint,
     kernel_adjoint_cross,
     kernel_matrix,
@@ -184,3 +185,15 @@ def test_closed_form_q_matches_numpy(k, nu):
     # not positive definite: reported, not raised
     assert closed_form_q(-np.eye(3), np.empty((3, 0)), np.empty((0, 0)), np.ones(3),
                          np.empty(0), 1.0, 0.0, True)[0] != 0
+
+
+@pytest.mark.parametrize("kind", KERNEL_KINDS.values())
+def test_inducing_cholesky_matches_lapack(kind):
+    rng = np.random.default_rng(kind)
+    Z, ls = rng.uniform(size=(12, 2)), np.array([0.4, 0.7])
+    info, L = inducing_cholesky(Z, ls, 1.3, kind, 1e-6)
+    assert info == 0
+    K = reference_kernel(Z, Z, ls, 1.3, kind) + 1e-6 * np.eye(12)
+    np.testing.assert_allclose(L, cholesky(K, lower=True), rtol=1e-9, atol=1e-12)
+    # coincident inducing inputs without jitter: not positive definite, reported
+    assert inducing_cholesky(np.zeros((3, 2)), ls, 1.0, kind, 0.0)[0] != 0
