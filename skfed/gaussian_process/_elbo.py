@@ -441,15 +441,18 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
     stats["e"] = e
 
     gl, gg = {}, {}
+    # the projections of the residual every gradient below shares (one pass each)
+    We = W @ e if cfg.global_basis and (want_local or want_global) else None
+    Ve = V @ e if cfg.use_local and (want_local or want_local_hyper) else None
     if want_local or want_local_hyper:
         if cfg.use_deviation and want_local:
             km, kL = kl_whitened_grads(loc["md"], loc["Ld"], phi)
-            gl["md"] = W @ e / s2 - km
+            gl["md"] = We / s2 - km
             gl["Ld"] = -np.tril(gb.gram @ loc["Ld"]) / s2 - kL
         if cfg.use_local:
             if want_local:
                 km, kL = kl_whitened_grads(loc["mu"], loc["Lu"])
-                gl["mu"] = V @ e / s2 - km
+                gl["mu"] = Ve / s2 - km
                 gl["Lu"] = -np.tril(lb.gram @ loc["Lu"]) / s2 - kL
             if want_local_hyper:
                 # V_bar = (mu e^T - S_u V + V) / s2
@@ -457,7 +460,7 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
                 ls = cfg.lengthscale(loc["ls_l"])
                 gv, gls, gZ = basis_backward(
                     X, loc["Zl"], ls, var_l, cfg.kind, lb, A, loc["mu"][:, None] / s2, e[:, None],
-                    var_direct=-n / (2 * s2),
+                    var_direct=-n / (2 * s2), WE=Ve[:, None],
                 )
                 gl["var_l"] = np.asarray(gv * sigmoid(loc["var_l"]))
                 gl["ls_l"] = cfg.fold_lengthscale_grad(gls, loc["ls_l"])
@@ -467,7 +470,7 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
         if cfg.global_basis:
             Sbar = np.zeros((M, M))
             if cfg.use_global:
-                gg["mg"] = W @ e / s2
+                gg["mg"] = We / s2
                 gg["Lg"] = -np.tril(gb.gram @ g["Lg"]) / s2
                 Sbar += g["Lg"] @ g["Lg"].T
             if cfg.use_deviation:
@@ -480,7 +483,7 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
             A = (kappa * np.eye(M) - Sbar) / s2
             gv, gls, gZ = basis_backward(
                 X, g["Zg"], c["ls"], c["var"], cfg.kind, gb, A, mbar[:, None] / s2, e[:, None],
-                var_direct=-kappa * n / (2 * s2),
+                var_direct=-kappa * n / (2 * s2), WE=None if We is None else We[:, None],
             )
             gg["var_g"] = np.asarray(gv * sigmoid(g["var_g"]))
             gg["ls_g"] = cfg.fold_lengthscale_grad(gls, g["ls_g"])
