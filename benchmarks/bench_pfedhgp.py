@@ -15,14 +15,16 @@ Measures, in one run:
 * the same for the multi-output (ILMM) model with Q=3 outputs and R=2
   latents per component, against R times that floor (one global basis per
   latent);
-* fit time against rows per client and against the number of clients (log-log
-  slopes; close to 1 means linear);
+* fit time (10 closed-form rounds) against rows per client and against the
+  number of clients (log-log slopes; close to 1 means linear; ``--plot``
+  draws both);
 * a single-client fit (deviation and local off) against scikit-learn's exact
   ``GaussianProcessRegressor`` (time and test NLL).
 
 The GPyTorch comparison is ``benchmarks/bench_pfedhgp_gpytorch.py``.
 
-Usage: ``python benchmarks/bench_pfedhgp.py [--quick] [--plot out.png]``
+Usage: ``python benchmarks/bench_pfedhgp.py [--quick] [--plot out.png]
+[--only rounds|scaling|exact]``
 """
 
 import argparse
@@ -116,31 +118,27 @@ def paired_round_ratios(X, y, groups, optimizer, repeat=9, **kw):
     return rounds, floors, rounds / floors
 
 
-def round_time(X, y, groups, optimizer, n_rounds=2, **kw):
-    """Marginal time of one training round: (fit(1 + n_rounds) - fit(1)) / n_rounds.
-
-    The difference removes validation, the set-up round and storing the result.
-    """
+def fit_time(X, y, groups, n_rounds=10, repeat=3):
+    """Median process seconds of a closed-form fit (one local step per round)."""
     times = []
-    for rounds in (1, 1 + n_rounds):
-        model = PFedHGPRegressor(optimizer=optimizer, n_rounds=rounds, n_inducing_global=50,
-                                 n_inducing_local=20, init_lengthscale_global=0.3,
-                                 init_lengthscale_local=0.1, random_state=0, **kw)
-        tic = time.perf_counter()
-        model.fit(X, y, groups=groups)
-        times.append(time.perf_counter() - tic)
-    return max(times[1] - times[0], 1e-9) / n_rounds, model
+    for _ in range(repeat):
+        model = PFedHGPRegressor(optimizer="cavi", n_rounds=n_rounds, local_steps=1,
+                                 n_inducing_global=50, n_inducing_local=20,
+                                 init_lengthscale_global=0.3, init_lengthscale_local=0.1,
+                                 random_state=0)
+        tic = time.process_time()
+        with threadpool_limits(1, "blas"):
+            model.fit(X, y, groups=groups)
+        times.append(time.process_time() - tic)
+    return float(np.median(times))
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--plot", default=None)
-    args = parser.parse_args()
-    T, n = (10, 500) if args.quick else (100, 2000)
+def rounds_against_floor(quick):
+    """Scalar and multi-output rounds against the floor, both optimizers."""
+    T, n = (10, 500) if quick else (100, 2000)
     X, y, groups = make(T, n)
     kernel_matrix(X[:2], X[:2], np.ones(2), 1.0, 0)  # compile
-    repeat = 3 if args.quick else 9
+    repeat = 3 if quick else 9
     for opt in ("cavi", "paper"):
         r, f, ratio = paired_round_ratios(X, y, groups, opt, repeat=repeat, local_steps=1)
         print(f"{opt:5s} T={T} n={n} (local_steps=1): round median {np.median(r):.3f} s, "
@@ -155,20 +153,44 @@ def main():
         print(f"{opt:5s} multi-output Q=3 R={R} T={T} n={n}: round median {np.median(r):.3f} s, "
               f"R x floor median {R * np.median(f):.3f} s; ratio median "
               f"{np.median(ratio / R):.2f} (range {ratio.min() / R:.2f}-{ratio.max() / R:.2f})")
-    sizes = [250, 500, 1000, 2000] if not args.quick else [100, 200, 400]
-    times = [round_time(*make(5, m), "cavi", n_rounds=2, local_steps=1)[0] for m in sizes]
-    slope_n = np.polyfit(np.log(sizes), np.log(times), 1)[0]
-    print("rows per client", sizes, "s/round", np.round(times, 3), f"log-log slope {slope_n:.2f}")
-    clients = [5, 10, 20, 40] if not args.quick else [3, 6, 12]
-    ctimes = [round_time(*make(c, 300), "cavi", n_rounds=2, local_steps=1)[0] for c in clients]
-    slope_t = np.polyfit(np.log(clients), np.log(ctimes), 1)[0]
-    print("clients", clients, "s/round", np.round(ctimes, 3), f"log-log slope {slope_t:.2f}")
 
+
+def scaling(quick, plot=None):
+    """Fit time against rows per client and against clients (log-log slopes, plot)."""
+    sizes = [1000, 2000, 4000, 8000, 16000] if not quick else [100, 200, 400]
+    times = [fit_time(*make(5, m)) for m in sizes]
+    slope_n = np.polyfit(np.log(sizes), np.log(times), 1)[0]
+    print("rows per client (5 clients)", sizes, "fit s (10 rounds)", np.round(times, 3),
+          f"log-log slope {slope_n:.2f}")
+    clients = [5, 10, 20, 40, 80] if not quick else [3, 6, 12]
+    ctimes = [fit_time(*make(c, 1000)) for c in clients]
+    slope_t = np.polyfit(np.log(clients), np.log(ctimes), 1)[0]
+    print("clients (1,000 rows each)", clients, "fit s (10 rounds)", np.round(ctimes, 3),
+          f"log-log slope {slope_t:.2f}")
+    if plot:
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
+
+        fig, ax = plt.subplots(1, 2, figsize=(8, 3.5))
+        for a, x, t, label in ((ax[0], sizes, times, "rows per client (5 clients)"),
+                               (ax[1], clients, ctimes, "clients (1,000 rows each)")):
+            a.loglog(x, t, "o-", label="fit, 10 rounds")
+            a.loglog(x, t[0] * np.asarray(x) / x[0], "k:", label="linear")
+            a.set(xlabel=label, ylabel="process seconds")
+            a.set_xticks(x, [str(v) for v in x])
+            a.xaxis.set_minor_formatter(NullFormatter())
+            a.legend()
+        fig.tight_layout()
+        fig.savefig(plot)
+
+
+def against_exact_gp(quick):
+    """A single-client global-only fit beside scikit-learn's exact GP (time, NLL)."""
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import RBF, WhiteKernel
     from sklearn.gaussian_process.kernels import ConstantKernel as C
 
-    n_single = 1000 if not args.quick else 300
+    n_single = 1000 if not quick else 300
     Xa, ya, _ = make(1, n_single + 500, seed=1)
     Xs, ys, Xt, yt = Xa[:n_single], ya[:n_single], Xa[n_single:], ya[n_single:]
     tic = time.perf_counter()
@@ -184,16 +206,20 @@ def main():
     print(f"exact sklearn GPR: {t_sk:.2f} s, NLL {gaussian_nll(yt, mu, sd):.3f}; "
           f"pFedHGP global-only M=50 (cavi, 20 rounds): {t_ours:.2f} s, "
           f"NLL {gaussian_nll(yt, mu2, sd2):.3f}")
-    if args.plot:
-        import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(1, 2, figsize=(8, 3.5))
-        ax[0].loglog(sizes, times, "o-")
-        ax[0].set(xlabel="rows per client", ylabel="s per round")
-        ax[1].loglog(clients, ctimes, "o-")
-        ax[1].set(xlabel="clients", ylabel="s per round")
-        fig.tight_layout()
-        fig.savefig(args.plot)
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", default=None, help="file for the scaling plot")
+    parser.add_argument("--only", choices=("rounds", "scaling", "exact"), default=None)
+    args = parser.parse_args()
+    if args.only in (None, "rounds"):
+        rounds_against_floor(args.quick)
+    if args.only in (None, "scaling"):
+        scaling(args.quick, args.plot)
+    if args.only in (None, "exact"):
+        against_exact_gp(args.quick)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ checks them against it.
 """
 
 import numpy as np
-
 from scipy.linalg import LinAlgError
 
 from ._elbo import basis_backward, kl_whitened, sigmoid, softplus, unpack_global

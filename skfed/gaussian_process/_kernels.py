@@ -1,6 +1,8 @@
-"""Numba kernels: stationary covariance matrices and their adjoint gradients.
+"""Numba kernels: stationary covariance matrices and their adjoint gradients, and
+the small dense algebra of a client round (Cholesky factors, their adjoint, the
+closed-form ``q`` solve).
 
-Every kernel here is ``k(x, z) = variance * f(r)`` with the scaled distance
+Every covariance here is ``k(x, z) = variance * f(r)`` with the scaled distance
 ``r^2 = sum_d (x_d - z_d)^2 / lengthscale_d^2`` (ARD lengthscales; pass a
 vector of ``d`` equal values for one shared lengthscale). ``f`` is the radial
 profile of the squared-exponential (``kind=0``), Matern 3/2 (``kind=1``) or
@@ -13,7 +15,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_cross",
-           "closed_form_q"]
+           "inducing_cholesky", "chol_backward", "closed_form_q"]
 
 #: public kernel names -> the ``kind`` code of the numba functions
 KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
