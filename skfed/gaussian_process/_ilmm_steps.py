@@ -184,7 +184,7 @@ class _IlmmSteps(_PFedHGPSteps):
                 "x_min": data.X.min(axis=0),
                 "x_max": data.X.max(axis=0),
             }
-        g = self.unpack_global(broadcast)
+        g = self.broadcast_globals(broadcast)
         shift = np.asarray(broadcast["y_shift"], dtype=float)
         scale = np.asarray(broadcast["y_scale"], dtype=float)
         Y = (np.asarray(data.y, dtype=float) - shift) / scale

@@ -280,6 +280,27 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 g[k] = np.array(v, dtype=float)
         return g
 
+    def broadcast_globals(self, broadcast):
+        """The global parameters of ``broadcast``, unpacked once for all clients of a round.
+
+        The engine hands one broadcast object to every client of a round, so
+        the unpacked dict is kept with it (its arrays read-only: every client
+        reads them); a new broadcast object replaces it. Not pickled.
+        """
+        last = self.__dict__.get("_last_broadcast")
+        if last is not None and last[0] is broadcast:
+            return last[1]
+        g = self.unpack_global(broadcast)
+        for v in g.values():
+            v.flags.writeable = False
+        self._last_broadcast = (broadcast, g)
+        return g
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_last_broadcast", None)
+        return state
+
     # --- client ----------------------------------------------------------------
     def client_init(self, data, rng):
         cfg, loc = self.cfg, {}
@@ -314,7 +335,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 "x_min": data.X.min(axis=0),
                 "x_max": data.X.max(axis=0),
             }
-        g = self.unpack_global(broadcast)
+        g = self.broadcast_globals(broadcast)
         y = ((np.asarray(data.y, dtype=float) - float(broadcast["y_shift"]))
              / float(broadcast["y_scale"]))
         X = data.X
