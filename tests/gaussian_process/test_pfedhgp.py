@@ -265,6 +265,22 @@ def test_basis_cache_reuses_only_for_equal_parameters_and_is_not_pickled():
     assert pickle.loads(pickle.dumps(cache))._store == {}
 
 
+def test_broadcast_globals_are_unpacked_once_per_broadcast_and_read_only():
+    import pickle
+
+    steps = PFedHGPRegressor(n_inducing_global=4, n_inducing_local=3)._steps_algorithm(1)
+    _, broadcast = steps.server_step(
+        {"phase": 0}, {0: {"n": np.int64(5), "sum_y": 1.0, "sum_y2": 2.0,
+                           "x_min": np.zeros(1), "x_max": np.ones(1)}},
+        np.random.default_rng(0))
+    g = steps.broadcast_globals(broadcast)
+    assert steps.broadcast_globals(broadcast) is g  # the same object: unpacked once
+    assert all(not v.flags.writeable for v in g.values())  # shared by every client
+    np.testing.assert_array_equal(g["Lg"], np.eye(4))
+    assert steps.broadcast_globals(dict(broadcast)) is not g  # a new broadcast
+    assert "_last_broadcast" not in pickle.loads(pickle.dumps(steps)).__dict__
+
+
 @pytest.mark.parametrize("multioutput", [False, True])
 def test_cavi_clients_send_the_kernel_gradient_only_when_the_server_uses_it(monkeypatch,
                                                                             multioutput):
