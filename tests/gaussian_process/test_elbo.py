@@ -278,3 +278,22 @@ def test_basis_products_match_plain_numpy():
     c = basis_forward(X, X[20:23], np.array([0.3, 0.3]), 0.7, 1, 1e-8)
     np.testing.assert_allclose(a.cross(c), a.W @ c.W.T, rtol=1e-12)
     assert len(a._cross) == 1  # the dead basis's entry was dropped
+
+
+@pytest.mark.parametrize("Z_rows", ["distinct", "coincident"])
+def test_basis_forward_numba_and_lapack_factorizations_agree(monkeypatch, Z_rows):
+    """Small M: one numba pass; large M or a failed first try: LAPACK with jitter escalation."""
+    from skfed.gaussian_process import _elbo
+
+    rng = np.random.default_rng(6)
+    X = rng.uniform(size=(40, 2))
+    Z = X[:8].copy() if Z_rows == "distinct" else np.repeat(X[:1], 8, axis=0)
+    jitter = 1e-6 if Z_rows == "distinct" else 0.0  # coincident: the jitter must escalate
+    args = (X, Z, np.array([0.5, 0.7]), 1.1, 1, jitter)
+    small = _elbo.basis_forward(*args)
+    assert (small.jitter > 0) if Z_rows == "coincident" else (small.jitter == jitter)
+    monkeypatch.setattr(_elbo, "SMALL_INDUCING", 0)
+    large = _elbo.basis_forward(*args)
+    assert small.jitter == large.jitter
+    np.testing.assert_allclose(small.L, large.L, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(small.W, large.W, rtol=1e-7, atol=1e-9)
