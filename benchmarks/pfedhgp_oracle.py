@@ -2,11 +2,10 @@
 
 For each seed and scenario this draws exactly the data of
 ``skfed.benchmark._pfedhgp.run(seed, "full")`` (same call, same arguments),
-recovers the generator's true quantities (training inputs, loadings ``B_g``,
-``B_delta_i``, ``B_l_i``, the Cholesky jitters, ``gamma_i``) by replaying its
-random draws, checks that the replay reproduces the data bit for bit, and
-computes the exact Gaussian posterior of every client's noisy test targets
-under the true model:
+takes the generator's true quantities (training inputs, loadings ``B_g``,
+``B_delta_i``, ``B_l_i``, the Cholesky jitters, ``gamma_i``) from its
+``return_truth``, and computes the exact Gaussian posterior of every
+client's noisy test targets under the true model:
 
 * ``oracle (pooled)``: conditioned on all clients' training data (the
   ``T n Q`` joint covariance);
@@ -33,41 +32,28 @@ import time
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
-from sklearn.utils import Bunch, check_random_state
+from sklearn.utils import Bunch
 
 from skfed.benchmark import summarize
 from skfed.benchmark._pfedhgp import SIZES, _metrics
 from skfed.datasets import make_hierarchical_gp
-from skfed.datasets._gp import _periodic, _rbf
 
 METRICS = ("rmse", "nll", "crps", "cov95", "width95", "coverr")
 
 
-def _draw_jit(rng, K):
-    """``skfed.datasets._gp._draw`` (one column), also returning the jitter it used."""
-    jit = 1e-8 * max(1.0, float(np.mean(np.diag(K))))
-    for _ in range(6):
-        try:
-            L = np.linalg.cholesky(K + jit * np.eye(len(K)))
-            break
-        except np.linalg.LinAlgError:
-            jit *= 10
-    return (L @ rng.standard_normal((len(K), 1)))[:, 0], jit
-
-
-def replay_truth(*, n_clients, n_outputs, n_train, n_test, scenario, random_state,
-                 noise=0.05, phi=1.2, global_lengthscales=(1.8, 2.5), global_scales=(1.0, 0.7),
-                 local_lengthscales=(0.25, 0.45), local_scales=(1.0, 0.8), domain=(0.0, 10.0)):
+def generator_truth(*, n_clients, n_outputs, n_train, n_test, scenario, random_state,
+                    noise=0.05, phi=1.2, global_lengthscales=(1.8, 2.5),
+                    global_scales=(1.0, 0.7), local_lengthscales=(0.25, 0.45),
+                    local_scales=(1.0, 0.8), domain=(0.0, 10.0)):
     """The data of ``make_hierarchical_gp`` and the true quantities behind them.
 
-    Replays the generator's random draws in the same order (multi-output case
-    only) and raises if the replayed targets differ from the generator's in
-    any bit, so a change of the generator cannot silently change the truth.
+    The generator's own ``return_truth`` (the loadings, the jitter of each
+    latent draw, ``gamma_i``), with the settings the oracle's covariances need.
 
     Parameters
     ----------
     n_clients, n_outputs, n_train, n_test, scenario, random_state, noise, phi
-        As in :func:`skfed.datasets.make_hierarchical_gp` (``random_state`` an int).
+        As in :func:`skfed.datasets.make_hierarchical_gp` (multi-output).
     global_lengthscales, global_scales, local_lengthscales, local_scales, domain
         As in :func:`skfed.datasets.make_hierarchical_gp`.
 
@@ -80,59 +66,18 @@ def replay_truth(*, n_clients, n_outputs, n_train, n_test, scenario, random_stat
         draw was made with: white latent variance on its draw's points),
         ``gamma`` (T,) (scenario C, else zeros) and the kernel settings.
     """
-    kw = dict(n_clients=n_clients, n_outputs=n_outputs, n_train=n_train, n_test=n_test,
-              scenario=scenario, noise=noise, phi=phi, global_lengthscales=global_lengthscales,
-              global_scales=global_scales, local_lengthscales=local_lengthscales,
-              local_scales=local_scales, domain=domain)
-    data = make_hierarchical_gp(**kw, random_state=random_state)
-    T, Q, n, nt = n_clients, n_outputs, n_train, n_test
-    ls_g, tau_g = np.asarray(global_lengthscales), np.asarray(global_scales)
-    ls_l, tau_l = np.asarray(local_lengthscales), np.asarray(local_scales)
-    R = len(ls_g)
-    rng = check_random_state(random_state)
-    lo, hi = domain
-    x_test = np.linspace(lo, hi, nt)
-    X = [rng.uniform(lo, hi, n) for _ in range(T)]
-    x_all = np.concatenate(X + [x_test])
-    h_g, jit_g = zip(*[_draw_jit(rng, _rbf(x_all, ls_g[r], tau_g[r] ** 2)) for r in range(R)])
-    B_g = rng.standard_normal((Q, R))
-    f_g_all = np.column_stack(h_g) @ B_g.T
-    B_d, B_l = np.empty((T, Q, R)), np.empty((T, Q, R))
-    jit_d, jit_l, gamma = np.empty((T, R)), np.empty((T, R)), np.zeros(T)
-    ytr, yte = [], []
-    for i in range(T):
-        xi = np.concatenate([X[i], x_test])
-        idx = np.concatenate([np.arange(i * n, (i + 1) * n), T * n + np.arange(nt)])
-        h_d, h_l = [], []
-        for r in range(R):
-            Kd = _rbf(xi, ls_g[r], phi * tau_g[r] ** 2)
-            if scenario == "B":
-                Kd = 0.65 * Kd + 0.35 * _periodic(xi, 3.0, 0.8, phi * tau_g[r] ** 2)
-            h, jit_d[i, r] = _draw_jit(rng, Kd)
-            h_d.append(h)
-            h, jit_l[i, r] = _draw_jit(rng, _rbf(xi, ls_l[r], tau_l[r] ** 2))
-            h_l.append(h)
-        B_d[i] = rng.standard_normal((Q, R))
-        B_l[i] = rng.standard_normal((Q, R))
-        f_g = f_g_all[idx]
-        f_d = np.column_stack(h_d) @ B_d[i].T
-        f_l = np.column_stack(h_l) @ B_l[i].T
-        if scenario == "D":
-            f_l = 0.5 * f_d + np.sqrt(1 - 0.25) * f_l
-        clean = f_g + f_d + f_l
-        if scenario == "C":
-            gamma[i] = rng.uniform(0.35, 0.60)
-            clean = clean + gamma[i] * f_g * f_d
-        y = clean + noise * rng.standard_normal(clean.shape)
-        ytr.append(y[:n])
-        yte.append(y[n:])
-    if not (np.array_equal(np.concatenate(ytr), data.y_train)
-            and np.array_equal(np.concatenate(yte), data.y_test)):
-        raise RuntimeError("the replay of make_hierarchical_gp does not reproduce its data.")
-    return Bunch(data=data, X=X, x_test=x_test, B_g=B_g, B_d=B_d, B_l=B_l,
-                 jit_g=np.asarray(jit_g), jit_d=jit_d, jit_l=jit_l, gamma=gamma,
-                 scenario=scenario, noise=noise, phi=phi, ls_g=ls_g, tau_g=tau_g,
-                 ls_l=ls_l, tau_l=tau_l, n_train=n, n_test=nt)
+    data = make_hierarchical_gp(
+        n_clients=n_clients, n_outputs=n_outputs, n_train=n_train, n_test=n_test,
+        scenario=scenario, noise=noise, phi=phi, global_lengthscales=global_lengthscales,
+        global_scales=global_scales, local_lengthscales=local_lengthscales,
+        local_scales=local_scales, domain=domain, random_state=random_state, return_truth=True)
+    t = data.truth
+    return Bunch(data=data, X=list(t.x_train), x_test=t.x_test, B_g=t.B_g, B_d=t.B_d, B_l=t.B_l,
+                 jit_g=t.jit_g, jit_d=t.jit_d, jit_l=t.jit_l, gamma=t.gamma,
+                 scenario=scenario, noise=noise, phi=phi,
+                 ls_g=np.asarray(global_lengthscales), tau_g=np.asarray(global_scales),
+                 ls_l=np.asarray(local_lengthscales), tau_l=np.asarray(local_scales),
+                 n_train=n_train, n_test=n_test)
 
 
 def _points(truth, client, kind):
@@ -207,7 +152,7 @@ def true_covariance(truth, P1, P2):
     Parameters
     ----------
     truth : Bunch
-        Output of :func:`replay_truth`.
+        Output of :func:`generator_truth`.
     P1, P2 : Bunch
         Point sets (``x``, draw indices ``g`` and ``l``, client ``c``).
 
@@ -238,7 +183,7 @@ def oracle_predict(truth, pooled=True):
     Parameters
     ----------
     truth : Bunch
-        Output of :func:`replay_truth`.
+        Output of :func:`generator_truth`.
     pooled : bool, default=True
         Condition on all clients' training data (else on the client's own).
 
@@ -295,9 +240,9 @@ def main(argv=None):
         setting = "scenario C (linear)" if scenario == "C" else f"scenario {scenario}"
         for seed in _seeds(args.seeds):
             # the benchmark's call (skfed.benchmark._pfedhgp.run, mode "full")
-            truth = replay_truth(n_clients=size["n_clients"], n_outputs=size["n_outputs"],
-                                 n_train=size["n_train"], n_test=size["n_test"],
-                                 scenario=scenario, random_state=seed)
+            truth = generator_truth(n_clients=size["n_clients"], n_outputs=size["n_outputs"],
+                                    n_train=size["n_train"], n_test=size["n_test"],
+                                    scenario=scenario, random_state=seed)
             for method, pooled in (("oracle (pooled)", True), ("oracle (client-only)", False)):
                 mean, cov, chi2 = oracle_predict(truth, pooled)
                 std = np.sqrt(np.diagonal(cov, axis1=1, axis2=2))

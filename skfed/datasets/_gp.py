@@ -26,8 +26,12 @@ def _periodic(x, period, ls, scale2):
     return scale2 * np.exp(-2.0 * np.sin(np.pi * d / period) ** 2 / ls**2)
 
 
-def _draw(rng, K, size=1):
-    """Draws from N(0, K) (jittered Cholesky), shape (len(K), size)."""
+def _draw(rng, K, size=1, return_jitter=False):
+    """Draws from N(0, K) (jittered Cholesky), shape (len(K), size).
+
+    With ``return_jitter`` also the jitter the draws were made with: they are
+    exact draws from ``N(0, K + jitter I)``.
+    """
     jit = 1e-8 * max(1.0, float(np.mean(np.diag(K))))
     for _ in range(6):
         try:
@@ -35,7 +39,8 @@ def _draw(rng, K, size=1):
             break
         except np.linalg.LinAlgError:
             jit *= 10
-    return L @ rng.standard_normal((len(K), size))
+    draws = L @ rng.standard_normal((len(K), size))
+    return (draws, jit) if return_jitter else draws
 
 
 def make_hierarchical_gp(
@@ -53,6 +58,7 @@ def make_hierarchical_gp(
     local_scales=(1.0, 0.8),
     domain=(0.0, 10.0),
     random_state=None,
+    return_truth=False,
 ):
     """Clients whose functions are global + deviation + local GPs (pFedHGP sec. 4.1).
 
@@ -90,6 +96,9 @@ def make_hierarchical_gp(
         Per-latent lengthscales and standard deviations (``tau``).
     domain : tuple of float, default=(0, 10)
     random_state : int, RandomState instance or None, default=None
+    return_truth : bool, default=False
+        Also return the draws behind the data (for oracle predictors and
+        simulation studies); the data are the same either way.
 
     Returns
     -------
@@ -98,6 +107,17 @@ def make_hierarchical_gp(
         (…,), ``groups_train``; ``X_test``, ``y_test`` (noisy), ``y_test_clean``,
         ``groups_test`` (the grid repeated for each client); ``components_test``
         (dict of the clean global, deviation and local parts on the test rows).
+        With ``return_truth``, ``truth``: a Bunch of ``x_train`` (n_clients,
+        n_train) and ``x_test``; the latent draws ``h_g`` (n_clients * n_train
+        + n_test, R) on every client's training inputs then the grid, ``h_d``
+        and ``h_l`` (n_clients, n_train + n_test, R) on each client's inputs
+        then the grid; the loadings ``B_g`` (Q, R), ``B_d`` and ``B_l``
+        (n_clients, Q, R) (ones for scalar output); the jitter each latent was
+        drawn with, ``jit_g`` (R,), ``jit_d`` and ``jit_l`` (n_clients, R)
+        (each draw is exact from its kernel matrix plus that jitter times the
+        identity); ``gamma`` (n_clients,) (scenario C, else zeros). The clean
+        targets are ``h_g B_g^T + h_d B_d^T + h_l B_l^T`` on each client's rows,
+        with the scenario's changes.
 
     Examples
     --------
@@ -130,8 +150,16 @@ def make_hierarchical_gp(
     x_test = np.linspace(lo, hi, nt)
     X = [rng.uniform(lo, hi, n) for _ in range(T)]
     x_all = np.concatenate(X + [x_test])
+    QR = (1 if scalar else Q, R)
+    truth = Bunch(x_train=np.array(X), x_test=x_test, jit_g=np.empty(R),
+                  h_d=np.empty((T, n + nt, R)), h_l=np.empty((T, n + nt, R)),
+                  B_d=np.empty((T,) + QR), B_l=np.empty((T,) + QR),
+                  jit_d=np.empty((T, R)), jit_l=np.empty((T, R)), gamma=np.zeros(T))
     # global latents, jointly over all clients and the grid
-    h_g = np.column_stack([_draw(rng, _rbf(x_all, ls_g[r], tau_g[r] ** 2))[:, 0] for r in range(R)])
+    h_g = np.empty((T * n + nt, R))
+    for r in range(R):
+        draw, truth.jit_g[r] = _draw(rng, _rbf(x_all, ls_g[r], tau_g[r] ** 2), return_jitter=True)
+        h_g[:, r] = draw[:, 0]
 
     def loadings():
         return np.ones((1, R)) if scalar else rng.standard_normal((Q, R))
@@ -143,21 +171,27 @@ def make_hierarchical_gp(
     for i in range(T):
         xi = np.concatenate([X[i], x_test])
         idx = np.concatenate([np.arange(i * n, (i + 1) * n), T * n + np.arange(nt)])
-        h_d, h_l = [], []
+        h_d, h_l = truth.h_d[i], truth.h_l[i]
         for r in range(R):
             Kd = _rbf(xi, ls_g[r], phi * tau_g[r] ** 2)
             if scenario == "B":
                 Kd = 0.65 * Kd + 0.35 * _periodic(xi, 3.0, 0.8, phi * tau_g[r] ** 2)
-            h_d.append(_draw(rng, Kd)[:, 0])
-            h_l.append(_draw(rng, _rbf(xi, ls_l[r], tau_l[r] ** 2))[:, 0])
+            draw, truth.jit_d[i, r] = _draw(rng, Kd, return_jitter=True)
+            h_d[:, r] = draw[:, 0]
+            draw, truth.jit_l[i, r] = _draw(rng, _rbf(xi, ls_l[r], tau_l[r] ** 2),
+                                            return_jitter=True)
+            h_l[:, r] = draw[:, 0]
+        truth.B_d[i] = loadings()
+        truth.B_l[i] = loadings()
         f_g = f_g_all[idx]
-        f_d = np.column_stack(h_d) @ loadings().T
-        f_l = np.column_stack(h_l) @ loadings().T
+        f_d = h_d @ truth.B_d[i].T
+        f_l = h_l @ truth.B_l[i].T
         if scenario == "D":
             f_l = 0.5 * f_d + np.sqrt(1 - 0.25) * f_l
         clean = f_g + f_d + f_l
         if scenario == "C":
-            clean = clean + rng.uniform(0.35, 0.60) * f_g * f_d
+            truth.gamma[i] = rng.uniform(0.35, 0.60)
+            clean = clean + truth.gamma[i] * f_g * f_d
         y = clean + noise * rng.standard_normal(clean.shape)
         Xtr.append(X[i][:, None])
         ytr.append(y[:n])
@@ -172,13 +206,17 @@ def make_hierarchical_gp(
         a = np.concatenate(a)
         return a[:, 0] if scalar else a
 
-    return Bunch(
+    data = Bunch(
         X_train=np.concatenate(Xtr), y_train=out(ytr), groups_train=np.concatenate(gtr),
         X_test=np.tile(x_test, T)[:, None], y_test=out(yte), y_test_clean=out(yte_clean),
         groups_test=np.concatenate(gte),
         components_test={k: out(v) for k, v in parts.items()},
         noise=noise,
     )
+    if return_truth:
+        truth.update(h_g=h_g, B_g=B_g)
+        data["truth"] = truth
+    return data
 
 
 def make_press_tonnage(

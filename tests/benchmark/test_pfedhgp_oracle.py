@@ -24,7 +24,7 @@ def _whitened_second_moment(scenario, as_scenario=None):
     """
     S = 0.0
     for seed in range(N_DRAWS):
-        truth = oracle.replay_truth(**TINY, scenario=scenario, random_state=seed)
+        truth = oracle.generator_truth(**TINY, scenario=scenario, random_state=seed)
         if as_scenario is not None:
             truth.scenario = as_scenario
         T = TINY["n_clients"]
@@ -58,7 +58,7 @@ def test_oracle_predictive_is_calibrated(pooled):
     # the standardized test errors of the posterior are N(0, I_Q) over draws
     S, errs = 0.0, 0
     for seed in range(300):
-        truth = oracle.replay_truth(**TINY, scenario="D", random_state=seed)
+        truth = oracle.generator_truth(**TINY, scenario="D", random_state=seed)
         mean, cov, _ = oracle.oracle_predict(truth, pooled=pooled)
         z = np.linalg.solve(np.linalg.cholesky(cov), (truth.data.y_test - mean)[..., None])[..., 0]
         S = S + np.einsum("jq,jp->qp", z, z)
@@ -67,8 +67,8 @@ def test_oracle_predictive_is_calibrated(pooled):
     np.testing.assert_allclose(S, np.eye(2), atol=0.15)
 
 
-def test_replay_is_the_generator():
-    # replay_truth raises if it does not reproduce make_hierarchical_gp bit for bit
-    truth = oracle.replay_truth(n_clients=3, n_outputs=4, n_train=20, n_test=30, scenario="C",
-                                random_state=7)
+def test_generator_truth_is_the_generators():
+    truth = oracle.generator_truth(n_clients=3, n_outputs=4, n_train=20, n_test=30, scenario="C",
+                                   random_state=7)
     assert truth.B_d.shape == (3, 4, 2) and np.all((truth.gamma >= 0.35) & (truth.gamma <= 0.6))
+    np.testing.assert_array_equal(np.concatenate(truth.X), truth.data.X_train[:, 0])

@@ -53,3 +53,30 @@ def test_press_and_monitoring_generators():
     assert X.shape == (240, 1) and zones.tolist() == [0, 1, 2, 0, 1, 2]
     with pytest.raises(ValueError, match="n_cycles"):
         make_press_tonnage(n_cycles=(1,) * 6)
+
+
+@pytest.mark.parametrize("scenario", ["A", "B", "C", "D"])
+@pytest.mark.parametrize("n_outputs", [None, 3])
+def test_hierarchical_gp_truth_reproduces_the_clean_targets(scenario, n_outputs):
+    kw = dict(n_clients=3, n_outputs=n_outputs, n_train=12, n_test=9, scenario=scenario,
+              random_state=5)
+    plain = make_hierarchical_gp(**kw)
+    d = make_hierarchical_gp(**kw, return_truth=True)
+    assert "truth" not in plain
+    np.testing.assert_array_equal(d.y_train, plain.y_train)  # the same draws either way
+    t, n, nt = d.truth, 12, 9
+    R = t.h_g.shape[1]
+    assert t.h_g.shape == (3 * n + nt, R) and t.h_d.shape == t.h_l.shape == (3, n + nt, R)
+    np.testing.assert_array_equal(t.x_train.ravel(), d.X_train[:, 0])
+    assert np.all(t.jit_g > 0) and np.all(t.jit_d > 0) and np.all(t.jit_l > 0)
+    assert np.all(t.gamma > 0) if scenario == "C" else np.all(t.gamma == 0)
+    for i in range(3):
+        idx = np.r_[i * n:(i + 1) * n, 3 * n:3 * n + nt]
+        f_g, f_d, f_l = t.h_g[idx] @ t.B_g.T, t.h_d[i] @ t.B_d[i].T, t.h_l[i] @ t.B_l[i].T
+        if scenario == "D":
+            f_l = 0.5 * f_d + np.sqrt(0.75) * f_l
+        clean = f_g + f_d + f_l + (t.gamma[i] * f_g * f_d if scenario == "C" else 0.0)
+        clean = clean[:, 0] if n_outputs is None else clean
+        np.testing.assert_allclose(clean[n:], d.y_test_clean[i * nt:(i + 1) * nt], rtol=1e-12,
+                                   atol=1e-12)
+        assert np.abs(clean[:n] - d.y_train[i * n:(i + 1) * n]).max() < 6 * d.noise
