@@ -19,8 +19,37 @@ checks them against it.
 import numpy as np
 from scipy.linalg import LinAlgError
 
-from ._elbo import basis_backward, kl_whitened, sigmoid, softplus, unpack_global
+from ._elbo import (
+    _inv_chol_spd,
+    basis_backward,
+    cho_solve,
+    cholesky,
+    kl_whitened,
+    sigmoid,
+    softplus,
+    unpack_global,
+)
 from ._kernels import closed_form_q
+
+
+#: up to this many joint coefficients (M + M_i) the closed-form solve is one numba
+#: pass; beyond, LAPACK's blocked factorizations are faster (from about 160 on)
+SMALL_JOINT = 160
+
+
+def _closed_form_q_lapack(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
+    """:func:`._kernels.closed_form_q` with LAPACK, for large ``M + M_i``."""
+    k, nu = Gw.shape[0], Gv.shape[0]
+    N = k + nu
+    P = np.empty((N, N))
+    P[:k, :k], P[:k, k:], P[k:, :k], P[k:, k:] = Gw, C, C.T, Gv
+    P /= s2
+    P.flat[: k * (N + 1): N + 1] += inv_prior_w
+    P.flat[k * (N + 1):: N + 1] += 1.0
+    means = cho_solve(cholesky(P), np.concatenate([rw, rv]) / s2)
+    Ld = _inv_chol_spd(P[:k, :k])[1] if want_ld and k else np.zeros((k, k))
+    Lu = _inv_chol_spd(P[k:, k:])[1] if nu else np.zeros((0, 0))
+    return means, Lu, Ld
 
 
 class ClosedFormClient:
@@ -84,10 +113,14 @@ class ClosedFormClient:
         # the q(delta) covariance depends on the global basis, s2 and phi only: the
         # same for every solve of a round, so it is kept on the basis
         new_ld = cfg.use_deviation and (gb._dev_cov is None or gb._dev_cov[:2] != (s2, self.phi))
-        info, means, Lu, Ld = closed_form_q(Gw, C, Gv, rw, rv, s2,
-                                            1.0 / self.phi if cfg.use_deviation else 1.0, new_ld)
-        if info != 0:
-            raise LinAlgError(f"a closed-form precision is not positive definite (info={info}).")
+        inv_prior = 1.0 / self.phi if cfg.use_deviation else 1.0
+        if Gw.shape[0] + Gv.shape[0] <= SMALL_JOINT:
+            info, means, Lu, Ld = closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior, new_ld)
+            if info != 0:
+                raise LinAlgError(
+                    f"a closed-form precision is not positive definite (info={info}).")
+        else:
+            means, Lu, Ld = _closed_form_q_lapack(Gw, C, Gv, rw, rv, s2, inv_prior, new_ld)
         out = dict(loc)
         k = Gw.shape[0]
         if cfg.use_deviation:

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import LinAlgError
-from scipy.linalg.blas import dtrsm
+from scipy.linalg.blas import dtrmm, dtrsm
 from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
+from ._kernels import chol_backward as _chol_backward_small
 from ._kernels import (
-    chol_backward,
     inducing_cholesky,
     kernel_adjoint,
     kernel_adjoint_cross,
@@ -127,6 +127,27 @@ def chol_jitter(K, jitter, max_tries=8):
         f"a kernel matrix is not positive definite even with jitter {jit / 10:.1e}; "
         "check for NaN hyperparameters or raise jitter."
     )
+
+
+#: up to this size the Cholesky adjoint is one numba pass; beyond, three BLAS calls
+#: are faster (their blocked kernels win from about 40 x 40 on)
+SMALL_ADJOINT = 40
+
+
+def chol_backward(L, L_bar):
+    """Symmetric adjoint of ``K`` given the adjoint of ``L = chol(K)`` (Murray 2016).
+
+    ``K_bar = L^{-T} Phi(L^T tril(L_bar)) L^{-1}``, symmetrized, with ``Phi``
+    the lower triangle with its diagonal halved; only the lower triangle of
+    ``L_bar`` is read. Small matrices: :func:`._kernels.chol_backward`.
+    """
+    n = L.shape[0]
+    if n <= SMALL_ADJOINT:
+        return _chol_backward_small(L, L_bar)
+    P = np.tril(dtrmm(1.0, L, np.tril(L_bar), side=0, lower=1, trans_a=1))
+    P.flat[:: n + 1] *= 0.5
+    K_bar = dtrsm(1.0, L, dtrsm(1.0, L, P, side=1, lower=1), side=0, lower=1, trans_a=1)
+    return 0.5 * (K_bar + K_bar.T)
 
 
 @functools.lru_cache(maxsize=None)

@@ -297,3 +297,29 @@ def test_basis_forward_numba_and_lapack_factorizations_agree(monkeypatch, Z_rows
     assert small.jitter == large.jitter
     np.testing.assert_allclose(small.L, large.L, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(small.W, large.W, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("use", COMPONENTS)
+def test_closed_form_solve_numba_and_lapack_paths_agree(monkeypatch, use):
+    """Small M + M_i: one numba pass; large: LAPACK (forced here with a zero threshold)."""
+    from skfed.gaussian_process import _closed_form
+
+    rng = np.random.default_rng(13)
+    X, y = rng.uniform(size=(30, 2)), rng.normal(size=30)
+    cfg = ModelConfig(ard=True, n_features=2, use_global=use[0], use_deviation=use[1],
+                      use_local=use[2])
+    g, loc = random_params(rng, 2, 6, 4, 2)
+
+    def solve():
+        gb = global_basis(X, g, cfg) if cfg.global_basis else None
+        cf = ClosedFormClient(y, g, cfg, gb)
+        if cfg.use_local:
+            cf.set_local(local_basis(X, loc, cfg))
+        return cf.solve(loc)
+
+    small = solve()
+    monkeypatch.setattr(_closed_form, "SMALL_JOINT", 0)
+    large = solve()
+    for key in ("md", "Ld", "mu", "Lu"):
+        if key in small:
+            np.testing.assert_allclose(small[key], large[key], rtol=1e-9, atol=1e-12)

@@ -197,3 +197,17 @@ def test_inducing_cholesky_matches_lapack(kind):
     np.testing.assert_allclose(L, cholesky(K, lower=True), rtol=1e-9, atol=1e-12)
     # coincident inducing inputs without jitter: not positive definite, reported
     assert inducing_cholesky(np.zeros((3, 2)), ls, 1.0, kind, 0.0)[0] != 0
+
+
+@pytest.mark.parametrize("n", [10, 50])
+def test_chol_backward_dispatch_numba_small_blas_large(n):
+    from skfed.gaussian_process._elbo import SMALL_ADJOINT
+    from skfed.gaussian_process._elbo import chol_backward as dispatched
+
+    assert (n <= SMALL_ADJOINT) == (n == 10)  # one size on each side
+    rng = np.random.default_rng(n)
+    A = rng.normal(size=(n, n))
+    L = np.linalg.cholesky(A @ A.T + n * np.eye(n))
+    L_bar = rng.normal(size=(n, n))
+    np.testing.assert_allclose(dispatched(L, L_bar), reference_chol_backward(L, L_bar),
+                               rtol=1e-10, atol=1e-13)
