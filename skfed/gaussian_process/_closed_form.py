@@ -52,6 +52,12 @@ def _closed_form_q_lapack(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     return means, Lu, Ld
 
 
+def _factor_terms(basis, L):
+    """``|L|^2``, ``log det(L L^T)`` and ``|L^T W|^2`` of a covariance factor ``L``."""
+    return (float(np.sum(L * L)), 2.0 * float(np.log(np.abs(np.diagonal(L))).sum()),
+            basis.quad(L))
+
+
 class ClosedFormClient:
     """A client's statistics for one closed-form round at fixed global parameters.
 
@@ -128,9 +134,7 @@ class ClosedFormClient:
             if new_ld:
                 Ld.flags.writeable = False
                 # with the terms of the message that depend on S_delta alone
-                sq = float(np.sum(Ld * Ld))
-                logdet = 2.0 * float(np.log(np.diagonal(Ld)).sum())
-                gb._dev_cov = (s2, self.phi, Ld, sq, logdet, gb.quad(Ld))
+                gb._dev_cov = (s2, self.phi, Ld) + _factor_terms(gb, Ld)
             out["Ld"] = gb._dev_cov[2]
         if cfg.use_local:
             out["mu"] = means[k:]
@@ -231,9 +235,8 @@ class ClosedFormClient:
             md, Ld = loc["md"], loc["Ld"]
             # |Ld|^2, log det S_delta and |Ld^T W|^2, kept with the round's S_delta
             cov = gb._dev_cov
-            sq, logdet, quad = cov[3:] if cov is not None and cov[2] is Ld else (
-                float(np.sum(Ld * Ld)), 2.0 * float(np.log(np.abs(np.diagonal(Ld))).sum()),
-                gb.quad(Ld))
+            sq, logdet, quad = (cov[3:] if cov is not None and cov[2] is Ld
+                                else _factor_terms(gb, Ld))
             Gmd = gb.gram @ md
             rr += md @ Gmd - 2.0 * (md @ self.wy)
             c += quad

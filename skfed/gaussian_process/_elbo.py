@@ -375,7 +375,7 @@ def local_basis(X, loc, cfg):
 
 
 def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_global=False,
-                 want_local_hyper=None, want_global_kernel=True):
+                 want_local_hyper=None):
     """The client's ELBO contribution ``ELL_i - KL_delta_i - KL_u_i`` and gradients.
 
     Parameters
@@ -396,9 +396,6 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
     want_local_hyper : bool or None
         Gradients of the local kernel (``Zl, ls_l, var_l``); defaults to
         ``want_local``.
-    want_global_kernel : bool, default=True
-        With ``want_global``, also the gradients of the global kernel
-        (``Zg, ls_g, var_g``): the costly adjoint through ``K(X, Z_g)``.
 
     Returns
     -------
@@ -499,12 +496,12 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
                 dphi = -stats["t_g"] / (2 * s2) + 0.5 * (D / phi**2 - M / phi)
                 gg["phi"] = np.asarray(dphi * sigmoid(g["phi"]))
                 Sbar += loc["Ld"] @ loc["Ld"].T
-        if cfg.global_basis and want_global_kernel:
+        if cfg.global_basis:
             # W_bar = (mbar e^T - Sbar W + kappa W) / s2
             A = (kappa * np.eye(M) - Sbar) / s2
             gv, gls, gZ = basis_backward(
                 X, g["Zg"], c["ls"], c["var"], cfg.kind, gb, A, mbar[:, None] / s2, e[:, None],
-                var_direct=-kappa * n / (2 * s2), WE=None if We is None else We[:, None],
+                var_direct=-kappa * n / (2 * s2), WE=We[:, None],
             )
             gg["var_g"] = np.asarray(gv * sigmoid(g["var_g"]))
             gg["ls_g"] = cfg.fold_lengthscale_grad(gls, g["ls_g"])
