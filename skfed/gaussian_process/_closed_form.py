@@ -24,7 +24,6 @@ from ._elbo import (
     basis_backward,
     cho_solve,
     cholesky,
-    kl_whitened,
     sigmoid,
     softplus,
     unpack_global,
@@ -52,10 +51,19 @@ def _closed_form_q_lapack(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     return means, Lu, Ld
 
 
-def _factor_terms(basis, L):
-    """``|L|^2``, ``log det(L L^T)`` and ``|L^T W|^2`` of a covariance factor ``L``."""
-    return (float(np.sum(L * L)), 2.0 * float(np.log(np.abs(np.diagonal(L))).sum()),
-            basis.quad(L))
+def _factor_terms(basis, L, s2=None, inv_prior=None):
+    """``|L|^2``, ``log det(L L^T)`` and ``|L^T W|^2`` of a covariance factor ``L``.
+
+    If ``L L^T`` is the optimal covariance ``(W W^T / s2 + inv_prior I)^{-1}``
+    (pass ``s2`` and ``inv_prior``), ``|L^T W|^2 = tr(W W^T S) = s2 (M -
+    inv_prior |L|^2)`` without an ``M^3`` product; the subtraction loses at
+    most ``M s2`` times the machine epsilon, absolute.
+    """
+    sq = float(np.sum(L * L))
+    logdet = 2.0 * float(np.log(np.abs(np.diagonal(L))).sum())
+    if s2 is None:
+        return sq, logdet, basis.quad(L)
+    return sq, logdet, s2 * (L.shape[0] - inv_prior * sq)
 
 
 class ClosedFormClient:
@@ -85,7 +93,7 @@ class ClosedFormClient:
         self.gb = gb
         self.wy = gb.W @ y if gb is not None else None
         self.mg = g["mg"] if cfg.use_global else None
-        self.lb = self.vy = self.C = None
+        self.lb = self.vy = self.C = self._u_terms = None
 
     def set_local(self, lb):
         """Use the local basis ``lb`` (after a step on the local kernel)."""
@@ -134,11 +142,12 @@ class ClosedFormClient:
             if new_ld:
                 Ld.flags.writeable = False
                 # with the terms of the message that depend on S_delta alone
-                gb._dev_cov = (s2, self.phi, Ld) + _factor_terms(gb, Ld)
+                gb._dev_cov = (s2, self.phi, Ld) + _factor_terms(gb, Ld, s2, inv_prior)
             out["Ld"] = gb._dev_cov[2]
         if cfg.use_local:
             out["mu"] = means[k:]
             out["Lu"] = Lu
+            self._u_terms = (Lu,) + _factor_terms(self.lb, Lu, s2, 1.0)
         return out
 
     # --- gradients of the client's ELBO terms ---------------------------------
@@ -244,9 +253,13 @@ class ClosedFormClient:
                 b -= Gmd
         if cfg.use_local:
             mu, Lu = loc["mu"], loc["Lu"]
+            # |Lu|^2, log det S_u and |Lu^T V|^2, from the solve that set Lu
+            terms = self._u_terms
+            sq_u, logdet_u, quad_u = (terms[1:] if terms is not None and terms[0] is Lu
+                                      else _factor_terms(lb, Lu))
             rr += mu @ (lb.gram @ mu) - 2.0 * (mu @ self.vy)
             t_l = self.n * float(softplus(loc["var_l"])) - lb.sqnorm
-            c += lb.quad(Lu) + t_l
+            c += quad_u + t_l
             if cfg.use_deviation:
                 rr += 2.0 * (md @ (self.C @ mu))
             if cfg.use_global:
@@ -258,5 +271,7 @@ class ClosedFormClient:
         if cfg.use_deviation:
             msg["D"] = sq + float(md @ md)
             msg["logdet_d"] = logdet
-        msg["kl_u"] = kl_whitened(mu, Lu) if cfg.use_local else 0.0
+        # KL(q(u_i) || p(u_i)) of the whitened block, from the same terms
+        msg["kl_u"] = (0.5 * (sq_u + float(mu @ mu) - mu.shape[0] - logdet_u)
+                       if cfg.use_local else 0.0)
         return msg

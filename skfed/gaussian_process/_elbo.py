@@ -40,8 +40,8 @@ from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 from ._kernels import chol_backward as _chol_backward_small
 from ._kernels import (
     inducing_cholesky,
-    kernel_adjoint,
     kernel_adjoint_cross,
+    kernel_adjoint_sym,
     kernel_matrix,
 )
 
@@ -130,8 +130,8 @@ def chol_jitter(K, jitter, max_tries=8):
 
 
 #: up to this size the Cholesky adjoint is one numba pass; beyond, three BLAS calls
-#: are faster (their blocked kernels win from about 40 x 40 on)
-SMALL_ADJOINT = 40
+#: are faster (their blocked kernels win from about 160 x 160 on)
+SMALL_ADJOINT = 128
 
 
 def chol_backward(L, L_bar):
@@ -329,9 +329,9 @@ def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0, WE=None)
     else:
         G = np.zeros_like(basis.K)
     Kzz_bar = chol_backward(L, L_bar)
-    gv1, gl1, gZa, gZb = kernel_adjoint(Z, Z, ls, var, kind, Kzz_bar)
+    gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
     gv2, gl2, gZc = kernel_adjoint_cross(X, Z, ls, var, kind, basis.K, G, E, LP)
-    return gv1 + gv2 + var_direct, gl1 + gl2, gZa + gZb + gZc
+    return gv1 + gv2 + var_direct, gl1 + gl2, gZ1 + gZc
 
 
 # ----------------------------------------------------------------------------

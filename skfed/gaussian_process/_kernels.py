@@ -14,7 +14,8 @@ case.
 import numpy as np
 from numba import njit
 
-__all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_cross",
+__all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_sym",
+           "kernel_adjoint_cross",
            "inducing_cholesky", "chol_backward", "closed_form_q"]
 
 #: public kernel names -> the ``kind`` code of the numba functions
@@ -22,6 +23,10 @@ KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
 
 _SQRT3 = np.sqrt(3.0)
 _SQRT5 = np.sqrt(5.0)
+
+#: reassociation lets the dot-product reductions vectorize (results change by
+#: rounding only); no flag assumes finite values, so NaN checks stay valid
+REASSOC = {"reassoc", "contract"}
 
 
 @njit(cache=True, nogil=True)
@@ -136,6 +141,64 @@ def kernel_adjoint(X, Z, lengthscale, variance, kind, Kbar):
     return g_var, g_ls, g_X, g_Z
 
 
+@njit(cache=True, nogil=True, fastmath=REASSOC)
+def kernel_adjoint_sym(Z, lengthscale, variance, kind, Kbar):
+    """Gradients of ``sum(Kbar * k(Z, Z))`` for a symmetric ``Kbar``.
+
+    :func:`kernel_adjoint` with ``X = Z`` and the two ``Z`` gradients
+    summed, over the pairs ``i > j`` only (each counted twice; the diagonal
+    adds to the variance only, as ``f(0) = 1``): half the kernel
+    evaluations, and the inner loops run over contiguous rows.
+
+    Returns
+    -------
+    g_variance : float
+    g_lengthscale : ndarray of shape (d,)
+    g_Z : ndarray of shape (m, d)
+    """
+    m, d = Z.shape
+    inv = 1.0 / lengthscale
+    Zt = np.ascontiguousarray(Z.T)  # (d, m)
+    g_var = 0.0
+    g_ls = np.zeros(d)
+    gZt = np.zeros((d, m))
+    r2 = np.empty(m)
+    c = np.empty(m)
+    for i in range(m):
+        g_var += Kbar[i, i]
+        if i == 0:
+            continue
+        ki = Kbar[i]
+        r2[:i] = 0.0
+        for k in range(d):
+            zi = Zt[k, i]
+            zk = Zt[k]
+            for j in range(i):
+                t = (zi - zk[j]) * inv[k]
+                r2[j] += t * t
+        for j in range(i):
+            f, g = _profile(r2[j], kind)
+            a = 2.0 * ki[j]
+            g_var += a * f
+            c[j] = a * variance * g
+        for k in range(d):
+            zi = Zt[k, i]
+            zk = Zt[k]
+            gk = gZt[k]
+            i2 = inv[k] * inv[k]
+            s_ls = 0.0
+            s_i = 0.0
+            for j in range(i):
+                diff = zi - zk[j]
+                gx = c[j] * diff * i2
+                s_ls += gx * diff
+                s_i += gx
+                gk[j] -= gx
+            gk[i] += s_i
+            g_ls[k] -= s_ls * inv[k]
+    return g_var, g_ls, np.ascontiguousarray(gZt.T)
+
+
 @njit(cache=True, nogil=True)
 def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
     """Gradients of ``sum(Kbar * k(X, Z))`` with ``Kbar = G + E P^T``, given ``K = k(X, Z)``.
@@ -229,9 +292,6 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
 # small dense algebra of the closed-form round (many calls on 20 x 20 to
 # 70 x 70 matrices: a numba pass costs less than a dozen LAPACK calls from Python)
 # ----------------------------------------------------------------------------
-#: reassociation lets the dot-product reductions vectorize (results change by
-#: rounding only); no flag assumes finite values, so NaN checks stay valid
-REASSOC = {"reassoc", "contract"}
 
 
 @njit(cache=True, nogil=True, fastmath=REASSOC)
@@ -279,15 +339,21 @@ def _inv_chol_block(P, start, stop):
     out = np.zeros((m, m))
     if info != 0:
         return info, out
-    # Rinv = R^{-1} (lower), column by column
+    # Rinv = R^{-1} (lower), row by row: row i is -sum_p R[i, p] Rinv[p] / R[i, i]
+    # over p < i, a sum of contiguous rows (the column-wise recurrence reads
+    # Rinv with a stride and runs several times slower)
     Rinv = np.zeros((m, m))
-    for j in range(m):
-        Rinv[j, j] = 1.0 / R[j, j]
-        for i in range(j + 1, m):
-            t = 0.0
-            for p in range(j, i):
-                t -= R[i, p] * Rinv[p, j]
-            Rinv[i, j] = t / R[i, i]
+    for i in range(m):
+        ri = Rinv[i]
+        for p in range(i):
+            rip = R[i, p]
+            rp = Rinv[p]
+            for j in range(p + 1):
+                ri[j] -= rip * rp[j]
+        d = 1.0 / R[i, i]
+        for j in range(i):
+            ri[j] *= d
+        ri[i] = d
     for i in range(m):
         for j in range(i + 1):
             out[i, j] = Rinv[m - 1 - j, m - 1 - i]
@@ -360,49 +426,56 @@ def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
 
 
 @njit(cache=True, nogil=True, fastmath=REASSOC)
+def _solve_lower_t_rows(L, B):
+    """``B <- L^{-T} B`` in place for lower ``L``, by whole rows of ``B``.
+
+    Back substitution as row updates (``B[m] -= L[i, m] B[i]``): every inner
+    loop is a contiguous axpy over the columns, which vectorizes; the
+    dot-product form reads ``L`` down a column.
+    """
+    n = L.shape[0]
+    for i in range(n - 1, -1, -1):
+        bi = B[i]
+        d = 1.0 / L[i, i]
+        for c in range(bi.shape[0]):
+            bi[c] *= d
+        for m in range(i):
+            lim = L[i, m]
+            bm = B[m]
+            for c in range(bi.shape[0]):
+                bm[c] -= lim * bi[c]
+
+
+@njit(cache=True, nogil=True, fastmath=REASSOC)
 def chol_backward(L, L_bar):
     """Symmetric adjoint of ``K`` given the adjoint of its Cholesky factor ``L``.
 
     Reverse mode of ``L = chol(K)`` (Murray 2016, "Differentiation of the
     Cholesky decomposition"): ``P = Phi(L^T tril(L_bar))``, ``Phi`` the lower
     triangle with the diagonal halved, then ``K_bar = L^{-T} P L^{-1}``,
-    symmetrized. Only the lower triangle of ``L_bar`` is read.
+    symmetrized. Only the lower triangle of ``L_bar`` is read. Both solves
+    are ``L^{-T}`` applied to a matrix: ``Y = L^{-T} P^T``, ``K_bar^T = ... =
+    L^{-T} Y^T``.
     """
     n = L.shape[0]
     P = np.zeros((n, n))
     for k in range(n):
+        lbk = L_bar[k]
         for i in range(k + 1):
             lki = L[k, i]
+            pi = P[i]
             for j in range(i + 1):
-                P[i, j] += lki * L_bar[k, j]
+                pi[j] += lki * lbk[j]
     for i in range(n):
         P[i, i] *= 0.5
-    LT = np.ascontiguousarray(L.T)
-    # Xt = (P L^{-1})^T, row r of Xt solves x L = P[r] (x is zero beyond column r)
-    Xt = np.zeros((n, n))
-    x = np.empty(n)
-    for r in range(n):
-        for j in range(r, -1, -1):
-            t = P[r, j]
-            for k in range(j + 1, r + 1):
-                t -= x[k] * LT[j, k]
-            x[j] = t / LT[j, j]
-        for j in range(r + 1):
-            Xt[j, r] = x[j]
-    # Kt = (L^{-T} X)^T, row c solves L^T k = X[:, c] (X[:, c] = Xt[c])
-    Kt = np.empty((n, n))
-    for c in range(n):
-        xc = Xt[c]
-        kc = Kt[c]
-        for i in range(n - 1, -1, -1):
-            t = xc[i]
-            for m in range(i + 1, n):
-                t -= LT[i, m] * kc[m]
-            kc[i] = t / LT[i, i]
+    Y = np.ascontiguousarray(P.T)
+    _solve_lower_t_rows(L, Y)  # Y = L^{-T} P^T = (P L^{-1})^T
+    K = np.ascontiguousarray(Y.T)
+    _solve_lower_t_rows(L, K)  # K = L^{-T} P L^{-1}
     out = np.empty((n, n))
     for i in range(n):
         for j in range(n):
-            out[i, j] = 0.5 * (Kt[i, j] + Kt[j, i])
+            out[i, j] = 0.5 * (K[i, j] + K[j, i])
     return out
 
 
