@@ -28,7 +28,7 @@ from ._elbo import (
     softplus,
     unpack_global,
 )
-from ._kernels import closed_form_q
+from ._kernels import closed_form_q, factor_stats
 
 
 #: up to this many joint coefficients (M + M_i) the closed-form solve is one numba
@@ -59,8 +59,7 @@ def _factor_terms(basis, L, s2=None, inv_prior=None):
     inv_prior |L|^2)`` without an ``M^3`` product; the subtraction loses at
     most ``M s2`` times the machine epsilon, absolute.
     """
-    sq = float(np.sum(L * L))
-    logdet = 2.0 * float(np.log(np.abs(np.diagonal(L))).sum())
+    sq, logdet = factor_stats(L)  # L is lower triangular
     if s2 is None:
         return sq, logdet, basis.quad(L)
     return sq, logdet, s2 * (L.shape[0] - inv_prior * sq)

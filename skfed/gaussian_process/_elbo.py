@@ -203,7 +203,7 @@ class ModelConfig:
         if ls.shape == (self.n_features,):  # ARD (or one feature): already the vector
             return ls
         if ls.size == 1:  # one shared lengthscale
-            return np.full(self.n_features, ls.reshape(-1)[0])
+            return np.repeat(ls.reshape(-1), self.n_features)
         return np.broadcast_to(ls, (self.n_features,)).astype(float)
 
     def fold_lengthscale_grad(self, g_ls, raw):
@@ -320,10 +320,14 @@ def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0, WE=None)
     caller has it (saves a pass over ``W``).
     """
     L, W = basis.L, basis.W
-    LP = solve_triangular(L, P, lower=True, trans=1, check_finite=False)
+    M = L.shape[0]
+    if A is not None:  # L^{-T} [A, P] in one solve
+        LAP = solve_triangular(L, np.concatenate((A, P), axis=1), lower=True, trans=1)
+        LA, LP = LAP[:, :M], np.ascontiguousarray(LAP[:, M:])
+    else:
+        LP = solve_triangular(L, P, lower=True, trans=1, check_finite=False)
     L_bar = -LP @ (W @ E if WE is None else WE).T
     if A is not None:
-        LA = solve_triangular(L, A, lower=True, trans=1, check_finite=False)
         G = W.T @ LA.T  # (n, M)
         L_bar -= LA @ basis.gram
     else:

@@ -16,7 +16,8 @@ from numba import njit
 
 __all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_sym",
            "kernel_adjoint_cross",
-           "inducing_cholesky", "chol_backward", "closed_form_q"]
+           "inducing_cholesky", "chol_backward", "closed_form_q", "factor_stats",
+           "adam_update"]
 
 #: public kernel names -> the ``kind`` code of the numba functions
 KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
@@ -358,6 +359,49 @@ def _inv_chol_block(P, start, stop):
         for j in range(i + 1):
             out[i, j] = Rinv[m - 1 - j, m - 1 - i]
     return 0, out
+
+
+@njit(cache=True, nogil=True)
+def adam_update(p, g, m, v, lr, b1, b2, eps, c1, c2, scale):
+    """One Adam ascent step on flat arrays; returns new ``(p, m, v)``.
+
+    ``c1``, ``c2`` are the bias corrections ``1 - b1^t``, ``1 - b2^t``;
+    element ``i`` is scaled by ``scale[i % scale.size]`` (a per-feature step
+    unit along the last axis). The same operations, in the same order, as
+    the numpy expression it replaces (no fastmath): results are identical.
+    """
+    n = p.shape[0]
+    s = scale.shape[0]
+    p_new = np.empty(n)
+    m_new = np.empty(n)
+    v_new = np.empty(n)
+    for i in range(n):
+        gi = g[i]
+        mi = b1 * m[i] + (1 - b1) * gi
+        vi = b2 * v[i] + (1 - b2) * gi * gi
+        m_new[i] = mi
+        v_new[i] = vi
+        step = lr * (mi / c1) / (np.sqrt(vi / c2) + eps)
+        p_new[i] = p[i] + step * scale[i % s]
+    return p_new, m_new, v_new
+
+
+@njit(cache=True, nogil=True, fastmath=REASSOC)
+def factor_stats(L):
+    """``(|L|_F^2, log det(L L^T))`` of a lower triangular factor ``L``.
+
+    One call instead of half a dozen numpy reductions: a round needs these
+    for every covariance factor it sets.
+    """
+    n = L.shape[0]
+    sq = 0.0
+    logdet = 0.0
+    for i in range(n):
+        li = L[i]
+        for j in range(i + 1):
+            sq += li[j] * li[j]
+        logdet += np.log(np.abs(li[i]))
+    return sq, 2.0 * logdet
 
 
 @njit(cache=True, nogil=True, fastmath=REASSOC)

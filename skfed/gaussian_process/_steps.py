@@ -47,10 +47,19 @@ from ._elbo import (
     tril_unpack,
     _inv_chol_spd,
 )
+from ._kernels import adam_update
 
 LOCAL_HYPER = ("Zl", "ls_l", "var_l")
 TRIL_KEYS = ("Lg",)
 GLOBAL_KERNEL = ("Zg", "ls_g", "var_g")  # the parameters a global basis depends on
+
+
+def _param_key(p):
+    """Shape and bytes of a float parameter (the common float64 array without a copy)."""
+    if type(p) is np.ndarray and p.dtype == np.float64:
+        return p.shape, p.tobytes()
+    p = np.asarray(p, dtype=float)
+    return p.shape, p.tobytes()
 
 
 class BasisCache:
@@ -74,7 +83,7 @@ class BasisCache:
         Parameters match if their shapes and bytes are equal (a ``-0.0`` for a
         ``0.0`` only costs a rebuild).
         """
-        key = tuple((np.shape(p), np.asarray(p, dtype=float).tobytes()) for p in params)
+        key = tuple(_param_key(p) for p in params)
         hit = self._store.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
@@ -108,6 +117,9 @@ def one_blas_thread(step):
 # ----------------------------------------------------------------------------
 # Adam (ascent), state kept by each party across rounds
 # ----------------------------------------------------------------------------
+_UNIT_STEP = np.ones(1)  # no step scaling (read only by adam_update)
+
+
 def adam_init(params, keys):
     return {"t": 0, "m": {k: np.zeros_like(params[k], dtype=float) for k in keys},
             "v": {k: np.zeros_like(params[k], dtype=float) for k in keys}}
@@ -120,17 +132,22 @@ def adam_ascent(params, grads, state, lr, keys, b1=0.9, b2=0.999, eps=1e-8, scal
     parameter): inducing inputs move in units of the feature range.
     """
     t = state["t"] + 1
+    c1, c2 = 1 - b1**t, 1 - b2**t
     out = dict(params)
     m_new, v_new = dict(state["m"]), dict(state["v"])
     for k in keys:
-        g = np.asarray(grads[k], dtype=float)
-        m = b1 * state["m"][k] + (1 - b1) * g
-        v = b2 * state["v"][k] + (1 - b2) * g * g
-        m_new[k], v_new[k] = m, v
-        step = lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        p = np.asarray(params[k], dtype=float)
+        unit = _UNIT_STEP
         if scale is not None and k in scale:
-            step = step * scale[k]
-        out[k] = np.asarray(params[k], dtype=float) + step
+            unit = np.asarray(scale[k], dtype=float).ravel()
+            if unit.size > 1 and p.shape[-1:] != unit.shape:
+                raise ValueError(f"step scale of {k!r} must match its last axis, "
+                                 f"got {unit.shape} for {p.shape}")
+        flat = adam_update(p.ravel(), np.asarray(grads[k], dtype=float).ravel(),
+                           np.asarray(state["m"][k], dtype=float).ravel(),
+                           np.asarray(state["v"][k], dtype=float).ravel(),
+                           float(lr), b1, b2, eps, c1, c2, unit)
+        out[k], m_new[k], v_new[k] = (a.reshape(p.shape) for a in flat)
     return out, {"t": t, "m": m_new, "v": v_new}
 
 

@@ -9,6 +9,8 @@ from skfed.gaussian_process._kernels import (
     KERNEL_KINDS,
     chol_backward,
     closed_form_q,
+    adam_update,
+    factor_stats,
     inducing_cholesky,
     kernel_adjoint,
     kernel_adjoint_cross,
@@ -245,3 +247,27 @@ def test_chol_backward_dispatch_numba_small_blas_large(n):
     L_bar = rng.normal(size=(n, n))
     np.testing.assert_allclose(dispatched(L, L_bar), reference_chol_backward(L, L_bar),
                                rtol=1e-10, atol=1e-13)
+
+
+def test_factor_stats_matches_numpy():
+    rng = np.random.default_rng(3)
+    L = np.tril(rng.normal(size=(9, 9)))
+    sq, logdet = factor_stats(L)
+    assert sq == pytest.approx(np.sum(L * L), rel=1e-13)
+    assert logdet == pytest.approx(2 * np.log(np.abs(np.diag(L))).sum(), rel=1e-13)
+
+
+def test_adam_update_matches_numpy_exactly():
+    """The numba Adam step repeats the numpy expression operation by operation."""
+    rng = np.random.default_rng(6)
+    p, g = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+    m, v = rng.normal(size=(5, 3)), rng.uniform(size=(5, 3))
+    scale = rng.uniform(size=3)
+    b1, b2, eps, lr, t = 0.9, 0.999, 1e-8, 0.1, 4
+    m_ref = b1 * m + (1 - b1) * g
+    v_ref = b2 * v + (1 - b2) * g * g
+    p_ref = p + lr * (m_ref / (1 - b1**t)) / (np.sqrt(v_ref / (1 - b2**t)) + eps) * scale
+    out = adam_update(p.ravel(), g.ravel(), m.ravel(), v.ravel(), lr, b1, b2, eps,
+                      1 - b1**t, 1 - b2**t, scale)
+    for got, ref in zip(out, (p_ref, m_ref, v_ref)):
+        np.testing.assert_array_equal(got.reshape(5, 3), ref)
