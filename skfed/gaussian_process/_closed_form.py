@@ -90,14 +90,14 @@ class ClosedFormClient:
         self.var_g = c.get("var")
         self.ls_g = c.get("ls")
         self.gb = gb
-        self.wy = gb.W @ y if gb is not None else None
+        self.wy = gb.project(y) if gb is not None else None
         self.mg = g["mg"] if cfg.use_global else None
         self.lb = self.vy = self.C = self._u_terms = None
 
     def set_local(self, lb):
         """Use the local basis ``lb`` (after a step on the local kernel)."""
         self.lb = lb
-        self.vy = lb.W @ self.y
+        self.vy = lb.project(self.y)
         self.C = self.gb.cross(lb) if self.gb is not None else None  # W V^T
 
     # --- q(delta_i), q(u_i) ---------------------------------------------------

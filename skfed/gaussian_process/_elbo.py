@@ -237,6 +237,14 @@ class Basis:
     _cross: list = field(default_factory=list)  # [(weak ref to other basis, W W_other^T)]
     # (s2, phi, chol of the optimal q(delta) covariance, and terms of it: see _closed_form)
     _dev_cov: tuple = None
+    _proj: tuple = None  # (y, W y) of the last projected target vector
+
+    def project(self, y):
+        """``W y``, kept for the last ``y`` (compared by identity: a client's
+        targets are one array across rounds, see ``_steps.BasisCache.targets``)."""
+        if self._proj is None or self._proj[0] is not y:
+            self._proj = (y, self.W @ y)
+        return self._proj[1]
 
     @property
     def gram(self):

@@ -91,6 +91,19 @@ class BasisCache:
         self._store[name] = (key, value)
         return value
 
+    def targets(self, y, shift, scale):
+        """The client's normalized targets ``(y - shift) / scale``, one array
+        while ``y`` and the normalization stay the same (bases keep their
+        projections of it, see :meth:`Basis.project`)."""
+        key = (float(shift), float(scale), _param_key(y))
+        hit = self._store.get("targets")
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = (np.asarray(y, dtype=float) - key[0]) / key[1]
+        value.flags.writeable = False
+        self._store["targets"] = (key, value)
+        return value
+
     def __reduce__(self):
         return (BasisCache, ())
 
@@ -353,15 +366,14 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 "x_max": data.X.max(axis=0),
             }
         g = self.broadcast_globals(broadcast)
-        y = ((np.asarray(data.y, dtype=float) - float(broadcast["y_shift"]))
-             / float(broadcast["y_scale"]))
+        cache = state.get("cache") or BasisCache()
+        y = cache.targets(data.y, broadcast["y_shift"], broadcast["y_scale"])
         X = data.X
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         loc = dict(state["loc"])
         if self.share_local_hypers and "ls_l" in broadcast:
             loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
             loc["var_l"] = np.array(broadcast["var_l"], dtype=float)
-        cache = state.get("cache") or BasisCache()
         gb = self._global_basis(X, g, cache) if self.cfg.global_basis else None
         jit = gb.jitter if gb is not None else 0.0
         if self.optimizer == "paper":
