@@ -26,7 +26,6 @@ from ._elbo import (
     cholesky,
     sigmoid,
     softplus,
-    unpack_global,
 )
 from ._kernels import closed_form_q, factor_stats
 
@@ -85,10 +84,11 @@ class ClosedFormClient:
         self.n = y.shape[0]
         self.yy = float(y @ y)
         self.g = g
-        c = unpack_global(g, cfg)
-        self.s2, self.phi = c["noise"], c["phi"]
-        self.var_g = c.get("var")
-        self.ls_g = c.get("ls")
+        self.s2 = float(softplus(g["noise"]))
+        self.phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+        # the global kernel's constrained parameters, as the basis was formed with
+        self.var_g = gb.var if gb is not None else None
+        self.ls_g = gb.ls if gb is not None else None
         self.gb = gb
         self.wy = gb.project(y) if gb is not None else None
         self.mg = g["mg"] if cfg.use_global else None
@@ -187,9 +187,8 @@ class ClosedFormClient:
         A = np.eye(mu.shape[0])
         A -= loc["Lu"] @ loc["Lu"].T
         A /= s2
-        var_l = float(softplus(loc["var_l"]))
         gv, gls, gZ = basis_backward(
-            X, loc["Zl"], cfg.lengthscale(loc["ls_l"]), var_l, cfg.kind, lb, A,
+            X, loc["Zl"], lb.ls, lb.var, cfg.kind, lb, A,
             mu[:, None] / s2, e[:, None], var_direct=-self.n / (2 * s2), WE=Ve[:, None])
         return {"var_l": np.asarray(gv * sigmoid(loc["var_l"])),
                 "ls_l": cfg.fold_lengthscale_grad(gls, loc["ls_l"]),
@@ -257,7 +256,7 @@ class ClosedFormClient:
             sq_u, logdet_u, quad_u = (terms[1:] if terms is not None and terms[0] is Lu
                                       else _factor_terms(lb, Lu))
             rr += mu @ (lb.gram @ mu) - 2.0 * (mu @ self.vy)
-            t_l = self.n * float(softplus(loc["var_l"])) - lb.sqnorm
+            t_l = self.n * lb.var - lb.sqnorm
             c += quad_u + t_l
             if cfg.use_deviation:
                 rr += 2.0 * (md @ (self.C @ mu))

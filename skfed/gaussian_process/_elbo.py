@@ -232,6 +232,8 @@ class Basis:
     W: np.ndarray  # (M, n)
     jitter: float
     K: np.ndarray = None  # k(X, Z), (n, M)
+    ls: np.ndarray = None  # the kernel's lengthscales and variance (constrained)
+    var: float = None
     _gram: np.ndarray = None
     _sqnorm: float = None
     _cross: list = field(default_factory=list)  # [(weak ref to other basis, W W_other^T)]
@@ -311,7 +313,7 @@ def basis_forward(X, Z, ls, var, kind, jitter):
     # W^T = K(X, Z) L^{-T}: the right-sided solve on the row-major (n, M) block
     # is about twice as fast as the left-sided one on K(Z, X)
     Wt = dtrsm(1.0, L, Kxz, side=1, lower=1, trans_a=1)
-    return Basis(L=L, W=Wt.T, jitter=used, K=Kxz)
+    return Basis(L=L, W=Wt.T, jitter=used, K=Kxz, ls=ls, var=float(var))
 
 
 def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0, WE=None):
