@@ -149,7 +149,8 @@ def kernel_adjoint_sym(Z, lengthscale, variance, kind, Kbar):
     :func:`kernel_adjoint` with ``X = Z`` and the two ``Z`` gradients
     summed, over the pairs ``i > j`` only (each counted twice; the diagonal
     adds to the variance only, as ``f(0) = 1``): half the kernel
-    evaluations, and the inner loops run over contiguous rows.
+    evaluations, and the inner loops run over contiguous rows. Only the
+    lower triangle of ``Kbar`` is read.
 
     Returns
     -------

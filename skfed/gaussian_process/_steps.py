@@ -141,8 +141,9 @@ def adam_init(params, keys):
 def adam_ascent(params, grads, state, lr, keys, b1=0.9, b2=0.999, eps=1e-8, scale=None):
     """One Adam ascent step on ``params[keys]``; returns new params and state.
 
-    ``scale`` maps keys to a multiplier of their step (broadcast against the
-    parameter): inducing inputs move in units of the feature range.
+    ``scale`` maps keys to a multiplier of their step, a scalar or one value
+    per entry of the parameter's last axis: inducing inputs move in units of
+    the feature range. The arithmetic is :func:`._kernels.adam_update`.
     """
     t = state["t"] + 1
     c1, c2 = 1 - b1**t, 1 - b2**t
