@@ -29,7 +29,8 @@ def _parser():
     bench.add_argument("--out", default="skfed-report",
                        help="folder for the report (default: ./skfed-report)")
     bench.add_argument("--experiments", nargs="+", metavar="NAME",
-                       help="run only these experiments (default: all)")
+                       help="run only these experiments or groups, e.g. 'real' "
+                            "(default: all experiments of the mode)")
     bench.add_argument("--seeds", type=int, default=None, metavar="N",
                        help="repetitions per experiment (default: each experiment's own)")
     bench.add_argument("--list", action="store_true", help="list the experiments and exit")
@@ -45,7 +46,10 @@ def main(argv=None):
 
     if args.list:
         for exp in get_experiments():
-            print(f"{exp.name:28s} {exp.title}")
+            tags = [f"group {exp.group}"] if exp.group else []
+            if "quick" not in exp.modes:
+                tags.append("--full only")
+            print(f"{exp.name:28s} {exp.title}" + (f"  [{', '.join(tags)}]" if tags else ""))
         return 0
     if args.seeds is not None and args.seeds < 1:
         print("skfed benchmark: --seeds must be >= 1", file=sys.stderr)

@@ -7,6 +7,7 @@ module per paper and import it here.
 from . import _dp_fed_dro  # noqa: F401  (registers its experiments)
 from . import _federated_regression  # noqa: F401  (registers its experiment)
 from . import _pfedhgp  # noqa: F401  (registers its experiment)
+from . import _real_data  # noqa: F401  (registers the real-data group)
 from . import _tensor_regression  # noqa: F401  (registers its experiments)
 from ._registry import MODES, Experiment, get_experiments, register
 from ._runner import run_benchmark, summarize

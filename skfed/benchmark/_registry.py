@@ -24,8 +24,9 @@ class Experiment:
         seed, at ``mode`` ``"quick"`` (small, the default of the command) or
         ``"full"`` (the paper's size). Each dict is one method's result:
         ``{"method": str, "setting": str (optional), <metric>: float, ...}``.
-    metrics : dict of str to {"higher", "lower"}
-        The metrics ``run`` reports and which direction is better.
+    metrics : dict of str to {"higher", "lower"} or float
+        The metrics ``run`` reports and which direction is better; a number is
+        a target value (closer is better, e.g. ``0.95`` for a 95% coverage).
     n_seeds : dict, default={"quick": 3, "full": 10}
         Repetitions per mode.
     paper : dict, default={}
@@ -35,6 +36,11 @@ class Experiment:
         What is compared, on what data; shown in the report.
     reference : str, default=""
         The paper (and table or figure) the experiment reproduces.
+    group : str, default=""
+        A group name: ``--experiments GROUP`` runs every experiment of it.
+    modes : tuple of str, default=("quick", "full")
+        The modes in which a plain ``skfed benchmark`` (no ``--experiments``)
+        runs it; named experiments run in any mode.
     """
 
     name: str
@@ -45,26 +51,45 @@ class Experiment:
     paper: dict = field(default_factory=dict)
     description: str = ""
     reference: str = ""
+    group: str = ""
+    modes: tuple = MODES
 
 
 def register(experiment):
     """Add an experiment to the registry (its name must be new)."""
     if experiment.name in _REGISTRY:
         raise ValueError(f"an experiment named {experiment.name!r} is already registered.")
-    bad = {m: d for m, d in experiment.metrics.items() if d not in ("higher", "lower")}
+    bad = {m: d for m, d in experiment.metrics.items()
+           if d not in ("higher", "lower") and not isinstance(d, (int, float))}
     if bad:
-        raise ValueError(f"metric directions must be 'higher' or 'lower', got {bad}.")
+        raise ValueError(f"metric directions must be 'higher', 'lower' or a target number, "
+                         f"got {bad}.")
+    if experiment.name in {e.group for e in _REGISTRY.values()}:
+        raise ValueError(f"{experiment.name!r} is already a group name.")
     _REGISTRY[experiment.name] = experiment
     return experiment
 
 
-def get_experiments(names=None):
-    """Registered experiments, all (in registration order) or those named."""
+def get_experiments(names=None, mode=None):
+    """Registered experiments: those named (experiment or group names), else all.
+
+    Without names and with a ``mode``, only the experiments that run in that
+    mode by default.
+    """
     if not names:
-        return list(_REGISTRY.values())
-    unknown = [n for n in names if n not in _REGISTRY]
+        return [e for e in _REGISTRY.values() if mode is None or mode in e.modes]
+    groups = {}
+    for e in _REGISTRY.values():
+        if e.group:
+            groups.setdefault(e.group, []).append(e)
+    unknown = [n for n in names if n not in _REGISTRY and n not in groups]
     if unknown:
         raise ValueError(
-            f"unknown experiment(s) {unknown}; registered: {sorted(_REGISTRY)}."
+            f"unknown experiment(s) {unknown}; registered: {sorted(_REGISTRY)}; "
+            f"groups: {sorted(groups)}."
         )
-    return [_REGISTRY[n] for n in names]
+    chosen = {}
+    for n in names:
+        for e in groups.get(n, [_REGISTRY.get(n)]):
+            chosen.setdefault(e.name, e)
+    return list(chosen.values())

@@ -139,6 +139,20 @@ def _cell(s, paper=None):
     return text
 
 
+def _arrow(direction):
+    if direction == "higher":
+        return "↑"
+    if direction == "lower":
+        return "↓"
+    return f"→{direction:g}"
+
+
+def _better(direction):
+    if direction in ("higher", "lower"):
+        return f"{direction} is better"
+    return f"closer to {direction:g} is better"
+
+
 def _tables(experiment, summary):
     """Per setting: header and rows (method x metric) of formatted cells."""
     mine = [s for s in summary if s["experiment"] == experiment.name]
@@ -148,8 +162,7 @@ def _tables(experiment, summary):
     for setting in settings:
         cells = {(s["method"], s["metric"]): s for s in mine if s["setting"] == setting}
         methods = list(dict.fromkeys(s["method"] for s in mine if s["setting"] == setting))
-        header = ["method"] + [f"{m} ({'↑' if experiment.metrics[m] == 'higher' else '↓'})"
-                               for m in metrics]
+        header = ["method"] + [f"{m} ({_arrow(experiment.metrics[m])})" for m in metrics]
         body = []
         for method in methods:
             row = [method]
@@ -266,7 +279,7 @@ def _write_figures(experiments, summary, folder):
                 ax.bar(x, means, width, yerr=err, capsize=2, label=method)
             ax.set_xticks([i + 0.4 - width / 2 for i in range(len(settings))])
             ax.set_xticklabels([s or "all" for s in settings], rotation=20, ha="right", fontsize=8)
-            ax.set_title(f"{metric} ({exp.metrics[metric]} is better)", fontsize=9)
+            ax.set_title(f"{metric} ({_better(exp.metrics[metric])})", fontsize=9)
         axes[0][0].legend(fontsize=7)
         fig.suptitle(exp.title, fontsize=10)
         fig.tight_layout()
@@ -281,7 +294,7 @@ def main_benchmark(names=None, mode="quick", out="skfed-report", n_seeds=None, p
     """Run, print, and write the report; return the summary rows."""
     from ._registry import get_experiments
 
-    experiments = get_experiments(names)
+    experiments = get_experiments(names, mode=mode)
     tic = time.perf_counter()
     rows = run_benchmark(experiments, mode=mode, n_seeds=n_seeds, progress=progress)
     elapsed = time.perf_counter() - tic

@@ -68,3 +68,27 @@ def test_registry_rejects_duplicates_and_bad_directions():
         register(exp)
     with pytest.raises(ValueError, match="higher"):
         register(Experiment(name="tmp-bad", title="t", run=None, metrics={"x": "up"}))
+
+
+def test_groups_and_modes_select_experiments():
+    real = get_experiments(["real"])
+    assert real and all(e.group == "real" for e in real)
+    assert {"real_sleepstudy", "real_wvs"} <= {e.name for e in real}
+    quick = {e.name for e in get_experiments(mode="quick")}
+    full = {e.name for e in get_experiments(mode="full")}
+    assert "real_sleepstudy" in quick and "real_hsb82" not in quick and "real_hsb82" in full
+    # a named experiment runs whatever its modes
+    assert [e.name for e in get_experiments(["real_hsb82"], mode="quick")] == ["real_hsb82"]
+    # a group and one of its members name it once
+    names = [e.name for e in get_experiments(["real", "real_wvs"])]
+    assert names.count("real_wvs") == 1
+
+
+def test_target_metric_direction_is_accepted_and_printed():
+    from skfed.benchmark._runner import _arrow, _better
+
+    from skfed.benchmark._registry import _REGISTRY
+
+    register(Experiment(name="tmp-target", title="t", run=None, metrics={"cov": 0.95}))
+    _REGISTRY.pop("tmp-target")
+    assert _arrow(0.95) == "→0.95" and "closer to 0.95" in _better(0.95)
