@@ -2,6 +2,7 @@
 
 import argparse
 import sys
+import time
 
 __all__ = ["main"]
 
@@ -15,8 +16,8 @@ def _parser():
         "benchmark",
         help="run the registered experiments and write a report",
         description=(
-            "Run registered experiments on generated data; print a table "
-            "(method x metric, mean and 95%% interval over seeds) and write "
+            "Run registered experiments on generated and real data; print a table "
+            "(method x metric, mean and spread over seeds) and write "
             "report.md, results.csv, summary.csv and figures to --out."
         ),
     )
@@ -40,6 +41,7 @@ def _parser():
 
 def main(argv=None):
     """Entry point of the ``skfed`` console script."""
+    started = time.perf_counter()
     args = _parser().parse_args(argv)
     from .benchmark import get_experiments
     from .benchmark._runner import main_benchmark
@@ -57,7 +59,7 @@ def main(argv=None):
     try:
         main_benchmark(
             names=args.experiments, mode=args.mode, out=args.out, n_seeds=args.seeds,
-            progress=not args.no_progress,
+            progress=not args.no_progress, started=started,
         )
     except ValueError as exc:
         print(f"skfed benchmark: {exc}", file=sys.stderr)

@@ -86,8 +86,19 @@ def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream
     return rows
 
 
-def summarize(rows, confidence=0.95):
-    """Mean and t-interval over seeds per (experiment, setting, method, metric).
+# metric name -> (low, high) of its range: a summary interval is clipped to it
+METRIC_RANGES = {
+    "rmse": (0.0, None), "fit_time_s": (0.0, None), "crps": (0.0, None),
+    "coverage95": (0.0, 1.0), "cov95": (0.0, 1.0), "macro_f1": (0.0, 1.0),
+    "accuracy": (0.0, 1.0), "mccr": (0.0, 1.0), "worst_recall": (0.0, 1.0),
+    "r2": (None, 1.0), "epsilon": (0.0, None),
+}
+# below this many seeds a t-interval is too wide to read: report mean +- sd
+MIN_SEEDS_FOR_INTERVAL = 5
+
+
+def summarize(rows, confidence=0.95, ranges=None):
+    """Mean, standard deviation and t-interval over seeds per cell.
 
     Parameters
     ----------
@@ -95,13 +106,18 @@ def summarize(rows, confidence=0.95):
         Output of :func:`run_benchmark`.
     confidence : float, default=0.95
         Coverage of the interval ``mean +/- t * sd / sqrt(n)``.
+    ranges : dict or None, default=None
+        ``{metric: (low, high)}`` (``None`` for an open end): the interval
+        is clipped to the metric's range. Defaults to ``METRIC_RANGES``.
 
     Returns
     -------
     summary : list of dict
-        Keys ``experiment, setting, method, metric, n, mean, low, high``; the
-        interval is NaN with a single seed.
+        Keys ``experiment, setting, method, metric, n, mean, sd, low, high``
+        per (experiment, setting, method, metric); ``sd``, ``low`` and
+        ``high`` are NaN with a single seed.
     """
+    ranges = METRIC_RANGES if ranges is None else ranges
     groups = defaultdict(list)
     for r in rows:
         groups[(r["experiment"], r["setting"], r["method"], r["metric"])].append(r["value"])
@@ -111,12 +127,18 @@ def summarize(rows, confidence=0.95):
         n = v.size
         mean = float(np.mean(v))
         if n > 1:
-            half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * np.std(v, ddof=1) / np.sqrt(n))
+            sd = float(np.std(v, ddof=1))
+            half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n))
         else:
-            half = float("nan")
+            sd = half = float("nan")
+        lo, hi = ranges.get(metric, (None, None))
+        low, high = mean - half, mean + half
+        if n > 1:
+            low = low if lo is None else max(low, lo)
+            high = high if hi is None else min(high, hi)
         out.append({
             "experiment": exp, "setting": setting, "method": method, "metric": metric,
-            "n": n, "mean": mean, "low": mean - half, "high": mean + half,
+            "n": n, "mean": mean, "sd": sd, "low": low, "high": high,
         })
     return out
 
@@ -132,7 +154,9 @@ def _fmt(x):
 
 def _cell(s, paper=None):
     text = _fmt(s["mean"])
-    if s["n"] > 1:
+    if MIN_SEEDS_FOR_INTERVAL > s["n"] > 1:
+        text += f" ± {_fmt(s['sd'])}"
+    elif s["n"] > 1:
         text += f" [{_fmt(s['low'])}, {_fmt(s['high'])}]"
     if paper is not None:
         text += f" (paper {_fmt(paper)})"
@@ -199,13 +223,13 @@ def print_results(experiments, summary, stream=None):
             print(format_table(header, body), file=stream)
 
 
-def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None):
+def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None, wall=None):
     """Write ``report.md``, ``results.csv``, ``summary.csv`` and figures to ``out``."""
     os.makedirs(out, exist_ok=True)
     _write_csv(os.path.join(out, "results.csv"), rows,
                ["experiment", "setting", "method", "seed", "metric", "value"])
     _write_csv(os.path.join(out, "summary.csv"), summary,
-               ["experiment", "setting", "method", "metric", "n", "mean", "low", "high"])
+               ["experiment", "setting", "method", "metric", "n", "mean", "sd", "low", "high"])
     figures = _write_figures(experiments, summary, os.path.join(out, "figures"))
     from .. import __version__
 
@@ -213,13 +237,16 @@ def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None):
         "# skfed benchmark report",
         "",
         f"skfed {__version__}, mode `{mode}`, Python {platform.python_version()}, "
-        f"{platform.machine()}, {os.cpu_count()} CPUs; ran in {elapsed:.1f} s.",
-        "Cells: mean [95% t-interval over seeds]; `(paper x)`: the published value.",
+        f"{platform.machine()}, {os.cpu_count()} CPUs; experiments ran in {elapsed:.1f} s"
+        + (f", {wall:.1f} s wall-clock in all." if wall is not None else "."),
+        f"Cells: mean ± standard deviation over seeds below {MIN_SEEDS_FOR_INTERVAL} seeds, "
+        f"mean [95% t-interval, clipped to the metric's range] from {MIN_SEEDS_FOR_INTERVAL} "
+        "seeds on; `(paper x)`: the published value.",
         "",
     ]
     for exp in experiments:
         seeds = n_seeds if n_seeds is not None else exp.n_seeds[mode]
-        lines += [f"## {exp.title}", "", f"Experiment `{exp.name}`, {seeds} seed(s)."]
+        lines += [f"## {exp.title}", "", f"Experiment `{exp.name}`, n = {seeds} seed(s)."]
         if exp.reference:
             lines += ["", f"Reproduces: {exp.reference}."]
         if exp.description:
@@ -241,6 +268,15 @@ def _write_csv(path, rows, fields):
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def _error_bar(cell):
+    """(below, above) the mean: the sd below MIN_SEEDS_FOR_INTERVAL seeds, else the interval."""
+    if cell["n"] < 2:
+        return 0.0, 0.0
+    if cell["n"] < MIN_SEEDS_FOR_INTERVAL:
+        return cell["sd"], cell["sd"]
+    return cell["mean"] - cell["low"], cell["high"] - cell["mean"]
 
 
 def _write_figures(experiments, summary, folder):
@@ -274,9 +310,8 @@ def _write_figures(experiments, summary, folder):
                 }
                 x = [i + j * width for i, st in enumerate(settings) if st in cells]
                 means = [cells[st]["mean"] for st in settings if st in cells]
-                half = [cells[st]["high"] - cells[st]["mean"] for st in settings if st in cells]
-                err = [h if np.isfinite(h) else 0.0 for h in half]
-                ax.bar(x, means, width, yerr=err, capsize=2, label=method)
+                err = np.array([_error_bar(cells[st]) for st in settings if st in cells]).T
+                ax.bar(x, means, width, yerr=err.reshape(2, -1), capsize=2, label=method)
             ax.set_xticks([i + 0.4 - width / 2 for i in range(len(settings))])
             ax.set_xticklabels([s or "all" for s in settings], rotation=20, ha="right", fontsize=8)
             ax.set_title(f"{metric} ({_better(exp.metrics[metric])})", fontsize=9)
@@ -290,16 +325,25 @@ def _write_figures(experiments, summary, folder):
     return written
 
 
-def main_benchmark(names=None, mode="quick", out="skfed-report", n_seeds=None, progress=True):
-    """Run, print, and write the report; return the summary rows."""
+def main_benchmark(names=None, mode="quick", out="skfed-report", n_seeds=None, progress=True,
+                   started=None):
+    """Run, print, and write the report; return the summary rows.
+
+    ``started`` is the ``time.perf_counter()`` value at which the command
+    started (imports included), for the wall-clock time in the report.
+    """
     from ._registry import get_experiments
 
+    started = time.perf_counter() if started is None else started
     experiments = get_experiments(names, mode=mode)
     tic = time.perf_counter()
     rows = run_benchmark(experiments, mode=mode, n_seeds=n_seeds, progress=progress)
     elapsed = time.perf_counter() - tic
     summary = summarize(rows)
     print_results(experiments, summary)
-    path = write_report(experiments, rows, summary, out, mode, elapsed, n_seeds)
-    print(f"\nReport: {path} (with results.csv, summary.csv, figures/); {elapsed:.1f} s.")
+    wall = time.perf_counter() - started
+    path = write_report(experiments, rows, summary, out, mode, elapsed, n_seeds, wall=wall)
+    wall = time.perf_counter() - started
+    print(f"\nReport: {path} (with results.csv, summary.csv, figures/); "
+          f"{wall:.1f} s wall-clock ({elapsed:.1f} s in the experiments).")
     return summary

@@ -92,3 +92,22 @@ def test_target_metric_direction_is_accepted_and_printed():
     register(Experiment(name="tmp-target", title="t", run=None, metrics={"cov": 0.95}))
     _REGISTRY.pop("tmp-target")
     assert _arrow(0.95) == "→0.95" and "closer to 0.95" in _better(0.95)
+
+
+def test_summary_clips_to_the_metric_range_and_reports_sd():
+    from skfed.benchmark._runner import _cell
+
+    rows = [{"experiment": "e", "setting": "", "method": "m", "seed": i, "metric": "coverage95",
+             "value": v} for i, v in enumerate([0.9, 1.0, 1.0, 1.0, 1.0, 1.0])]
+    (s,) = summarize(rows)
+    assert s["high"] == 1.0 and s["low"] < s["mean"] < 1.0
+    assert s["sd"] == pytest.approx(np.std([0.9] + [1.0] * 5, ddof=1))
+    assert "[" in _cell(s)
+    (few,) = summarize(rows[:2])
+    assert "±" in _cell(few) and "[" not in _cell(few)
+
+
+def test_help_prints_no_doubled_percent(capsys):
+    with pytest.raises(SystemExit):
+        main(["benchmark", "--help"])
+    assert "%%" not in capsys.readouterr().out
