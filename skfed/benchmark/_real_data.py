@@ -89,7 +89,7 @@ def classification_methods(name, seed):
 
 
 def _splits(X, y, groups, seed):
-    seen = WithinClientKFold(N_SPLITS, shuffle=True, random_state=seed)
+    seen = WithinClientKFold(N_SPLITS, small_clients="train", shuffle=True, random_state=seed)
     new = GroupKFold(N_SPLITS, shuffle=True, random_state=seed)
     return {"seen-site": list(seen.split(X, y, groups)),
             "new-site": list(new.split(X, y, groups))}

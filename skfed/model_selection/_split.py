@@ -26,7 +26,12 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
     Parameters
     ----------
     n_splits : int, default=5
-        Number of folds, at least 2. Every client needs at least this many rows.
+        Number of folds, at least 2.
+    small_clients : {"error", "train"}, default="error"
+        What to do with a client that has fewer than ``n_splits`` rows:
+        ``"error"`` raises; ``"train"`` keeps all its rows in every training
+        fold (it is never tested, but the model still learns from it; real
+        data often has such sites).
     shuffle : bool, default=False
         Shuffle each client's rows before splitting.
     random_state : int, RandomState instance or None, default=None
@@ -44,8 +49,9 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
     [2, 5]
     """
 
-    def __init__(self, n_splits=5, *, shuffle=False, random_state=None):
+    def __init__(self, n_splits=5, *, small_clients="error", shuffle=False, random_state=None):
         self.n_splits = n_splits
+        self.small_clients = small_clients
         self.shuffle = shuffle
         self.random_state = random_state
 
@@ -86,6 +92,10 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
 
     def _iter_test_indices(self, X, y=None, groups=None):
         n_splits = check_positive_int(self.n_splits, "n_splits", minimum=2)
+        if self.small_clients not in ("error", "train"):
+            raise ValueError(
+                f"small_clients must be 'error' or 'train', got {self.small_clients!r}."
+            )
         n_samples = _num_samples(X)
         clients, index = check_groups(groups, n_samples)
         rng = check_random_state(self.random_state) if self.shuffle else None
@@ -93,9 +103,12 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
         for k, label in enumerate(clients.tolist()):
             rows = np.flatnonzero(index == k)
             if rows.size < n_splits:
+                if self.small_clients == "train":
+                    continue
                 raise ValueError(
                     f"client {label!r} has {rows.size} row(s), fewer than "
-                    f"n_splits={n_splits}; every client needs one row per fold (groups)."
+                    f"n_splits={n_splits}; every client needs one row per fold (groups), "
+                    "or pass small_clients='train' to keep such clients in training only."
                 )
             if rng is not None:
                 rows = rng.permutation(rows)

@@ -44,3 +44,15 @@ def test_client_with_fewer_rows_than_folds():
 def test_requests_groups_by_default():
     routing = WithinClientKFold().get_metadata_routing()
     assert routing.split.requests["groups"] is True
+
+
+def test_small_clients_train_keeps_them_in_every_training_fold():
+    groups = np.array([0, 0, 0, 1, 1, 2, 2, 2])
+    cv = WithinClientKFold(3, small_clients="train")
+    folds = list(cv.split(np.zeros((8, 1)), groups=groups))
+    assert len(folds) == 3
+    for train, test in folds:
+        assert set(groups[test]) == {0, 2}
+        assert {3, 4} <= set(train.tolist())
+    with pytest.raises(ValueError, match="small_clients"):
+        list(WithinClientKFold(3, small_clients="drop").split(np.zeros((8, 1)), groups=groups))
