@@ -5,7 +5,8 @@ repetition (seed) runs two 5-fold protocols:
 
 * ``seen-site``: :class:`skfed.model_selection.WithinClientKFold` (shuffled by
   the seed): every site is in every training fold, test rows are held-out rows
-  of seen sites, predicted with their site's personalized model;
+  of seen sites, predicted with their site's personalized model (sites with
+  fewer rows than folds stay in training only);
 * ``new-site``: :class:`sklearn.model_selection.GroupKFold` (shuffled by the
   seed): whole sites are held out and predicted by the population model.
 
@@ -170,7 +171,8 @@ def evaluate(name, seed):
 _DESCRIPTIONS = {
     "regression": (
         "RMSE of every method at its defaults, raw units, 5 folds per protocol: seen-site "
-        "(WithinClientKFold, held-out rows of every site, personalized predictions) and "
+        "(WithinClientKFold, held-out rows of every site with at least 5 rows, personalized "
+        "predictions; smaller sites only train) and "
         "new-site (GroupKFold, whole sites held out, population predictions); 95% coverage "
         "and NLL for the Gaussian processes; mean fit time per fold. MixedLM (statsmodels, "
         "REML, random intercept plus the data set's textbook random slopes) is the "
