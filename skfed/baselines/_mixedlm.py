@@ -274,10 +274,9 @@ class MixedLMRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         fit = fit_mixedlm(X, y, client_index, len(clients), slopes,
                           fit_intercept=bool(self.fit_intercept), reml=bool(self.reml),
                           methods=methods, max_iter=max_iter)
-        collinear = np.setdiff1d(np.setdiff1d(slopes, fit.slopes), fit.dropped_slopes)
-        if collinear.size:
+        if fit.collinear_slopes.size:
             warnings.warn(
-                f"random slopes on features {collinear.tolist()} were dropped: those "
+                f"random slopes on features {fit.collinear_slopes.tolist()} were dropped: those "
                 "columns are constant or linear combinations of the intercept and the "
                 "other random-slope columns.",
                 UserWarning,

@@ -34,7 +34,8 @@ class MixedLMFit:
     """Plain container of a fitted mixed model in the original units."""
 
     def __init__(self, coef, intercept, slopes, random_effects, random_effects_cov,
-                 noise_variance, converged, method, dropped_slopes, criterion, n_iter):
+                 noise_variance, converged, method, collinear_slopes, criterion,
+                 n_iter):
         self.coef = coef
         self.intercept = intercept
         self.slopes = slopes
@@ -43,7 +44,7 @@ class MixedLMFit:
         self.noise_variance = noise_variance
         self.converged = converged
         self.method = method
-        self.dropped_slopes = dropped_slopes
+        self.collinear_slopes = collinear_slopes  # requested, dropped as collinear
         # statsmodels' (RE)ML log-likelihood of the standardized problem: compares
         # optimizers on one data set, not models across data sets
         self.criterion = criterion
@@ -202,7 +203,7 @@ def fit_mixedlm(X, y, group_index, n_groups, slopes, *, fit_intercept, reml, met
             + (" (intercept included)." if fit_intercept else ".")
         )
     kept_slopes = slopes[independent_columns(Xs[:, slopes], first=ones)] if len(slopes) else slopes
-    dropped = np.setdiff1d(slopes, kept_slopes)
+    collinear = np.setdiff1d(slopes, kept_slopes)
 
     # exact fit: nothing for the variance components to explain
     beta_ols = np.linalg.lstsq(Xf, ys, rcond=None)[0]
@@ -211,7 +212,7 @@ def fit_mixedlm(X, y, group_index, n_groups, slopes, *, fit_intercept, reml, met
         q = 1 + len(kept_slopes)
         return _to_original(beta_ols, np.zeros((n_groups, q)), np.zeros((q, q)), 0.0,
                             fixed, kept_slopes, p, fit_intercept, x_center, x_scale,
-                            y_center, y_scale, True, "exact", dropped, np.inf, 0)
+                            y_center, y_scale, True, "exact", collinear, np.inf, 0)
 
     result, info, converged, n_iter = None, None, False, 0
     for slope_set in [kept_slopes] + ([slopes[:0]] if len(kept_slopes) else []):
@@ -229,7 +230,6 @@ def fit_mixedlm(X, y, group_index, n_groups, slopes, *, fit_intercept, reml, met
                 UserWarning,
                 stacklevel=4,
             )
-            dropped = slopes
     if result is None:
         raise MixedLMError(
             "statsmodels MixedLM failed with every optimizer tried "
@@ -242,12 +242,12 @@ def fit_mixedlm(X, y, group_index, n_groups, slopes, *, fit_intercept, reml, met
     scale = float(result.scale)
     b = _blups(Z, ys - Xf @ beta, group_index, n_groups, cov, scale)
     return _to_original(beta, b, cov, scale, fixed, kept_slopes, p, fit_intercept, x_center,
-                        x_scale, y_center, y_scale, converged, info, dropped,
+                        x_scale, y_center, y_scale, converged, info, collinear,
                         float(result.llf), n_iter)
 
 
 def _to_original(beta, b, cov, scale, fixed, slopes, p, fit_intercept, x_center, x_scale,
-                 y_center, y_scale, converged, method, dropped, criterion, n_iter):
+                 y_center, y_scale, converged, method, collinear, criterion, n_iter):
     """Undo the standardization of ``X`` and ``y`` on every estimate."""
     coef = np.zeros(p)
     beta_x = beta[1:] if fit_intercept else beta
@@ -269,7 +269,7 @@ def _to_original(beta, b, cov, scale, fixed, slopes, p, fit_intercept, x_center,
         noise_variance=float(y_scale**2 * scale),
         converged=bool(converged),
         method=method,
-        dropped_slopes=np.asarray(dropped, dtype=np.intp),
+        collinear_slopes=np.asarray(collinear, dtype=np.intp),
         criterion=criterion,
         n_iter=n_iter,
     )
