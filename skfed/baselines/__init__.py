@@ -2,5 +2,6 @@
 
 from ._fedavg import FedAvgRegressor
 from ._local import LocalEstimator, PooledEstimator
+from ._mixedlm import MixedLMRegressor
 
-__all__ = ["FedAvgRegressor", "LocalEstimator", "PooledEstimator"]
+__all__ = ["FedAvgRegressor", "LocalEstimator", "MixedLMRegressor", "PooledEstimator"]
