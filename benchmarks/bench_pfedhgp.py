@@ -82,7 +82,8 @@ def paired_round_ratios(X, y, groups, optimizer, repeat=9, **kw):
     """
     model = PFedHGPRegressor(optimizer=optimizer, n_rounds=10_000, n_inducing_global=50,
                              n_inducing_local=20, init_lengthscale_global=0.3,
-                             init_lengthscale_local=0.1, random_state=0, **kw)
+                             init_lengthscale_local=0.1, random_state=0, normalize_y=False,
+                             normalize_X=False, **kw)
     n_outputs = None if y.ndim == 1 else y.shape[1]
     steps = model._steps_algorithm(X.shape[1], n_outputs)
     fed = Federation.from_arrays(X, y, groups)
@@ -125,7 +126,7 @@ def fit_time(X, y, groups, n_rounds=10, repeat=3):
         model = PFedHGPRegressor(optimizer="cavi", n_rounds=n_rounds, local_steps=1,
                                  n_inducing_global=50, n_inducing_local=20,
                                  init_lengthscale_global=0.3, init_lengthscale_local=0.1,
-                                 random_state=0)
+                                 random_state=0, normalize_y=False, normalize_X=False)
         tic = time.process_time()
         with threadpool_limits(1, "blas"):
             model.fit(X, y, groups=groups)
@@ -200,7 +201,7 @@ def against_exact_gp(quick):
     tic = time.perf_counter()
     ours = PFedHGPRegressor(components=("global",), optimizer="cavi", n_rounds=20,
                             n_inducing_global=50, init_lengthscale_global=0.3,
-                            random_state=0).fit(Xs, ys)
+                            random_state=0, normalize_y=False, normalize_X=False).fit(Xs, ys)
     t_ours = time.perf_counter() - tic
     mu2, sd2 = ours.predict(Xt, return_std=True)
     print(f"exact sklearn GPR: {t_sk:.2f} s, NLL {gaussian_nll(yt, mu, sd):.3f}; "

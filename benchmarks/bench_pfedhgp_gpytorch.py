@@ -97,14 +97,16 @@ def main():
         # warm-up, not timed: numba loads (or, on a fresh install, compiles) its
         # kernels, torch and gpytorch initialize
         PFedHGPRegressor(components=("global",), optimizer="paper", n_rounds=2, ard=True,
-                         init_inducing_global=Z0, random_state=0).fit(X, y)
+                         init_inducing_global=Z0, random_state=0, normalize_y=False,
+                         normalize_X=False).fit(X, y)
         fit_gpytorch(X, y, Z0, 2, ls, noise)
 
         tic = time.perf_counter()
         ours = PFedHGPRegressor(components=("global",), optimizer="paper", n_rounds=args.steps,
                                 ard=True, init_inducing_global=Z0, init_lengthscale_global=ls,
                                 init_variance_global=1.0, init_noise=noise, server_lr=0.1,
-                                random_state=0).fit(X, y)
+                                random_state=0, normalize_y=False,
+                                normalize_X=False).fit(X, y)
         t_ours = time.perf_counter() - tic
         mu, sd = ours.predict(Xt, return_std=True)
         nll_ours = gaussian_nll(yt, mu, sd)

@@ -51,7 +51,9 @@ ABLATIONS = {
 def _models(size):
     common = dict(n_inducing_global=size["M"], n_inducing_local=size["Mi"],
                   optimizer=size["optimizer"], n_latents=size["R"], n_rounds=size["n_rounds"],
-                  local_steps=size["local_steps"], random_state=0)
+                  local_steps=size["local_steps"], random_state=0,
+                  # the paper's protocol: raw targets and inputs, grid on the inputs' range
+                  normalize_y=False, normalize_X=False)
     models = {name: (lambda comps=comps: PFedHGPRegressor(components=comps, **common))
               for name, comps in ABLATIONS.items()}
     models["Full (cavi)"] = lambda: PFedHGPRegressor(

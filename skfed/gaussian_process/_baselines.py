@@ -183,11 +183,7 @@ class PFedGPRegressor(PFedHGPRegressor):
             release_population=_check_population_local(self.population_local),
         )
 
-    def _check_client_sizes(self, X, groups, steps):
-        try:
-            super()._check_client_sizes(X, groups, steps)
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("n_inducing_local", "n_inducing")) from None
+    _inducing_local_name = "n_inducing"  # the parameter named in the small-client warning
 
     def fit(self, X, y, groups=None):
         """Fit one sparse GP per client with FedAvg'd kernel hyperparameters.

@@ -100,7 +100,8 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
             est = PFedHGPRegressor(optimizer="cavi", n_rounds=10, normalize_y=True,
                                    n_inducing_global=min(40, m), n_inducing_local=min(20, m),
                                    init_lengthscale_global=0.1 * span,
-                                   init_lengthscale_local=0.05 * span, random_state=0)
+                                   init_lengthscale_local=0.05 * span, random_state=0,
+                                   normalize_X=False)  # lengthscales in units of the grid
         elif isinstance(self.estimator, PFedHGPRegressor):
             est = clone(self.estimator)
         else:

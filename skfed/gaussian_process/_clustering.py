@@ -156,7 +156,7 @@ def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel
                                  ("multioutput", multioutput, MULTIOUTPUT)):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
-    X = np.asarray(X, dtype=float)
+    X = model._scale_X(np.asarray(X, dtype=float))  # the fitted kernels' input units
     labels, index = check_groups(groups, X.shape[0])
     missing = set(model.clients_.tolist()) - set(labels.tolist())
     if missing:

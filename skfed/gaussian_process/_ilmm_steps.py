@@ -55,8 +55,11 @@ from ._steps import (
     adam_ascent,
     adam_init,
     adam_server_update,
+    BROADCAST_SCALARS,
+    client_inducing_count,
     farthest_point_rows,
-    grid_in_box,
+    input_setup,
+    input_summary,
     one_blas_thread,
     wants_kernel_grad,
 )
@@ -143,7 +146,7 @@ class _IlmmSteps(_PFedHGPSteps):
         for k, v in b.items():
             if k in STACKED_TRIL:
                 g[k] = _unpack_stack(np.asarray(v, dtype=float), self.M)
-            elif k in ("phase", "y_shift", "y_scale", "z_scale") or k in LOCAL_HYPER:
+            elif k in BROADCAST_SCALARS or k in LOCAL_HYPER:
                 continue
             else:
                 g[k] = np.array(v, dtype=float)
@@ -153,15 +156,18 @@ class _IlmmSteps(_PFedHGPSteps):
     def client_init(self, data, rng):
         cfg, loc = self.cfg, {}
         if cfg.use_local:
-            loc["Zl"] = farthest_point_rows(data.X, self.Mi)
+            Mi = client_inducing_count(data.X, self.Mi)
+            # raw units: scaled with the set-up's input scaling in the first round
+            loc["Zl"] = farthest_point_rows(data.X, Mi)
             loc["ls_l"] = np.full((cfg.R_l, self.n_ls), softplus_inv(self.init_lengthscale_local))
-            loc["mu"] = np.zeros((cfg.R_l, self.Mi))
-            loc["Lu"] = np.stack([np.eye(self.Mi)] * cfg.R_l)
+            loc["mu"] = np.zeros((cfg.R_l, Mi))
+            loc["Lu"] = np.stack([np.eye(Mi)] * cfg.R_l)
         if cfg.use_deviation:
             loc["md"] = np.zeros((cfg.R_g, self.M))
             loc["Ld"] = np.stack([np.eye(self.M)] * cfg.R_g)
         # the loadings wait for the normalization of the set-up round
-        return {"loc": loc, "adam": None, "jitter": 0.0, "loadings": False, "cache": BasisCache()}
+        return {"loc": loc, "adam": None, "jitter": 0.0, "loadings": False, "cache": BasisCache(),
+                "zl_raw": cfg.use_local}
 
     def _init_loadings(self, Y, loc, rng):
         cfg = self.cfg
@@ -181,21 +187,19 @@ class _IlmmSteps(_PFedHGPSteps):
                 "n": np.int64(data.n_samples),
                 "sum_y": Y.sum(axis=0),
                 "yty": tril_pack(Y.T @ Y),
-                "x_min": data.X.min(axis=0),
-                "x_max": data.X.max(axis=0),
+                **input_summary(data.X, self.normalize_X),
             }
         g = self.broadcast_globals(broadcast)
         shift = np.asarray(broadcast["y_shift"], dtype=float)
         scale = np.asarray(broadcast["y_scale"], dtype=float)
         Y = (np.asarray(data.y, dtype=float) - shift) / scale
-        X = data.X
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         loc = dict(state["loc"])
+        X, cache = self.client_inputs(data, state, broadcast, loc)
         if not state["loadings"]:
             loc = self._init_loadings(Y, loc, rng)
         if self.share_local_hypers and "ls_l" in broadcast:
             loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
-        cache = state.get("cache") or BasisCache()
         gbs = self._global_basis(X, g, cache) if self.cfg.global_basis else None
         jit = max([b.jitter for b in gbs]) if gbs else 0.0
         if self.optimizer == "paper":
@@ -330,14 +334,11 @@ class _IlmmSteps(_PFedHGPSteps):
         # pooled second moments about the shift, in the normalized units
         C = (S2 / n - np.outer(shift, s1 / n) - np.outer(s1 / n, shift) + np.outer(shift, shift))
         C = C / np.outer(scale, scale)
-        lo = np.min([m["x_min"] for m in msgs], axis=0)
-        hi = np.max([m["x_max"] for m in msgs], axis=0)
+        Zg, z_scale, x_shift, x_scale = input_setup(msgs, self.normalize_X, self.M,
+                                                    self.init_inducing_global, rng)
         g = {"noise": np.asarray(softplus_inv(self.init_noise))}
         if cfg.global_basis:
-            if self.init_inducing_global is not None:
-                g["Zg"] = np.array(self.init_inducing_global, dtype=float)
-            else:
-                g["Zg"] = grid_in_box(lo, hi, self.M, rng)
+            g["Zg"] = Zg
             g["ls_g"] = np.full((cfg.R_g, self.n_ls), softplus_inv(self.init_lengthscale_global))
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(self.init_phi))
@@ -346,8 +347,8 @@ class _IlmmSteps(_PFedHGPSteps):
             g["Lg"] = np.stack([np.eye(self.M)] * cfg.R_g)
             n_comp = cfg.use_global + cfg.use_deviation + cfg.use_local
             g["Bg"] = pca_loadings(C, cfg.R_g, n_comp, cfg.variance_global, rng)
-        width = np.where(hi > lo, hi - lo, 1.0)
-        return {"phase": 1, "g": g, "z_scale": width / 10.0, "round": 0,
+        return {"phase": 1, "g": g, "z_scale": z_scale, "round": 0,
+                "x_shift": x_shift, "x_scale": x_scale,
                 "adam": adam_init(g, self.global_keys()), "hyper_adam": None, "elbo": [],
                 "jitter": 0.0, "y_shift": shift, "y_scale": scale, "shared": None,
                 "released": None}

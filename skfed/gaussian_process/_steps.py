@@ -50,6 +50,8 @@ from ._elbo import (
 from ._kernels import adam_update
 
 LOCAL_HYPER = ("Zl", "ls_l", "var_l")
+# broadcast entries that are not global parameters
+BROADCAST_SCALARS = ("phase", "y_shift", "y_scale", "z_scale", "x_shift", "x_scale", "last")
 TRIL_KEYS = ("Lg",)
 GLOBAL_KERNEL = ("Zg", "ls_g", "var_g")  # the parameters a global basis depends on
 
@@ -102,6 +104,20 @@ class BasisCache:
         value = (np.asarray(y, dtype=float) - key[0]) / key[1]
         value.flags.writeable = False
         self._store["targets"] = (key, value)
+        return value
+
+    def inputs(self, X, shift, scale):
+        """The client's scaled inputs ``(X - shift) / scale``, one array while
+        ``X`` and the scaling stay the same."""
+        shift = np.asarray(shift, dtype=float)
+        scale = np.asarray(scale, dtype=float)
+        key = (shift.tobytes(), scale.tobytes(), _param_key(X))
+        hit = self._store.get("inputs")
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = (np.asarray(X, dtype=float) - shift) / scale
+        value.flags.writeable = False
+        self._store["inputs"] = (key, value)
         return value
 
     def __reduce__(self):
@@ -225,6 +241,78 @@ def grid_in_box(lo, hi, m, rng):
     return lo + u * (hi - lo)
 
 
+SQRT3 = float(np.sqrt(3.0))
+
+
+def input_summary(X, normalize_X):
+    """A client's set-up summary of its inputs.
+
+    ``normalize_X``: the per-feature sum and sum of squares (aggregates:
+    they equal a row's values only for a one-row client); otherwise the
+    per-feature range (the paper's grid on the inputs' range).
+    """
+    if normalize_X:
+        return {"sum_x": X.sum(axis=0), "sum_x2": np.einsum("ij,ij->j", X, X)}
+    return {"x_min": X.min(axis=0), "x_max": X.max(axis=0)}
+
+
+def weighted_median(values, weights):
+    """Per-column weighted median of ``values`` (clients x features), weights per client."""
+    order = np.argsort(values, axis=0, kind="stable")
+    w = np.asarray(weights, dtype=float)[order]
+    cum = np.cumsum(w, axis=0) / w.sum()
+    lo = np.argmax(cum >= 0.5 - 1e-12, axis=0)  # first reaching half the weight
+    hi = np.argmax(cum > 0.5 + 1e-12, axis=0)   # first passing it (ties: the mean of the two)
+    v = np.take_along_axis(values, order, axis=0)
+    cols = np.arange(values.shape[1])
+    return 0.5 * (v[lo, cols] + v[hi, cols])
+
+
+def input_setup(messages, normalize_X, M, init_inducing_global, rng):
+    """The server's input scaling and initial ``Z_g`` from the set-up summaries.
+
+    Returns ``(Zg, z_scale, x_shift, x_scale)``; the model works on
+    ``(X - x_shift) / x_scale``. With ``normalize_X`` these are a robust
+    pooled mean and standard deviation from the clients' means and variances
+    (their sums): the row-weighted median of the client means, and the
+    square root of the weighted medians of the within-client variance plus
+    the squared deviation of the client means; ``Z_g`` starts
+    on ``[-sqrt(3), sqrt(3)]`` per standardized feature: for uniform inputs
+    that is their range, so the paper's grid on ``[0, 10]`` is reproduced on
+    its uniform inputs. Otherwise the inputs stay raw and the grid covers
+    the pooled range (paper Sec. 4.2). ``z_scale`` scales the Adam steps of
+    the inducing inputs: the paper's ``lr=0.1`` is for a range of 10.
+    """
+    msgs = list(messages)
+    if normalize_X:
+        n = np.array([float(m["n"]) for m in msgs])
+        mean = np.array([np.asarray(m["sum_x"], dtype=float) for m in msgs]) / n[:, None]
+        var = np.maximum(np.array([np.asarray(m["sum_x2"], dtype=float) for m in msgs])
+                         / n[:, None] - mean**2, 0.0)
+        # the pooled variance is within + between clients; their row-weighted
+        # medians over the clients instead of means, so that one client's
+        # outlying rows do not set every client's scale
+        shift = weighted_median(mean, n)
+        var = weighted_median(var, n) + weighted_median((mean - shift) ** 2, n)
+        scale = np.where(var > 0, np.sqrt(var), 1.0)
+        lo, hi = np.full(shift.shape, -SQRT3), np.full(shift.shape, SQRT3)
+    else:
+        lo = np.min([m["x_min"] for m in msgs], axis=0)
+        hi = np.max([m["x_max"] for m in msgs], axis=0)
+        shift, scale = np.zeros(lo.shape), np.ones(lo.shape)
+    if init_inducing_global is not None:
+        Zg = (np.array(init_inducing_global, dtype=float) - shift) / scale
+    else:
+        Zg = grid_in_box(lo, hi, M, rng)
+    width = np.where(hi > lo, hi - lo, 1.0)
+    return Zg, width / 10.0, shift, scale
+
+
+def client_inducing_count(X, Mi):
+    """A client's number of local inducing inputs: ``Mi`` capped at its distinct rows."""
+    return min(int(Mi), np.unique(X, axis=0).shape[0])
+
+
 # ----------------------------------------------------------------------------
 # the algorithm
 # ----------------------------------------------------------------------------
@@ -239,7 +327,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  init_inducing_global, init_lengthscale_global, init_lengthscale_local,
                  init_variance_global, init_variance_local, init_phi, init_noise,
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
-                 server_iterations=10, n_rounds=None, release_population=False):
+                 server_iterations=10, n_rounds=None, release_population=False,
+                 normalize_X=False):
         self.cfg = cfg
         self.optimizer = optimizer
         self.M = (n_inducing_global if init_inducing_global is None
@@ -256,13 +345,16 @@ class _PFedHGPSteps(FederatedAlgorithm):
         self.local_lr = local_lr
         self.server_lr = server_lr
         self.normalize_y = normalize_y
+        self.normalize_X = normalize_X
         self.share_local_hypers = share_local_hypers
         self.server_iterations = server_iterations
         self.n_rounds = np.inf if n_rounds is None else n_rounds
         # in the last round each client adds the summaries a new client's prior needs
         # (population_release); the server keeps them (state["released"])
         self.release_population = release_population
-        self.min_samples_per_client = n_inducing_local if cfg.use_local else 1
+        # a client with fewer distinct rows than n_inducing_local gets fewer local
+        # inducing inputs (client_inducing_count)
+        self.min_samples_per_client = 1
 
     # --- parameter bookkeeping ------------------------------------------------
     @property
@@ -305,7 +397,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
         for k, v in b.items():
             if k in TRIL_KEYS:
                 g[k] = tril_unpack(np.asarray(v, dtype=float), self.M)
-            elif k in ("phase", "y_shift", "y_scale", "z_scale", "last") or k in LOCAL_HYPER:
+            elif k in BROADCAST_SCALARS or k in LOCAL_HYPER:
                 continue
             else:
                 g[k] = np.array(v, dtype=float)
@@ -336,15 +428,27 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def client_init(self, data, rng):
         cfg, loc = self.cfg, {}
         if cfg.use_local:
-            loc["Zl"] = farthest_point_rows(data.X, self.Mi)
+            Mi = client_inducing_count(data.X, self.Mi)
+            # raw units: scaled with the set-up's input scaling in the first round
+            loc["Zl"] = farthest_point_rows(data.X, Mi)
             loc["ls_l"] = np.full(self.n_ls, softplus_inv(self.init_lengthscale_local))
             loc["var_l"] = np.asarray(softplus_inv(self.init_variance_local))
-            loc["mu"] = np.zeros(self.Mi)
-            loc["Lu"] = np.eye(self.Mi)
+            loc["mu"] = np.zeros(Mi)
+            loc["Lu"] = np.eye(Mi)
         if cfg.use_deviation:
             loc["md"] = np.zeros(self.M)
             loc["Ld"] = np.eye(self.M)
-        return {"loc": loc, "adam": None, "jitter": 0.0, "cache": BasisCache()}
+        return {"loc": loc, "adam": None, "jitter": 0.0, "cache": BasisCache(),
+                "zl_raw": cfg.use_local}
+
+    def client_inputs(self, data, state, broadcast, loc):
+        """The client's scaled inputs (cached) and its ``Z_i`` scaled on the first round."""
+        cache = state.get("cache") or BasisCache()
+        shift = broadcast.get("x_shift")
+        X = data.X if shift is None else cache.inputs(data.X, shift, broadcast["x_scale"])
+        if state.get("zl_raw") and shift is not None:
+            loc["Zl"] = (loc["Zl"] - np.asarray(shift)) / np.asarray(broadcast["x_scale"])
+        return X, cache
 
     def _global_basis(self, X, g, cache):
         """The client's global basis at the broadcast parameters (from ``cache`` if unchanged)."""
@@ -363,15 +467,13 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 "n": np.int64(data.n_samples),
                 "sum_y": y.sum(),
                 "sum_y2": y @ y,
-                "x_min": data.X.min(axis=0),
-                "x_max": data.X.max(axis=0),
+                **input_summary(data.X, self.normalize_X),
             }
         g = self.broadcast_globals(broadcast)
-        cache = state.get("cache") or BasisCache()
-        y = cache.targets(data.y, broadcast["y_shift"], broadcast["y_scale"])
-        X = data.X
-        zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         loc = dict(state["loc"])
+        X, cache = self.client_inputs(data, state, broadcast, loc)
+        y = cache.targets(data.y, broadcast["y_shift"], broadcast["y_scale"])
+        zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         if self.share_local_hypers and "ls_l" in broadcast:
             loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
             loc["var_l"] = np.array(broadcast["var_l"], dtype=float)
@@ -471,14 +573,11 @@ class _PFedHGPSteps(FederatedAlgorithm):
             shift = s1 / n
             var = max(s2 / n - shift**2, 0.0)
             scale = np.sqrt(var) if var > 0 else 1.0
-        lo = np.min([m["x_min"] for m in msgs], axis=0)
-        hi = np.max([m["x_max"] for m in msgs], axis=0)
+        Zg, z_scale, x_shift, x_scale = input_setup(msgs, self.normalize_X, self.M,
+                                                    self.init_inducing_global, rng)
         g = {"noise": np.asarray(softplus_inv(self.init_noise))}
         if cfg.global_basis:
-            if self.init_inducing_global is not None:
-                g["Zg"] = np.array(self.init_inducing_global, dtype=float)
-            else:
-                g["Zg"] = grid_in_box(lo, hi, self.M, rng)
+            g["Zg"] = Zg
             g["ls_g"] = np.full(self.n_ls, softplus_inv(self.init_lengthscale_global))
             g["var_g"] = np.asarray(softplus_inv(self.init_variance_global))
         if cfg.use_deviation:
@@ -486,10 +585,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if cfg.use_global:
             g["mg"] = np.zeros(self.M)
             g["Lg"] = np.eye(self.M)
-        # Adam moves inducing inputs by about lr per step; the paper's lr=0.1 is for
-        # inputs on [0, 10], so steps are scaled by (feature range / 10)
-        width = np.where(hi > lo, hi - lo, 1.0)
-        state = {"phase": 1, "g": g, "z_scale": width / 10.0, "round": 0,
+        state = {"phase": 1, "g": g, "z_scale": z_scale, "round": 0,
+                 "x_shift": x_shift, "x_scale": x_scale,
                  "adam": adam_init(g, self.global_keys()),
                  "hyper_adam": None, "elbo": [], "jitter": 0.0,
                  "y_shift": shift, "y_scale": scale, "shared": None, "released": None}
@@ -505,6 +602,9 @@ class _PFedHGPSteps(FederatedAlgorithm):
         b["y_shift"] = np.asarray(state["y_shift"], dtype=float)  # a scalar, or Q values
         b["y_scale"] = np.asarray(state["y_scale"], dtype=float)
         b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
+        if self.normalize_X:
+            b["x_shift"] = np.asarray(state["x_shift"], dtype=float)
+            b["x_scale"] = np.asarray(state["x_scale"], dtype=float)
         if state.get("shared") is not None:
             b.update(state["shared"])
         if self.optimizer == "cavi":

@@ -57,7 +57,8 @@ def scalar_fit():
     y = (np.sin(6 * X[:, 0]) + np.where(groups == 2, np.sin(30 * X[:, 0]), 0)
          + 0.05 * rng.normal(size=60))
     m = PFedHGPRegressor(optimizer="cavi", n_inducing_global=8, n_inducing_local=6, n_rounds=4,
-                         init_lengthscale_global=0.3, init_lengthscale_local=0.1, random_state=0)
+                         init_lengthscale_global=0.3, init_lengthscale_local=0.1, random_state=0,
+                         normalize_y=False, normalize_X=False)
     return m.fit(X, y, groups=groups), X, groups
 
 
@@ -141,7 +142,7 @@ def ilmm_fit():
     X, groups = np.tile(t, T)[:, None], np.repeat(np.arange(T), n)
     m = PFedHGPRegressor(optimizer="cavi", n_latents=2, n_inducing_global=8, n_inducing_local=6,
                          n_rounds=5, init_lengthscale_global=0.3, init_lengthscale_local=0.1,
-                         random_state=0)
+                         random_state=0, normalize_y=False, normalize_X=False)
     return m.fit(X, np.vstack(Y), groups=groups), X, groups, block
 
 

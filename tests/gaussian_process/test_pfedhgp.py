@@ -9,7 +9,9 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from skfed import PFedHGPRegressor
 from skfed.datasets import make_hierarchical_gp
 
-SMALL = dict(n_inducing_global=8, n_inducing_local=5, random_state=0)
+# the old defaults (raw inputs and targets): the pinned behaviour of these tests
+SMALL = dict(n_inducing_global=8, n_inducing_local=5, random_state=0, normalize_y=False,
+             normalize_X=False)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,8 @@ def test_single_client_global_only_matches_exact_gp():
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=25)
     gpr = GaussianProcessRegressor(C(1.0) * RBF(2.0) + WhiteKernel(0.01), random_state=0).fit(X, y)
     model = PFedHGPRegressor(components=("global",), optimizer="cavi", init_inducing_global=X,
-                             learn_inducing=False, n_rounds=50, jitter=1e-8).fit(X, y)
+                             learn_inducing=False, n_rounds=50, jitter=1e-8, normalize_y=False,
+                             normalize_X=False).fit(X, y)
     Xt = np.linspace(0, 10, 50)[:, None]
     mu0, sd0 = gpr.predict(Xt, return_std=True)
     mu, sd = model.predict(Xt, return_std=True)
@@ -60,7 +63,8 @@ def test_known_hierarchy_is_recovered():
                              global_lengthscales=(2.0,), local_lengthscales=(0.8,),
                              local_scales=(0.5,), noise=0.1, random_state=1)
     model = PFedHGPRegressor(optimizer="cavi", n_inducing_global=20, n_inducing_local=15,
-                             n_rounds=30, random_state=0).fit(d.X_train, d.y_train,
+                             n_rounds=30, random_state=0, normalize_y=False,
+                             normalize_X=False).fit(d.X_train, d.y_train,
                                                               groups=d.groups_train)
     assert 0.3 < model.phi_ < 5.0
     assert 1.0 < model.lengthscale_global_[0] < 6.0
@@ -133,8 +137,8 @@ def test_other_kernels_and_ard(kernel):
     rng = np.random.default_rng(0)
     X = rng.uniform(0, 1, (60, 2))
     y = np.sin(4 * X[:, 0]) + 0.05 * rng.normal(size=60)
-    m = PFedHGPRegressor(kernel=kernel, ard=True, optimizer="cavi", n_rounds=5, normalize_y=True,
-                         **SMALL).fit(X, y, groups=np.repeat([0, 1], 30))
+    m = PFedHGPRegressor(kernel=kernel, ard=True, optimizer="cavi", n_rounds=5,
+                         **{**SMALL, "normalize_y": True}).fit(X, y, groups=np.repeat([0, 1], 30))
     assert m.lengthscale_global_.shape == (2,)
     assert m.score(X, y, groups=np.repeat([0, 1], 30)) > 0.8
 
@@ -166,8 +170,10 @@ def test_bad_input_errors():
     X = rng.uniform(0, 1, (30, 1))
     y = rng.normal(size=30)
     groups = np.repeat([0, 1, 2], 10)
-    with pytest.raises(ValueError, match="n_inducing_local"):
-        PFedHGPRegressor(n_inducing_local=12).fit(X, y, groups=groups)
+    # small clients are fitted with fewer local inducing inputs, with one warning
+    with pytest.warns(UserWarning,
+                      match=r"n_inducing_local=12 .* 3 client.*\{0: 10, 1: 10, 2: 10\}"):
+        PFedHGPRegressor(n_inducing_local=12, n_rounds=1).fit(X, y, groups=groups)
     Xn = X.copy()
     Xn[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN"):
@@ -200,7 +206,7 @@ def test_site_checks_of_the_federated_contract():
     """What a site checks on its own rows, and the set-up summary (see also the Flower tests)."""
     X = np.repeat(np.arange(4.0)[:, None], 3, axis=0)  # 4 distinct rows
     model = PFedHGPRegressor(n_inducing_local=5)
-    with pytest.raises(ValueError, match="X has only 4 sample.*n_inducing_local=5"):
+    with pytest.warns(UserWarning, match="n_inducing_local=5 is more than the 4 distinct rows"):
         model._validate_site_data(X, np.zeros(12), reset=True)
     X_ok, y_ok = PFedHGPRegressor(n_inducing_local=4)._validate_site_data(
         X, np.zeros((12, 1)), reset=True)
@@ -230,8 +236,9 @@ def test_pfedgp_baseline_averages_kernels(data):
     up = [r for r in m.communication_.records if r.direction == "up" and r.round > 0]
     assert all("ls_l" in r.names and "mu" not in r.names for r in up)
     assert np.all(np.isfinite(m.predict(data.X_test, groups=data.groups_test)))
-    with pytest.raises(ValueError, match="n_inducing"):
-        PFedGPRegressor(n_inducing=40).fit(data.X_train, data.y_train, groups=data.groups_train)
+    with pytest.warns(UserWarning, match="n_inducing=40 is more than the distinct rows of 3"):
+        PFedGPRegressor(n_inducing=40, optimizer="cavi", n_rounds=1).fit(
+            data.X_train, data.y_train, groups=data.groups_train)
 
 
 def test_paper_messages_are_gradients_of_the_global_block(data):
@@ -268,7 +275,8 @@ def test_basis_cache_reuses_only_for_equal_parameters_and_is_not_pickled():
 def test_broadcast_globals_are_unpacked_once_per_broadcast_and_read_only():
     import pickle
 
-    steps = PFedHGPRegressor(n_inducing_global=4, n_inducing_local=3)._steps_algorithm(1)
+    steps = PFedHGPRegressor(n_inducing_global=4, n_inducing_local=3,
+                             normalize_X=False)._steps_algorithm(1)
     _, broadcast = steps.server_step(
         {"phase": 0}, {0: {"n": np.int64(5), "sum_y": 1.0, "sum_y2": 2.0,
                            "x_min": np.zeros(1), "x_max": np.ones(1)}},
@@ -313,3 +321,51 @@ def test_cavi_clients_send_the_kernel_gradient_only_when_the_server_uses_it(monk
     np.testing.assert_array_equal(skipping.predict(X, groups=groups),
                                   always.predict(X, groups=groups))
     assert skipping.communication_.bytes_up < always.communication_.bytes_up
+
+
+def test_defaults_fit_small_clients_with_one_warning():
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.uniform(0, 10, (60, 1)), [[3.0]], [[4.0], [5.0]]]
+    y = 100 + np.sin(X[:, 0]) + 0.05 * rng.normal(size=63)
+    groups = np.r_[np.repeat([0, 1], 30), 10, 11, 11]
+    with pytest.warns(UserWarning, match=r"2 client.*\{10: 1, 11: 2\}") as record:
+        m = PFedHGPRegressor(random_state=0).fit(X, y, groups=groups)
+    assert len([w for w in record if "n_inducing_local" in str(w.message)]) == 1
+    assert [Z.shape[0] for Z in m.inducing_local_] == [25, 25, 1, 2]
+    mean, std = m.predict(X[-3:], groups=groups[-3:], return_std=True)
+    assert np.all(np.isfinite(mean)) and np.all(std > 0)
+    # normalize_y (default): the population prediction is on the scale of y
+    assert abs(np.mean(m.predict(X)) - 100) < 1.0
+
+
+def test_normalize_X_is_affine_equivariant_and_sends_no_range():
+    rng = np.random.default_rng(1)
+    X = rng.uniform(0, 10, (60, 2))
+    y = np.sin(X[:, 0]) + 0.1 * X[:, 1] + 0.05 * rng.normal(size=60)
+    g = np.repeat([0, 1, 2], 20)
+    a = PFedHGPRegressor(n_rounds=4, random_state=0).fit(X, y, groups=g)
+    shift, scale = np.array([1e3, -5.0]), np.array([100.0, 0.01])
+    b = PFedHGPRegressor(n_rounds=4, random_state=0).fit(X * scale + shift, y, groups=g)
+    np.testing.assert_allclose(b.predict(X * scale + shift, groups=g), a.predict(X, groups=g),
+                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(b.inducing_global_, a.inducing_global_ * scale + shift,
+                               rtol=1e-6)
+    setup = [r for r in a.communication_.records if r.direction == "up" and r.round == 0]
+    assert setup and all("sum_x" in r.names and "x_min" not in r.names for r in setup)
+
+
+def test_input_scaling_ignores_one_clients_outlier():
+    d = make_hierarchical_gp(n_clients=4, n_outputs=None, n_train=40, n_test=20,
+                             random_state=0)
+    X = d.X_train.copy()
+    X[0, 0] = 1e6  # one row of client 0
+    clean = PFedHGPRegressor(n_rounds=5, random_state=0).fit(d.X_train, d.y_train,
+                                                               groups=d.groups_train)
+    dirty = PFedHGPRegressor(n_rounds=5, random_state=0).fit(X, d.y_train,
+                                                               groups=d.groups_train)
+    assert dirty.x_std_[0] < 2 * clean.x_std_[0]
+
+    def rmse(m):
+        return np.sqrt(np.mean((m.predict(d.X_test, groups=d.groups_test) - d.y_test) ** 2))
+
+    assert rmse(dirty) < 1.5 * rmse(clean) < d.y_test.std()

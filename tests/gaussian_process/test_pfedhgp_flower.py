@@ -20,7 +20,8 @@ from skfed.federated import Ledger  # noqa: E402
 from skfed.federated.flower import FlowerFederation, InMemoryGrid  # noqa: E402
 from skfed.gaussian_process import PFedGPRegressor  # noqa: E402
 
-SMALL = dict(n_inducing_global=6, n_inducing_local=4, n_rounds=3, local_steps=3, random_state=0)
+SMALL = dict(n_inducing_global=6, n_inducing_local=4, n_rounds=3, local_steps=3, random_state=0,
+             normalize_X=False)
 GLOBAL_ATTRS = ("phi_", "noise_variance_", "lengthscale_global_", "variance_global_",
                 "inducing_global_", "loadings_global_", "y_mean_", "y_std_", "elbo_")
 LEDGER_ATTRS = ("bytes_up", "bytes_down", "bytes_setup", "bytes_up_per_round",
@@ -76,15 +77,15 @@ def assert_same_fit(remote, local, X_test):
 
 
 @pytest.mark.parametrize("case", [
-    ("scalar", dict(optimizer="paper", ard=True, normalize_y=True)),
+    ("scalar", dict(optimizer="paper", ard=True, normalize_y=True, normalize_X=True)),
     ("scalar", dict(optimizer="cavi")),
-    ("multi", dict(optimizer="cavi", normalize_y=True)),
+    ("multi", dict(optimizer="cavi", normalize_y=True, normalize_X=True)),
     ("multi", dict(optimizer="paper")),
 ])
 def test_flower_fit_equals_in_process_fit(case, scalar_data, multi_data):
     kind, params = case
     d = scalar_data if kind == "scalar" else multi_data
-    est = PFedHGPRegressor(**SMALL, **params)
+    est = PFedHGPRegressor(**{**SMALL, **params})
     local = est.__class__(**est.get_params()).fit(d.X_train, d.y_train, groups=d.groups_train)
     remote = flower_fit(est, d.X_train, d.y_train, d.groups_train)
     assert_same_fit(remote, local, d.X_test)
@@ -130,11 +131,14 @@ def test_pfedgp_on_flower(scalar_data):
     assert_same_fit(remote, local, d.X_test)
 
 
-def test_site_errors_name_the_argument(scalar_data):
+def test_small_sites_get_fewer_local_inducing_inputs(scalar_data):
     d = scalar_data
     est = PFedHGPRegressor(optimizer="cavi", **{**SMALL, "n_inducing_local": 30})
-    with pytest.raises(RuntimeError, match="n_inducing_local"):
-        flower_fit(est, d.X_train, d.y_train, d.groups_train)
+    with pytest.warns(UserWarning, match="n_inducing_local=30 is more than the 20 distinct"):
+        remote = flower_fit(est, d.X_train, d.y_train, d.groups_train)
+    local = est.__class__(**est.get_params()).fit(d.X_train, d.y_train, groups=d.groups_train)
+    assert_same_fit(remote, local, d.X_test)
+    assert all(Z.shape == (20, 1) for Z in local.inducing_local_)
 
 
 def test_raw_rows_never_cross_in_process(monkeypatch, multi_data):
