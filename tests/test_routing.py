@@ -216,3 +216,15 @@ def test_no_not_routed_warning_without_groups_direct_fit_or_routing(data):
                      cv=GroupKFold(3)).fit(X, y, groups=groups)
         cross_validate(LocalEstimator(Ridge()), X, y, cv=GroupKFold(3),
                        params={"groups": groups})
+
+
+def test_routing_off_fit_in_a_worker_warns_that_it_could_not_check(data):
+    from joblib import parallel_backend
+
+    X, y, groups = data
+    with parallel_backend("threading"):  # worker threads do not see the caller's frames
+        caught = _not_routed_warnings(
+            lambda: cross_validate(LocalEstimator(Ridge()), X, y, groups=groups,
+                                   cv=GroupKFold(3), n_jobs=2)
+        )
+    assert caught and "could not be checked" in str(caught[0].message)

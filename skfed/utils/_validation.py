@@ -108,7 +108,12 @@ def _warn_if_groups_not_routed():
         frame = frame.f_back
     del frame
     if inside and given is not False:
-        warnings.warn(_ROUTING_HINT, UserWarning, stacklevel=3)
+        unknown = (
+            "" if given else
+            " (This fit runs where the caller's arguments are not visible, e.g. in a worker "
+            "of n_jobs > 1, so whether groups were given could not be checked.)"
+        )
+        warnings.warn(_ROUTING_HINT + unknown, UserWarning, stacklevel=3)
 
 
 def map_clients(groups, clients, n_samples, unknown_client="global"):
