@@ -143,3 +143,88 @@ def test_scorer_without_groups_scores_population(data):
         make_personalized_scorer(r2_score, response_method="transform")
     with pytest.raises(ValueError, match="metric"):
         make_personalized_scorer(3)
+
+
+# --- routing off: groups given to a search reach only the splitter; fit warns ---
+
+NOT_ROUTED = "fit received no groups: all rows are one client"
+
+
+def _not_routed_warnings(call):
+    import warnings
+
+    with sklearn.config_context(enable_metadata_routing=False):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+    return [w for w in caught if NOT_ROUTED in str(w.message)]
+
+
+@pytest.mark.parametrize("in_pipeline", [False, True])
+def test_routing_off_grid_search_with_groups_warns(data, in_pipeline):
+    X, y, groups = data
+    est = LocalEstimator(Ridge())
+    grid = {"estimator__alpha": [0.1, 1.0]}
+    if in_pipeline:
+        est = make_pipeline(StandardScaler(), est)
+        grid = {"localestimator__estimator__alpha": [0.1, 1.0]}
+    gs = GridSearchCV(est, grid, cv=GroupKFold(3))
+    caught = _not_routed_warnings(lambda: gs.fit(X, y, groups=groups))
+    assert caught and all(w.category is UserWarning for w in caught)
+    assert "enable_metadata_routing=True" in str(caught[0].message)
+    best = gs.best_estimator_ if not in_pipeline else gs.best_estimator_[-1]
+    assert best.clients_.tolist() == [0]  # what the warning is about
+
+
+def test_routing_off_cross_validate_with_groups_warns(data):
+    from sklearn.model_selection import cross_val_score, learning_curve
+
+    from skfed.baselines import FedAvgRegressor
+
+    X, y, groups = data
+    assert _not_routed_warnings(
+        lambda: cross_validate(LocalEstimator(Ridge()), X, y, groups=groups, cv=GroupKFold(3))
+    )
+    assert _not_routed_warnings(
+        lambda: cross_val_score(FedAvgRegressor(n_rounds=2), X, y, groups=groups,
+                                cv=GroupKFold(3))
+    )
+    assert _not_routed_warnings(
+        lambda: learning_curve(LocalEstimator(Ridge()), X, y, groups=groups, cv=GroupKFold(3),
+                               train_sizes=[0.5, 1.0])
+    )
+
+
+def test_no_not_routed_warning_without_groups_direct_fit_or_routing(data):
+    X, y, groups = data
+    # no groups given to the search: a single client is what was asked for
+    assert not _not_routed_warnings(
+        lambda: cross_validate(LocalEstimator(Ridge()), X, y, cv=KFold(3))
+    )
+    assert not _not_routed_warnings(
+        lambda: GridSearchCV(LocalEstimator(Ridge()), {"estimator__alpha": [0.1, 1.0]},
+                             cv=KFold(3)).fit(X, y)
+    )
+    # a direct fit(X, y)
+    assert not _not_routed_warnings(lambda: LocalEstimator(Ridge()).fit(X, y))
+    # routing on (the autouse fixture): groups reach fit, nothing to warn about
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=NOT_ROUTED)
+        GridSearchCV(LocalEstimator(Ridge()), {"estimator__alpha": [0.1, 1.0]},
+                     cv=GroupKFold(3)).fit(X, y, groups=groups)
+        cross_validate(LocalEstimator(Ridge()), X, y, cv=GroupKFold(3),
+                       params={"groups": groups})
+
+
+def test_routing_off_fit_in_a_worker_warns_that_it_could_not_check(data):
+    from joblib import parallel_backend
+
+    X, y, groups = data
+    with parallel_backend("threading"):  # worker threads do not see the caller's frames
+        caught = _not_routed_warnings(
+            lambda: cross_validate(LocalEstimator(Ridge()), X, y, groups=groups,
+                                   cv=GroupKFold(3), n_jobs=2)
+        )
+    assert caught and "could not be checked" in str(caught[0].message)

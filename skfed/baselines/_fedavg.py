@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ..base import FederatedEstimatorMixin, check_on_site, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, fit_federated
@@ -13,6 +13,17 @@ from ..utils._validation import check_positive_int
 from ._kernels import sgd_squared_epochs
 
 __all__ = ["FedAvgRegressor"]
+
+
+# a fixed-step local update that multiplies a client's loss by more than this diverges
+DIVERGENCE_FACTOR = 1e3
+
+
+def _objective(X, y, coef, intercept, alpha):
+    """``0.5 * mean((X w + b - y)^2) + 0.5 * alpha * ||w||^2`` (inf once it overflows)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = X @ coef + intercept - y
+        return float(0.5 * np.mean(r * r) + 0.5 * alpha * (coef @ coef))
 
 
 def _local_sgd(X, y, coef, intercept, n_epochs, rng, learning_rate, alpha, batch_size,
@@ -48,9 +59,33 @@ class _FedAvg(FederatedAlgorithm):
         return 1.0 / max(lipschitz, 1e-12)
 
     def _sgd(self, data, coef, intercept, n_epochs, rng):
-        return _local_sgd(data.X, data.y, coef, intercept, n_epochs, rng,
-                          self._step_size(data.X), self.alpha, self.batch_size,
-                          self.fit_intercept)
+        new_coef, new_intercept = _local_sgd(data.X, data.y, coef, intercept, n_epochs, rng,
+                                             self._step_size(data.X), self.alpha,
+                                             self.batch_size, self.fit_intercept)
+        if self.learning_rate != "auto":  # the "auto" step cannot diverge: skip the check
+            self._check_divergence(data, (coef, intercept), (new_coef, new_intercept),
+                                   n_epochs)
+        return new_coef, new_intercept
+
+    def _check_divergence(self, data, start, end, n_epochs):
+        """Raise if a fixed-step local update blew the client's loss up.
+
+        A stable SGD step keeps the loss within a modest factor of the larger
+        of its starting value and the loss of the zero model (noise can only
+        add that much); a step above the stability limit multiplies it by a
+        large factor every batch, long before the values overflow.
+        """
+        X, y = data.X, data.y
+        before = _objective(X, y, *start, self.alpha)
+        after = _objective(X, y, *end, self.alpha)
+        scale = max(before, float(0.5 * np.mean(y * y)))
+        if not np.isfinite(after) or after > DIVERGENCE_FACTOR * scale:
+            raise FloatingPointError(
+                f"FedAvg diverged: {n_epochs} local epoch(s) of SGD took this client's loss "
+                f"from {before:.3g} to {after:.3g}. learning_rate={self.learning_rate!r} is "
+                "too large for these rows: lower learning_rate, use learning_rate='auto', "
+                "or standardize X."
+            )
 
     def server_init(self, rng):
         coef, intercept = np.zeros(self.n_features), 0.0
@@ -69,8 +104,8 @@ class _FedAvg(FederatedAlgorithm):
         intercept = float(sum(wk * m["intercept"] for wk, m in zip(w, messages.values())))
         if not (np.all(np.isfinite(coef)) and np.isfinite(intercept)):
             raise FloatingPointError(
-                "FedAvg diverged (non-finite coefficients); lower learning_rate or "
-                "standardize X."
+                "FedAvg diverged (non-finite coefficients); lower learning_rate, use "
+                "learning_rate='auto', or standardize X."
             )
         return (coef, intercept), {"coef": coef, "intercept": intercept}
 
@@ -104,8 +139,13 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     learning_rate : float or "auto", default="auto"
         SGD step size. ``"auto"``: each client uses
         ``1 / (max_i ||x_i||^2 + fit_intercept + alpha)`` computed on its own
-        rows, a step at which mini-batch SGD cannot diverge. A fixed step that
-        diverges raises an error.
+        rows, a step at which mini-batch SGD cannot diverge. With a fixed
+        step, each client checks its local update: if it makes the client's
+        loss non-finite or more than 1000 times the larger of its starting
+        loss and the zero model's loss ``0.5 * mean(y^2)``, the step raises a
+        ``FloatingPointError`` naming ``learning_rate`` (handled like any
+        client error, see ``on_client_error``), instead of returning a
+        diverged model with finite but huge predictions.
     batch_size : int, default=32
         Rows per SGD step.
     alpha : float, default=1e-4
@@ -118,6 +158,8 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         Fraction of clients sampled per round.
     on_client_error : {"raise", "skip"}, default="raise"
         Policy for a client step that fails (see :func:`skfed.federated.run_federation`).
+        Under ``"skip"``, a client whose fine-tuning step fails keeps the
+        global model (listed in ``fallback_clients_``).
     unknown_client : {"global", "error"}, default="global"
         Prediction for clients not seen in ``fit``.
     n_jobs : int or None, default=None
@@ -141,6 +183,12 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         Fine-tuned intercepts per client (``None`` as ``client_coefs_``).
     clients_ : ndarray of shape (n_clients,)
         Sorted unique client labels seen in ``fit``.
+    fallback_clients_ : ndarray of shape (n_fallback,)
+        Clients whose fine-tuning step failed under ``on_client_error="skip"``
+        (the failure is in ``communication_.failures``): their rows are
+        predicted with the global model. Empty without fine-tuning, and after
+        a fit on a distributed engine (where such a site's model is the global
+        one and the coordinator sees the failure in ``communication_.failures``).
     n_iter_ : int
         Rounds run.
     communication_ : Ledger
@@ -220,7 +268,8 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         X : array-like of shape (n_samples, n_features)
             Training rows of all clients.
         y : array-like of shape (n_samples,)
-            Targets.
+            Targets: numbers, or strings of numbers (converted to float as
+            scikit-learn's regressors do).
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` means one client.
 
@@ -236,7 +285,13 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
 
     def _validate_site_data(self, X, y, reset=False):
         """Validate one site's (or the pooled) training rows."""
-        return validate_data(self, X, y, reset=reset, y_numeric=True, dtype=np.float64)
+        X, y = validate_data(self, X, y, reset=reset, y_numeric=True, dtype=np.float64)
+        if y.dtype != np.float64:  # e.g. strings of numbers, which the kernel cannot read
+            try:
+                y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
+            except ValueError as exc:
+                raise ValueError(f"y must hold numbers (a regression target): {exc}") from None
+        return X, y
 
     def _set_federated_result(self, result, setup, labels):
         """Copy the global model (and, when known, the clients' models) into attributes.
@@ -249,6 +304,12 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         states = result.client_states
         if not self.fine_tune_epochs:
             states = [(coef, intercept)] * len(labels)
+        failed = np.zeros(len(labels), dtype=bool)
+        if states is not None:
+            # a client whose fine-tuning failed (on_client_error="skip") kept no model
+            failed = np.array([s is None for s in states], dtype=bool)
+            states = [(coef, intercept) if s is None else s for s in states]
+        self.fallback_clients_ = np.asarray(labels)[failed]
         self.coef_ = coef
         self.intercept_ = intercept
         self.client_coefs_ = None if states is None else np.array([c for c, _ in states])
@@ -262,7 +323,8 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     def _with_site_state(self, label, state):
         """This fitted model with one site's fine-tuned model (see ``skfed.federated.flower``)."""
         site = copy.deepcopy(self)
-        coef, intercept = state if self.fine_tune_epochs else (self.coef_, self.intercept_)
+        fine_tuned = self.fine_tune_epochs and state is not None  # None: fine-tuning failed
+        coef, intercept = state if fine_tuned else (self.coef_, self.intercept_)
         site.clients_ = np.array([label])
         site.client_coefs_ = np.asarray(coef)[None]
         site.client_intercepts_ = np.array([intercept], dtype=float)

@@ -2,6 +2,7 @@
 
 import copy
 import inspect
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
@@ -29,7 +30,7 @@ def _inner_has(method):
         if hasattr(self, "estimator_"):
             return hasattr(self.estimator_, method)
         if hasattr(self, "estimators_"):
-            return hasattr(self.estimators_[0], method)
+            return hasattr(next(m for m in self.estimators_ if m is not None), method)
         return hasattr(self.estimator, method)
 
     return check
@@ -102,17 +103,48 @@ class _BaseWrapper(FederatedEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         return {"return_std": True}
 
 
-class _LocalFit(FederatedAlgorithm):
-    """One round: each client fits its own clone; only its row count is sent."""
+MIN_LOCAL_SAMPLES = 2
 
-    def __init__(self, estimator):
+
+class _Fallback:
+    """Client state of a client without a model of its own (it uses the population model)."""
+
+    def __init__(self, reason, error=None):
+        self.reason = reason
+        self.error = error
+
+
+class _LocalFit(FederatedAlgorithm):
+    """One round: each client fits its own clone; only its row count is sent.
+
+    A client with fewer than ``MIN_LOCAL_SAMPLES`` rows, a classifier's
+    client holding a single class, or a client on whose rows the wrapped
+    ``fit`` raises a ``ValueError`` keeps a :class:`_Fallback` instead of a
+    model (it still sends its row count: the message does not tell).
+    """
+
+    def __init__(self, estimator, classifier=False):
         self.estimator = estimator
+        self.classifier = classifier
 
     def client_step(self, data, state, broadcast, rng):
+        message = {"n_samples": np.int64(data.n_samples)}
+        if data.n_samples < MIN_LOCAL_SAMPLES:
+            reason = (f"{data.n_samples} sample(s), fewer than the {MIN_LOCAL_SAMPLES} rows a "
+                      "local model needs")
+            return _Fallback(reason), message
+        if self.classifier:
+            present = np.unique(data.y)
+            if present.size < 2:
+                return _Fallback(f"a single class ({present.tolist()[0]!r}) in its rows"), message
         model = clone(self.estimator)
         fit_params = {} if data.sample_weight is None else {"sample_weight": data.sample_weight}
-        model.fit(data.X, data.y, **fit_params)
-        return model, {"n_samples": np.int64(data.n_samples)}
+        try:
+            model.fit(data.X, data.y, **fit_params)
+        except ValueError as exc:  # the wrapped estimator refuses this client's rows
+            reason = f"{type(self.estimator).__name__}.fit raised ValueError: {exc}"
+            return _Fallback(reason, exc), message
+        return model, message
 
     def server_step(self, state, messages, rng):
         return {k: int(m["n_samples"]) for k, m in messages.items()}, {}
@@ -132,6 +164,17 @@ class LocalEstimator(_BaseWrapper):
     weighted mean of ``predict_proba`` (a weighted vote if the estimator has
     no ``predict_proba``). With one client it is that client's model.
 
+    A client cannot always fit a model of its own. A client **falls back**
+    to the population model (of the other clients) when it holds fewer than
+    2 rows, when the estimator is a classifier and the client's rows hold a
+    single class, or when the wrapped estimator's ``fit`` raises a
+    ``ValueError`` on its rows (e.g. ``RidgeCV(cv=5)`` on fewer
+    than 5 rows). ``fit`` then warns, lists those clients in
+    ``fallback_clients_``, and ``predict``, ``predict_proba`` and
+    ``decision_function`` give their rows the population prediction. If
+    every client falls back, ``fit`` raises a ``ValueError``. Other errors of
+    the wrapped ``fit`` are raised.
+
     Training runs as one round of the :mod:`skfed.federated` protocol: each
     client fits locally and sends only its row count.
 
@@ -147,12 +190,18 @@ class LocalEstimator(_BaseWrapper):
 
     Attributes
     ----------
-    estimators_ : list of estimator
-        The fitted clone of each client, in the order of ``clients_``.
+    estimators_ : list of estimator or None
+        The fitted clone of each client, in the order of ``clients_``;
+        ``None`` for a client that fell back to the population model.
     clients_ : ndarray of shape (n_clients,)
         Sorted unique client labels seen in ``fit``.
     client_weights_ : ndarray of shape (n_clients,)
-        Share of the training rows held by each client.
+        Weight of each client's model in the population prediction: its
+        share of the training rows of the clients with a model of their own
+        (0 for the clients in ``fallback_clients_``).
+    fallback_clients_ : ndarray of shape (n_fallback,)
+        Clients without a model of their own (see above); their rows get the
+        population prediction.
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
     communication_ : Ledger
@@ -205,21 +254,49 @@ class LocalEstimator(_BaseWrapper):
             )
         federation = Federation.from_arrays(X, y, groups, sample_weight)
         result = run_federation(
-            _LocalFit(self.estimator), federation, n_rounds=1, n_jobs=self.n_jobs
+            _LocalFit(self.estimator, classifier=self._wraps_classifier),
+            federation, n_rounds=1, n_jobs=self.n_jobs,
         )
-        sizes = federation.n_samples
-        self.estimators_ = result.client_states
-        self.clients_ = federation.labels
+        labels = federation.labels
+        states = result.client_states
+        fallback = np.array([isinstance(m, _Fallback) for m in states], dtype=bool)
+        reasons = [f"client {label!r}: {m.reason}"
+                   for label, m in zip(labels.tolist(), states) if isinstance(m, _Fallback)]
+        if fallback.all():
+            errors = [m.error for m in states if m.error is not None]
+            raise ValueError(
+                "no client could fit a model of its own, so there is no population "
+                f"model to fall back on: {'; '.join(reasons[:5])}"
+                + (" ..." if len(reasons) > 5 else "")
+            ) from (errors[0] if errors else None)
+        if fallback.any():
+            warnings.warn(
+                f"{fallback.sum()} of {fallback.size} clients use the population model "
+                f"instead of a model of their own (fallback_clients_): "
+                f"{'; '.join(reasons[:5])}" + (" ..." if len(reasons) > 5 else ""),
+                UserWarning,
+                stacklevel=3,
+            )
+        sizes = np.where(fallback, 0, federation.n_samples)
+        self.estimators_ = [None if f else m for f, m in zip(fallback, states)]
+        self.clients_ = labels
         self.client_weights_ = sizes / sizes.sum()
+        self.fallback_clients_ = labels[fallback]
         if self._wraps_classifier:
             self.classes_ = np.unique(y)
         self.communication_ = result.ledger
         return self
 
+    def _fitted_models(self):
+        """``(weight, model)`` of the clients with a model of their own."""
+        return [(w, m) for w, m in zip(self.client_weights_, self.estimators_) if m is not None]
+
     def _validate_predict(self, X, groups):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
-        return X, self._client_index(groups, X.shape[0])
+        index = self._client_index(groups, X.shape[0])
+        fallback = np.array([m is None for m in self.estimators_] + [False])
+        return X, np.where(fallback[index], -1, index)  # index -1 reads the False
 
     def predict(self, X, groups=None, return_std=False):
         """Predict with each row's client model (population model for others).
@@ -253,7 +330,7 @@ class LocalEstimator(_BaseWrapper):
                 lambda rows: self._population_class(X[rows]),
                 dtype=self.classes_.dtype,
             )
-        kwargs = self._predict_kwargs(self.estimators_[0], return_std)
+        kwargs = self._predict_kwargs(self._fitted_models()[0][1], return_std)
         if not return_std:
             return scatter_rows(
                 X.shape[0],
@@ -271,15 +348,16 @@ class LocalEstimator(_BaseWrapper):
         return both[..., 0], both[..., 1]
 
     def _population_mean_std(self, X, return_std):
-        if len(self.estimators_) == 1:
-            model = self.estimators_[0]
+        pairs = self._fitted_models()
+        if len(pairs) == 1:
+            model = pairs[0][1]
             out = model.predict(X, **self._predict_kwargs(model, return_std))
             return out if return_std else (out, None)
-        w = self.client_weights_
+        w, models = zip(*pairs)
         if not return_std:
-            mean = sum(wk * m.predict(X) for wk, m in zip(w, self.estimators_))
+            mean = sum(wk * m.predict(X) for wk, m in pairs)
             return mean, None
-        means, stds = zip(*(m.predict(X, return_std=True) for m in self.estimators_))
+        means, stds = zip(*(m.predict(X, return_std=True) for m in models))
         mean = sum(wk * mu for wk, mu in zip(w, means))
         second = sum(wk * (sd**2 + mu**2) for wk, mu, sd in zip(w, means, stds))
         return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
@@ -294,25 +372,26 @@ class LocalEstimator(_BaseWrapper):
         return out
 
     def _population_class(self, X):
-        if len(self.estimators_) == 1:
-            return self.estimators_[0].predict(X)
-        if hasattr(self.estimators_[0], "predict_proba"):
+        pairs = self._fitted_models()
+        if len(pairs) == 1:
+            return pairs[0][1].predict(X)
+        if hasattr(pairs[0][1], "predict_proba"):
             return self.classes_[np.argmax(self._population_proba(X), axis=1)]
         votes = np.zeros((X.shape[0], len(self.classes_)))
-        for wk, m in zip(self.client_weights_, self.estimators_):
+        for wk, m in pairs:
             votes[np.arange(X.shape[0]), np.searchsorted(self.classes_, m.predict(X))] += wk
         return self.classes_[np.argmax(votes, axis=1)]
 
     def _population_proba(self, X):
-        pairs = zip(self.client_weights_, self.estimators_)
-        return sum(wk * self._aligned_proba(m, X) for wk, m in pairs)
+        return sum(wk * self._aligned_proba(m, X) for wk, m in self._fitted_models())
 
     @available_if(_inner_has("predict_proba"))
     def predict_proba(self, X, groups=None):
         """Class probabilities from each row's client model.
 
         Columns follow ``classes_``; a client that never saw a class gives it
-        probability 0. Population rows get the weighted mean over clients.
+        probability 0. Population rows (and rows of ``fallback_clients_``)
+        get the weighted mean over the clients' models.
 
         Parameters
         ----------
@@ -338,8 +417,10 @@ class LocalEstimator(_BaseWrapper):
     def decision_function(self, X, groups=None):
         """Decision function of each row's client model.
 
-        Defined when every client saw every class (otherwise the clients'
-        scores are not comparable and a ``ValueError`` is raised).
+        Defined when every client with a model of its own saw every class
+        (otherwise the clients' scores are not comparable and a
+        ``ValueError`` is raised). Rows of ``fallback_clients_`` get the
+        population score, the weighted mean of the clients' scores.
 
         Parameters
         ----------
@@ -356,21 +437,19 @@ class LocalEstimator(_BaseWrapper):
         partial = [
             self.clients_[k]
             for k, m in enumerate(self.estimators_)
-            if not np.array_equal(m.classes_, self.classes_)
+            if m is not None and not np.array_equal(m.classes_, self.classes_)
         ]
         if partial:
             raise ValueError(
                 f"decision_function is undefined: clients {partial[:10]} did not see "
                 "every class; use predict_proba."
             )
-        w = self.client_weights_
+        pairs = self._fitted_models()
         return scatter_rows(
             X.shape[0],
             index,
             lambda k, rows: self.estimators_[k].decision_function(X[rows]),
-            lambda rows: sum(
-                wk * m.decision_function(X[rows]) for wk, m in zip(w, self.estimators_)
-            ),
+            lambda rows: sum(wk * m.decision_function(X[rows]) for wk, m in pairs),
         )
 
 

@@ -14,6 +14,10 @@ __all__ = ["NormClipper", "make_minmax_l2_pipeline"]
 class NormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """Bound every row's l2 norm by ``max_norm``: ``x / max(1, ||x|| / max_norm)``.
 
+    Norms are computed on each row divided by its largest absolute entry,
+    so rows with huge (``1e300``) or tiny (``1e-300``) finite entries are
+    scaled right instead of overflowing to 0 or underflowing to no change.
+
     A stateless, data-independent transform (``fit`` learns nothing from the
     rows), so it does not consume privacy budget. It enforces the assumption
     ``||x||_2 <= L`` on which the sensitivities of private estimators such as
@@ -93,17 +97,32 @@ class NormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         self._check_params()
-        norms = np.linalg.norm(X, axis=1, keepdims=True)
-        if self.mode == "clip":
-            scale = np.maximum(1.0, norms / self.max_norm)
-        else:
-            scale = np.where(norms > 0, norms / self.max_norm, 1.0)
-        out = X / scale
-        # division may land a few ulps above the bound; pull those rows back
-        over = np.linalg.norm(out, axis=1) > self.max_norm
+        max_norm = self.max_norm
+        peak, unit, r = _scaled_rows(X)
+        with np.errstate(over="ignore", divide="ignore"):
+            # ||x|| = peak * r (inf only beyond the float range); compared as
+            # r > max_norm / peak, which cannot overflow for a non-zero row
+            ratio = max_norm / np.where(peak > 0, peak, 1.0)
+            scale = peak * r / max_norm
+        nonzero = peak > 0
+        rows = (nonzero & (r > ratio) if self.mode == "clip" else nonzero).ravel()
+        out = X.copy()
+        # x / (||x|| / L) where that quotient is a normal float; otherwise the
+        # scaled row, (x / peak) * (L / r), which neither overflows nor underflows
+        plain = rows & (np.isfinite(scale) & (scale >= np.finfo(X.dtype).tiny)).ravel()
+        out[plain] = X[plain] / scale[plain]
+        rest = rows & ~plain
+        out[rest] = unit[rest] * (max_norm / r[rest])
+        # rounding may land a few ulps above the bound, by the scaled norm or by the
+        # plain one in float64 (np.linalg.norm, where it does not overflow); pull back
+        peak, unit, r = _scaled_rows(out)
+        with np.errstate(over="ignore", divide="ignore"):
+            over = ((peak > 0) & (r > max_norm / np.where(peak > 0, peak, 1.0))).ravel()
+            norm64 = np.linalg.norm(out.astype(np.float64, copy=False), axis=1)
+        over |= np.isfinite(norm64) & (norm64 > max_norm)
         if np.any(over):
-            norms = np.linalg.norm(out[over], axis=1, keepdims=True)
-            out[over] *= np.nextafter(self.max_norm, 0) / norms
+            shrink = 1.0 - 4 * np.finfo(out.dtype).eps
+            out[over] = unit[over] * (max_norm * shrink / r[over])
         return out
 
     def __sklearn_tags__(self):
@@ -111,6 +130,19 @@ class NormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         tags.requires_fit = False
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+def _scaled_rows(X):
+    """Each row's max-abs entry ``peak``, the row divided by it, and that row's norm ``r``.
+
+    ``||x|| = peak * r`` with ``r`` in ``[1, sqrt(n_features)]`` for a
+    non-zero row: squaring the entries of ``x / peak`` neither overflows
+    (rows near 1e300) nor underflows (rows near 1e-300) as squaring ``x``
+    does. Zero rows give ``peak = r = 0``.
+    """
+    peak = np.max(np.abs(X), axis=1, keepdims=True)
+    unit = X / np.where(peak > 0, peak, 1.0)
+    return peak, unit, np.linalg.norm(unit, axis=1, keepdims=True)
 
 
 def make_minmax_l2_pipeline(max_norm=1.0, mode="clip"):

@@ -1,8 +1,11 @@
 """Validation of client labels (``groups``) and of wrapped estimators."""
 
 import numbers
+import sys
+import warnings
 
 import numpy as np
+import sklearn
 
 UNKNOWN_CLIENT_OPTIONS = ("global", "error")
 
@@ -13,8 +16,10 @@ def check_groups(groups, n_samples):
     Parameters
     ----------
     groups : array-like of shape (n_samples,) or None
-        Client label of every row: any hashable labels (ints, strings).
-        ``None`` means that every row belongs to a single client.
+        Client label of every row, all of one kind (see :func:`label_kind`):
+        numbers (ints or floats), strings (``str``, ``numpy.str_``, object
+        arrays of them, a pandas categorical of them) or bools. ``None`` means
+        that every row belongs to a single client.
     n_samples : int
         Number of rows of ``X``.
 
@@ -25,6 +30,14 @@ def check_groups(groups, n_samples):
     client_index : ndarray of shape (n_samples,), dtype=intp
         Position of each row's client in ``clients``.
 
+    Warns
+    -----
+    UserWarning
+        ``groups=None`` while scikit-learn's metadata routing is off, inside
+        a ``GridSearchCV``/``cross_validate`` call that was given ``groups``:
+        scikit-learn then passed ``groups`` to the splitter only, so this fit
+        sees all its rows as one client.
+
     Examples
     --------
     >>> from skfed.utils import check_groups
@@ -33,6 +46,7 @@ def check_groups(groups, n_samples):
     (['a', 'b'], [1, 0, 1])
     """
     if groups is None:
+        _warn_if_groups_not_routed()
         return np.array([0]), np.zeros(n_samples, dtype=np.intp)
     groups = _as_label_array(groups, "groups")
     if groups.shape[0] != n_samples:
@@ -42,14 +56,64 @@ def check_groups(groups, n_samples):
         )
     if n_samples == 0:
         raise ValueError("groups is empty: at least one row is required.")
+    label_kind(groups, "groups")  # a mix of kinds is an error
     try:
         clients, client_index = np.unique(groups, return_inverse=True)
-    except TypeError as exc:
+    except TypeError as exc:  # e.g. objects of one type that do not order
         raise ValueError(
             "groups must hold labels of one comparable type (all ints or all "
             f"strings); got a mix: {exc}"
         ) from None
     return clients, client_index.astype(np.intp, copy=False)
+
+
+_ROUTING_HINT = (
+    "fit received no groups: all rows are one client. scikit-learn passes the groups given "
+    "to GridSearchCV.fit / cross_validate to the CV splitter only while metadata routing "
+    "is off. To fit one client per label, enable metadata routing: "
+    "sklearn.set_config(enable_metadata_routing=True) (then GridSearchCV.fit(X, y, "
+    "groups=groups), or cross_validate(est, X, y, params={'groups': groups})). To fit a "
+    "single client on purpose, do not pass groups to the search."
+)
+
+
+def _warn_if_groups_not_routed():
+    """Warn when scikit-learn's model selection dropped ``groups`` on the way to ``fit``.
+
+    With metadata routing off, ``GridSearchCV.fit(X, y, groups=g)`` and
+    ``cross_validate(est, X, y, groups=g)`` give ``g`` to the splitter only
+    and call ``est.fit(X_train, y_train)``: a federated estimator then
+    silently fits one client. The caller frames tell it apart from a direct
+    ``fit(X, y)``: a frame of ``sklearn.model_selection`` holding a ``groups``
+    argument (``cross_validate``, ``learning_curve``, ...) or a ``params``
+    dict with ``"groups"`` (``BaseSearchCV.fit``). When only the inner frames
+    are visible (a worker process of ``n_jobs > 1``), whether groups were
+    given is unknown and the warning is given.
+    """
+    if sklearn.get_config().get("enable_metadata_routing", False):
+        return
+    frame = sys._getframe(2)
+    inside, given = False, None
+    while frame is not None and given is None:
+        if frame.f_globals.get("__name__", "").startswith("sklearn.model_selection"):
+            inside = True
+            local = frame.f_locals
+            if "groups" in local:
+                given = local["groups"] is not None
+            params = local.get("params")
+            if isinstance(params, dict) and "groups" in params:
+                given = params["groups"] is not None
+            elif given is None and isinstance(params, dict) and "self" in local:
+                given = False  # a search's fit(X, y, **params) without groups
+        frame = frame.f_back
+    del frame
+    if inside and given is not False:
+        unknown = (
+            "" if given else
+            " (This fit runs where the caller's arguments are not visible, e.g. in a worker "
+            "of n_jobs > 1, so whether groups were given could not be checked.)"
+        )
+        warnings.warn(_ROUTING_HINT + unknown, UserWarning, stacklevel=3)
 
 
 def map_clients(groups, clients, n_samples, unknown_client="global"):
@@ -72,6 +136,22 @@ def map_clients(groups, clients, n_samples, unknown_client="global"):
     -------
     client_index : ndarray of shape (n_samples,), dtype=intp
         Index into ``clients`` for each row, ``-1`` for the population model.
+
+    Raises
+    ------
+    ValueError
+        If ``groups`` mixes kinds of labels, or holds labels of another kind
+        than ``clients`` (see :func:`label_kind`: e.g. strings ``"0"`` for
+        clients fitted as ints ``0``), whatever ``unknown_client`` says: such
+        labels can never match a fitted client, so they are a mistake rather
+        than new clients.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.utils import map_clients
+    >>> map_clients(["b", "new"], np.array(["a", "b"]), 2).tolist()
+    [1, -1]
     """
     if unknown_client not in UNKNOWN_CLIENT_OPTIONS:
         raise ValueError(
@@ -85,6 +165,14 @@ def map_clients(groups, clients, n_samples, unknown_client="global"):
         raise ValueError(
             f"groups has {groups.shape[0]} labels but X has {n_samples} rows; "
             "pass one client label per row."
+        )
+    kind, fitted_kind = label_kind(groups, "groups"), label_kind(clients, "clients_")
+    if kind is not None and fitted_kind is not None and kind != fitted_kind:
+        raise ValueError(
+            f"groups holds {kind} labels but the clients were fitted with {fitted_kind} "
+            f"labels (clients_[:5]={clients[:5].tolist()}): no row could match a fitted "
+            f"client. Pass labels of the same kind as in fit (e.g. convert them with "
+            f"astype(clients_.dtype))."
         )
     try:
         pos = np.searchsorted(clients, groups)
@@ -107,6 +195,64 @@ def map_clients(groups, clients, n_samples, unknown_client="global"):
     return pos.astype(np.intp, copy=False)
 
 
+def label_kind(labels, name="groups"):
+    """The kind of a 1-D array of client labels: numbers, strings, bools...
+
+    Labels compare only within a kind, so ``fit`` refuses a mix and
+    ``predict`` refuses labels of another kind than ``clients_``. Kinds:
+    ``"number"`` (Python and numpy ints and floats), ``"string"`` (``str``,
+    ``numpy.str_``, object arrays of them), ``"bool"`` (kept apart from
+    numbers: ``True == 1`` would otherwise match silently), ``"bytes"``, or
+    the type name of any other label. A pandas categorical has the kind of
+    its categories' values (``numpy.asarray`` gives them).
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n,)
+        Labels (as returned by ``numpy.asarray``).
+    name : str, default="groups"
+        Argument name used in the error message.
+
+    Returns
+    -------
+    kind : str or None
+        ``None`` for an empty array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.utils import label_kind
+    >>> label_kind(np.array([3, 1])), label_kind(np.array(["a", np.str_("b")], dtype=object))
+    ('number', 'string')
+    """
+    if labels.size == 0:
+        return None
+    dtype_kind = labels.dtype.kind
+    if dtype_kind in "iufc":
+        return "number"
+    if dtype_kind != "O":
+        return {"b": "bool", "U": "string", "S": "bytes"}.get(dtype_kind, str(labels.dtype))
+    kinds = sorted({_type_kind(t) for t in set(map(type, labels.ravel().tolist()))})
+    if len(kinds) > 1:
+        raise ValueError(
+            f"{name} must hold labels of one comparable type (all ints or all strings); "
+            f"got a mix of {' and '.join(kinds)}."
+        )
+    return kinds[0]
+
+
+def _type_kind(t):
+    if issubclass(t, (bool, np.bool_)):
+        return "bool"
+    if issubclass(t, str):
+        return "string"
+    if issubclass(t, bytes):
+        return "bytes"
+    if issubclass(t, numbers.Number):
+        return "number"
+    return t.__name__
+
+
 def _as_label_array(groups, name):
     groups = np.asarray(groups)
     if groups.ndim != 1:
@@ -119,8 +265,12 @@ def _as_label_array(groups, name):
             )
     if groups.dtype.kind == "f" and not np.all(np.isfinite(groups)):
         raise ValueError(f"{name} contains NaN or infinity; client labels must be finite.")
-    if groups.dtype.kind == "O" and any(g is None for g in groups):
-        raise ValueError(f"{name} contains None; every row needs a client label.")
+    if groups.dtype.kind == "O":
+        values = groups.tolist()
+        if any(g is None for g in values):
+            raise ValueError(f"{name} contains None; every row needs a client label.")
+        if any(isinstance(g, numbers.Real) and g != g for g in values):
+            raise ValueError(f"{name} contains NaN; every row needs a client label.")
     return groups
 
 

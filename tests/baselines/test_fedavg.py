@@ -101,3 +101,76 @@ def test_divergence_is_an_error():
     X, y, groups = make_federated_regression(n_clients=2, random_state=0)
     with pytest.raises(FloatingPointError, match="diverged"):
         FedAvgRegressor(learning_rate=10.0, n_rounds=50).fit(100 * X, y, groups=groups)
+
+
+@pytest.mark.parametrize("n_rounds", [1, 2, 5])
+def test_finite_divergence_is_an_error_naming_learning_rate(n_rounds):
+    # learning_rate=1e6 used to return predictions near 1e21 (finite) without a word
+    X, y, groups = make_federated_regression(n_clients=4, random_state=1)
+    with pytest.raises(FloatingPointError, match="learning_rate=1000000.0 is too large"):
+        FedAvgRegressor(learning_rate=1e6, n_rounds=n_rounds, random_state=0).fit(
+            X, y, groups=groups)
+    # under "skip" every client fails, so no client answers: the error says why
+    with pytest.raises(RuntimeError, match="no client answered.*learning_rate"):
+        FedAvgRegressor(learning_rate=1e6, n_rounds=n_rounds, on_client_error="skip",
+                        random_state=0).fit(X, y, groups=groups)
+
+
+def test_stable_fixed_learning_rates_pass_the_divergence_check():
+    X, y, groups = make_federated_regression(n_clients=4, heterogeneity=2.0, random_state=1)
+    for lr in (1e-4, 0.01, 0.1):
+        for fine_tune_epochs in (0, 5):
+            FedAvgRegressor(learning_rate=lr, n_rounds=30, local_epochs=3,
+                            fine_tune_epochs=fine_tune_epochs, random_state=0).fit(
+                X, y, groups=groups)
+
+
+def test_client_failing_its_fine_tuning_keeps_the_global_model(monkeypatch):
+    from skfed.baselines import _fedavg
+    from skfed.federated import ClientDropout
+
+    X, y, groups = make_federated_regression(n_clients=3, n_samples=60, heterogeneity=1.5,
+                                             random_state=0)
+    finalize = _fedavg._FedAvg.client_finalize
+
+    def drop_client_1(self, data, state, broadcast, rng):
+        if data.label == 1:
+            raise ClientDropout("client 1 went offline before fine-tuning")
+        return finalize(self, data, state, broadcast, rng)
+
+    monkeypatch.setattr(_fedavg._FedAvg, "client_finalize", drop_client_1)
+    kw = dict(n_rounds=5, fine_tune_epochs=2, random_state=0)
+    model = FedAvgRegressor(on_client_error="skip", **kw).fit(X, y, groups=groups)
+    assert model.fallback_clients_.tolist() == [1]
+    np.testing.assert_array_equal(model.client_coefs_[1], model.coef_)
+    assert model.client_intercepts_[1] == model.intercept_
+    assert not np.allclose(model.client_coefs_[0], model.coef_)  # the others fine-tuned
+    rows = groups == 1
+    np.testing.assert_allclose(model.predict(X[rows], groups=groups[rows]), model.predict(X[rows]))
+    assert model.communication_.failures == [
+        (5, 1, "ClientDropout: client 1 went offline before fine-tuning")
+    ]
+    with pytest.raises(ClientDropout, match="offline"):
+        FedAvgRegressor(on_client_error="raise", **kw).fit(X, y, groups=groups)
+    monkeypatch.undo()
+    clean = FedAvgRegressor(on_client_error="skip", **kw).fit(X, y, groups=groups)
+    assert clean.fallback_clients_.size == 0
+    np.testing.assert_array_equal(clean.client_coefs_[0], model.client_coefs_[0])
+
+
+def test_numeric_string_targets_are_converted_like_sklearn_regressors():
+    X, y, groups = make_federated_regression(n_clients=3, random_state=0)
+    kw = dict(n_rounds=3, fine_tune_epochs=1, random_state=0)
+    ref = FedAvgRegressor(**kw).fit(X, y, groups=groups)
+    for y_text in (y.astype(str), y.astype(str).astype(object)):
+        model = FedAvgRegressor(**kw).fit(X, y_text, groups=groups)
+        np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-12)
+    y_int = np.round(y).astype(int)
+    np.testing.assert_array_equal(
+        FedAvgRegressor(**kw).fit(X, y_int, groups=groups).coef_,
+        FedAvgRegressor(**kw).fit(X, y_int.astype(float), groups=groups).coef_,
+    )
+    bad = y.astype(str)
+    bad[3] = "n/a"
+    with pytest.raises(ValueError, match="could not convert string to float"):
+        FedAvgRegressor(**kw).fit(X, bad, groups=groups)

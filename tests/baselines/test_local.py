@@ -186,14 +186,26 @@ def test_failed_fit_leaves_fitted_estimator_unchanged(data):
     assert all(vars(model)[k] is before[k] for k in before)
     assert model.n_features_in_ == X.shape[1]
     np.testing.assert_array_equal(model.predict(X[:5], groups=groups[:5]), pred)
-    # an inner estimator failing on one client also leaves it unchanged
-    y_cls = (y > 0).astype(int)
-    y_cls[groups == 2] = 1  # client 2 has a single class
+    # an inner estimator failing on one client (not a ValueError: no fallback) also
+    # leaves it unchanged
+    class FailsOnClient2(Ridge):
+        def fit(self, X, y, sample_weight=None):
+            if X.shape[0] == 60:  # client 2
+                raise RuntimeError("site 2 is down")
+            return super().fit(X, y, sample_weight=sample_weight)
+
+    reg = LocalEstimator(FailsOnClient2()).fit(X[groups < 2], y[groups < 2],
+                                               groups=groups[groups < 2])
+    state = dict(vars(reg))
+    with pytest.raises(RuntimeError, match="site 2 is down") as info:
+        reg.fit(X[:, :3], y, groups=groups)
+    assert "client 2" in " ".join(getattr(info.value, "__notes__", []))
+    assert all(vars(reg)[k] is state[k] for k in state) and reg.n_features_in_ == X.shape[1]
+    # so does a fit in which every client falls back (no population model)
     clf = LocalEstimator(LogisticRegression()).fit(X, (y > 0).astype(int), groups=groups)
     state = dict(vars(clf))
-    with pytest.raises(ValueError, match="class") as info:
-        clf.fit(X[:, :3], y_cls, groups=groups)
-    assert "client 2" in " ".join(getattr(info.value, "__notes__", []))
+    with pytest.raises(ValueError, match="no client could fit.*single class"):
+        clf.fit(X[:, :3], np.ones(len(y), dtype=int), groups=groups)
     assert all(vars(clf)[k] is state[k] for k in state) and clf.n_features_in_ == X.shape[1]
 
 
@@ -201,3 +213,91 @@ def test_unknown_client_option_is_validated(data):
     X, y, groups, _, _ = data
     with pytest.raises(ValueError, match="unknown_client"):
         LocalEstimator(Ridge(), unknown_client="zero").fit(X, y, groups=groups)
+
+
+# --- clients that cannot fit a model of their own fall back to the population model ---
+
+FALLBACK = "use the population model instead of a model of their own"
+
+
+def _two_class_sites(single_class_site=2):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 2))
+    y = (X[:, 0] + 0.3 * X[:, 1] > 0).astype(int)
+    groups = np.repeat([0, 1, 2], 30)
+    y[groups == single_class_site] = 1
+    return X, y, groups
+
+
+def test_single_class_site_falls_back_to_population_model():
+    X, y, groups = _two_class_sites()
+    with pytest.warns(UserWarning, match=FALLBACK + r".*client 2: a single class \(1\)"):
+        model = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    assert model.fallback_clients_.tolist() == [2]
+    assert model.estimators_[2] is None and model.estimators_[0] is not None
+    np.testing.assert_allclose(model.client_weights_, [0.5, 0.5, 0.0])
+    site2 = groups == 2
+    # predict, predict_proba and decision_function: the population model, consistently
+    for method in ("predict", "predict_proba", "decision_function"):
+        personalized = getattr(model, method)(X, groups=groups)
+        population = getattr(model, method)(X)
+        np.testing.assert_array_equal(personalized[site2], population[site2])
+        own = getattr(model.estimators_[0], method)(X[groups == 0])
+        np.testing.assert_allclose(personalized[groups == 0], own)
+    proba = model.predict_proba(X, groups=groups)
+    assert proba.shape == (90, 2)
+    expected = 0.5 * (model.estimators_[0].predict_proba(X) + model.estimators_[1].predict_proba(X))
+    np.testing.assert_allclose(model.predict_proba(X), expected)
+    assert model.score(X, y, groups=groups) > 0.8
+
+
+def test_multiclass_fallback_and_partial_clients_keep_every_class_column():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(120, 2))
+    y = np.digitize(X[:, 0], [-0.5, 0.5])  # classes 0, 1, 2
+    groups = np.repeat(["a", "b", "c", "d"], 30)
+    y[groups == "b"] = np.where(y[groups == "b"] == 2, 1, y[groups == "b"])  # b: {0, 1}
+    y[groups == "c"] = 2  # c: a single class
+    with pytest.warns(UserWarning, match=FALLBACK):
+        model = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    assert model.fallback_clients_.tolist() == ["c"]
+    assert model.classes_.tolist() == [0, 1, 2]
+    proba = model.predict_proba(X, groups=groups)
+    assert proba.shape == (120, 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert np.all(proba[groups == "b", 2] == 0)  # b never saw class 2
+    np.testing.assert_allclose(proba[groups == "c"], model.predict_proba(X[groups == "c"]))
+    assert set(model.predict(X, groups=groups)) <= {0, 1, 2}
+
+
+def test_too_few_rows_fall_back():
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(41, 3)), rng.normal(size=41)
+    groups = np.array([0] * 20 + [1] * 20 + [2])  # client 2: one row
+    with pytest.warns(UserWarning, match=r"client 2: 1 sample\(s\), fewer than the 2 rows"):
+        model = LocalEstimator(Ridge()).fit(X, y, groups=groups)
+    assert model.fallback_clients_.tolist() == [2]
+    np.testing.assert_allclose(model.predict(X[:3], groups=[2, 2, 2]), model.predict(X[:3]))
+
+
+def test_value_error_of_the_wrapped_fit_falls_back():
+    from sklearn.linear_model import RidgeCV
+
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(43, 2)), rng.normal(size=43)
+    groups = np.array([0] * 20 + [1] * 20 + [2] * 3)  # 3 rows < 5 folds
+    with pytest.warns(UserWarning, match="client 2: RidgeCV.fit raised ValueError: Cannot"):
+        model = LocalEstimator(RidgeCV(cv=5)).fit(X, y, groups=groups)
+    assert model.fallback_clients_.tolist() == [2]
+    np.testing.assert_allclose(model.predict(X, groups=groups)[40:], model.predict(X[40:]))
+
+
+def test_no_fallback_no_warning(data):
+    import warnings
+
+    X, y, groups, _, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = LocalEstimator(Ridge()).fit(X, y, groups=groups)
+    assert model.fallback_clients_.size == 0
+    assert model.fallback_clients_.dtype == model.clients_.dtype

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from skfed.utils import check_groups, map_clients
+from skfed.utils import check_groups, label_kind, map_clients
 
 
 def test_check_groups_labels():
@@ -37,3 +37,115 @@ def test_map_clients():
     with pytest.raises(ValueError, match="unknown_client"):
         map_clients(["b"], clients, 1, unknown_client="drop")
     assert map_clients([5, 1], np.array([1, 2]), 2).tolist() == [-1, 0]
+
+
+# --- kinds of client labels: a mix at fit and another kind at predict are errors ---
+
+INT_CLIENTS = np.array([0, 1, 2])
+STR_CLIENTS = np.array(["0", "1", "2"])
+
+
+def _categorical(values):
+    pd = pytest.importorskip("pandas")
+    return pd.Categorical(values)
+
+
+@pytest.mark.parametrize(
+    "groups, kind",
+    [
+        (np.array([2, 0, 1]), "number"),
+        (np.array([2, 0, 1], dtype=np.int32), "number"),
+        ([0.0, 1.5], "number"),
+        (np.array([1, np.int64(2)], dtype=object), "number"),
+        (["a", "b"], "string"),
+        (np.array([np.str_("a"), "b"], dtype=object), "string"),
+        ([True, False], "bool"),
+        ([b"a", b"b"], "bytes"),
+    ],
+)
+def test_label_kind(groups, kind):
+    assert label_kind(np.asarray(groups)) == kind
+    check_groups(groups, len(groups))  # one kind: accepted at fit
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [
+        np.array([1, "a"], dtype=object),
+        np.array([1, True], dtype=object),  # True == 1 would merge the two silently
+        np.array([np.str_("a"), np.int64(1)], dtype=object),
+        np.array(["a", b"a"], dtype=object),
+    ],
+)
+def test_fit_refuses_a_mix_of_kinds(groups):
+    with pytest.raises(ValueError, match="one comparable type.*got a mix of"):
+        check_groups(groups, len(groups))
+
+
+def test_fit_refuses_nan_in_object_labels():
+    pd = pytest.importorskip("pandas")
+    groups = pd.Series(pd.Categorical(["a", None, "b"])).to_numpy()  # None -> NaN
+    with pytest.raises(ValueError, match="NaN"):
+        check_groups(groups, 3)
+
+
+@pytest.mark.parametrize(
+    "clients, groups",
+    [
+        (INT_CLIENTS, ["0", "1", "2"]),
+        (INT_CLIENTS, np.array(["0", "1", "2"], dtype=object)),
+        (INT_CLIENTS, [np.str_("0"), np.str_("1"), np.str_("2")]),
+        (INT_CLIENTS, [False, True, True]),
+        (INT_CLIENTS, "categorical-str"),
+        (STR_CLIENTS, [0, 1, 2]),
+        (STR_CLIENTS, np.array([0, 1, 2], dtype=object)),
+        (STR_CLIENTS, "categorical-int"),
+        (np.array([False, True]), [0, 1, 1]),
+    ],
+)
+@pytest.mark.parametrize("unknown_client", ["global", "error"])
+def test_predict_refuses_labels_of_another_kind(clients, groups, unknown_client):
+    if isinstance(groups, str):
+        groups = _categorical(["0", "1", "2"] if groups.endswith("str") else [0, 1, 2])
+    with pytest.raises(ValueError, match="labels but the clients were fitted with"):
+        map_clients(groups, clients, 3, unknown_client=unknown_client)
+
+
+@pytest.mark.parametrize(
+    "clients, groups, expected",
+    [
+        (INT_CLIENTS, np.array([2, 7], dtype=np.int32), [2, -1]),
+        (INT_CLIENTS, [2.0, 0.0], [2, 0]),
+        (INT_CLIENTS, np.array([1, 2], dtype=object), [1, 2]),
+        (INT_CLIENTS, "categorical-int", [0, 1]),
+        (STR_CLIENTS, np.array(["1", "x"], dtype=object), [1, -1]),
+        (STR_CLIENTS, [np.str_("2"), "0"], [2, 0]),
+        (STR_CLIENTS, "categorical-str", [0, 1]),
+        (np.array(["a", "b"], dtype=object), ["b", "a"], [1, 0]),
+    ],
+)
+def test_predict_accepts_labels_of_the_same_kind(clients, groups, expected):
+    if isinstance(groups, str):
+        groups = _categorical(["0", "1"] if groups.endswith("str") else [0, 1])
+    assert map_clients(groups, clients, 2).tolist() == expected
+
+
+def test_mixin_client_index_refuses_labels_of_another_kind():
+    from sklearn.linear_model import Ridge
+
+    from skfed.baselines import LocalEstimator
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(30, 2)), rng.normal(size=30)
+    model = LocalEstimator(Ridge()).fit(X, y, groups=np.repeat([0, 1, 2], 10))
+    with pytest.raises(ValueError, match="string labels but the clients were fitted with number"):
+        model._client_index(["0", "1", "2"], 3)
+    # before, every row silently got the population prediction
+    with pytest.raises(ValueError, match="string labels"):
+        model.predict(X, groups=np.repeat(["0", "1", "2"], 10))
+    with pytest.raises(ValueError, match="string labels"):
+        model.score(X, y, groups=np.repeat(["0", "1", "2"], 10))
+    np.testing.assert_array_equal(
+        model.predict(X, groups=np.repeat([0, 1, 2], 10).astype(np.int32)),
+        model.predict(X, groups=np.repeat([0, 1, 2], 10)),
+    )
