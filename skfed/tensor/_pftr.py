@@ -13,7 +13,7 @@ from ..privacy import check_privacy_budget, pftr_privacy_spent
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
-from ._stages import PersonalizedTensorPhases
+from ._stages import PersonalizedTensorPhases, check_client_range
 from ._tucker import RETRACTIONS, TANGENTS, check_tucker_rank
 
 __all__ = ["PersonalizedTensorRegressor"]
@@ -51,9 +51,20 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     ``Pipeline`` work; an n-D ``X`` of shape ``(n, *tensor_shape)`` is
     accepted too. ``y`` is 1-D (scalar response) or 2-D (``output_shape``
     gives the response tensor shape). The coefficient tensors have shape
-    ``output_shape + tensor_shape`` (response modes first). There is no
-    intercept: center ``y`` and standardize ``X`` beforehand, as the paper
-    does.
+    ``output_shape + tensor_shape`` (response modes first).
+
+    With ``fit_intercept=True`` (the default) every client centres its own
+    ``X`` and ``y`` on their local means before any step and keeps a personal
+    intercept ``mean(Y_k) - <A_k, mean(X_k)>``; the population intercept used
+    for new clients is ``mean(Y) - <A_0, mean(X)>`` over all rows, from the
+    clients' row counts and means sent in the set-up exchange (the ``n_k``
+    weighted mean of the clients' intercepts under ``A_0``). The paper's model
+    has no intercept and centres the data beforehand: ``fit_intercept=False``
+    reproduces it. Local centring makes every centred row depend on all rows
+    of its client, so the per-row sensitivity of the Stage-I noise no longer
+    holds, and the means are sent unperturbed: private fits (finite
+    ``epsilon``) require ``fit_intercept=False`` with data centred by public
+    (or separately protected) means.
 
     Parameters
     ----------
@@ -68,6 +79,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Tucker rank of ``A_0``, one entry per mode of the coefficient tensor
         (response modes first). ``"auto"``: the ridge-type ratio criterion on
         every client's preliminary estimate and the federated mode vote.
+    fit_intercept : bool, default=True
+        Centre each client's ``X`` and ``y`` locally and fit a personal
+        intercept per client (see above); ``False``: the paper's model through
+        the origin (required when ``epsilon`` is finite).
     step_size : float, default=0.04
         Stage-I step ``eta_A`` (paper scaling; the authors' code uses a loss
         twice as large, so its 0.02 is 0.04 here).
@@ -151,6 +166,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         deployment; never sent).
     coef_ : ndarray of shape (n_clients, *coef_shape_)
         Personalized ``A_k = A_0 + B_k``.
+    intercept_ : ndarray of shape (n_clients,) or (n_clients, *output_shape_)
+        Personal intercept of each client (kept by the client; zeros with
+        ``fit_intercept=False``).
+    shared_intercept_ : float or ndarray of shape output_shape_
+        Population intercept used with ``A_0`` for clients not seen in ``fit``.
     rank_ : tuple of int
         Tucker rank used.
     local_ranks_ : dict
@@ -215,11 +235,18 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     ...     n_clients=3, n_samples=60, tensor_shape=(4, 3), output_shape=None,
     ...     rank=(2, 2), n_nonzero=2, random_state=0)
     >>> model = PersonalizedTensorRegressor(tensor_shape=(4, 3), rank=(2, 2),
-    ...     step_size=0.5, epsilon=20.0, delta=0.1, random_state=0)
+    ...     step_size=0.5, epsilon=20.0, delta=0.1, fit_intercept=False, random_state=0)
     >>> model.fit(X, y, groups=groups).shared_coef_.shape
     (4, 3)
     >>> model.predict(X[:2], groups=groups[:2]).shape
     (2,)
+
+    Without privacy, raw ``y`` (here shifted by 100) gets per-client intercepts:
+
+    >>> raw = PersonalizedTensorRegressor(tensor_shape=(4, 3), rank=(2, 2)).fit(
+    ...     X, y + 100, groups=groups)
+    >>> bool(abs(raw.shared_intercept_ - 100) < 1)
+    True
     """
 
     def __init__(
@@ -228,6 +255,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tensor_shape=None,
         output_shape=None,
         rank="auto",
+        fit_intercept=True,
         step_size=0.04,
         n_rounds=20,
         alpha=0.035,
@@ -259,6 +287,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.tensor_shape = tensor_shape
         self.output_shape = output_shape
         self.rank = rank
+        self.fit_intercept = fit_intercept
         self.step_size = step_size
         self.n_rounds = n_rounds
         self.alpha = alpha
@@ -292,7 +321,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         """Default instance, plus one with a matrix ``tensor_shape`` and privacy."""
         return [
             cls(),
-            cls(tensor_shape=(-1, 1), step_size=0.2, epsilon=50.0, delta=0.1, random_state=0),
+            cls(tensor_shape=(-1, 1), step_size=0.2, epsilon=50.0, delta=0.1,
+                fit_intercept=False, random_state=0),
         ]
 
     # -- validation ---------------------------------------------------------------
@@ -310,6 +340,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["epsilon"], p["delta"] = check_privacy_budget(self.epsilon, self.delta)
         if p["epsilon"] is None:
             p["delta"] = float(self.delta) if isinstance(self.delta, numbers.Real) else None
+        p["fit_intercept"] = self._check_fit_intercept(p["epsilon"])
         p["tau_x"] = check_positive_float(self.tau_x, "tau_x", allow_none=True)
         p["tau_e"] = check_positive_float(self.tau_e, "tau_e", allow_none=True)
         cq = self.clip_quantile
@@ -347,6 +378,39 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
             )
         return p
+
+    def _check_fit_intercept(self, epsilon):
+        if not isinstance(self.fit_intercept, (bool, np.bool_)):
+            raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}.")
+        if self.fit_intercept and epsilon is not None:
+            raise ValueError(
+                f"fit_intercept=True is not covered by the privacy guarantee of epsilon="
+                f"{self.epsilon!r}: local centring makes every centred row depend on all of "
+                "its client's rows (so the per-row sensitivity of the Stage-I noise does not "
+                "hold) and the client means are sent unperturbed. Centre X and y with public "
+                "(or separately protected) means and pass fit_intercept=False, or fit "
+                "without privacy (epsilon=None) (fit_intercept)."
+            )
+        return bool(self.fit_intercept)
+
+    # -- the set-up exchange: with an intercept, each site's means (not private) --
+
+    def _site_summary(self, X, y):
+        summary = super()._site_summary(X, y)
+        epsilon, _ = check_privacy_budget(self.epsilon, self.delta)
+        if self._check_fit_intercept(epsilon):
+            summary["x_mean"] = np.asarray(X, dtype=float).mean(axis=0)
+            summary["y_mean"] = np.asarray(y, dtype=float).reshape(len(y), -1).mean(axis=0)
+        return summary
+
+    def _combine_site_summaries(self, labels, summaries):
+        setup = super()._combine_site_summaries(labels, summaries)
+        if all("x_mean" in s for s in summaries):
+            w = np.array([float(s["n_samples"]) for s in summaries])
+            w /= w.sum()
+            setup["x_mean"] = np.tensordot(w, np.stack([s["x_mean"] for s in summaries]), 1)
+            setup["y_mean"] = np.tensordot(w, np.stack([s["y_mean"] for s in summaries]), 1)
+        return setup
 
     def _init_tensor(self, coef_shape):
         if isinstance(self.init, str):
@@ -409,6 +473,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                            retraction=self.retraction),
             stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
                            scaling=self.penalty_scaling),
+            fit_intercept=params["fit_intercept"],
         )
 
     def _set_federated_result(self, result, setup, labels):
@@ -428,6 +493,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.factors_ = one["factors"]
         self.grad_norm_ = np.array(one["grad_norm"])
         self.rank_ = tuple(int(r) for r in one["core"].shape)
+        q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
+        shared_intercept = np.zeros(q)
+        if params["fit_intercept"]:
+            shared_intercept = (np.asarray(setup["y_mean"], dtype=float)
+                                - self.shared_coef_.reshape(q, -1)
+                                @ np.asarray(setup["x_mean"], dtype=float))
+        self.shared_intercept_ = self._intercept_layout(shared_intercept)
         self.local_ranks_ = {} if init is None else init["local_ranks"]
         self.init_client_ = -1 if init is None else int(init["k_star"])
         self._set_client_attributes(result.client_states)
@@ -445,7 +517,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _set_client_attributes(self, states):
         """Per-client attributes from the clients' final states (``None``: off the sites)."""
-        self.deviations_ = self.coef_ = self.penalty_ = None
+        self.deviations_ = self.coef_ = self.penalty_ = self.intercept_ = None
         self.noise_std_ = self.tau_x_ = self.tau_e_ = None
         if states is None:
             return
@@ -455,6 +527,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.deviations_ = np.stack([c["deviation"] for c in two])
         self.coef_ = self.shared_coef_[None] + self.deviations_
         self.penalty_ = np.array([c["omega"] for c in two])
+        self.intercept_ = self._intercept_layout(np.stack([c["intercept"] for c in two]))
         self.noise_std_ = np.array([c["sigma"] for c in one])
         self.tau_x_ = np.array([c["tau_x"] for c in one])
         self.tau_e_ = np.array([c["tau_e"] for c in one])
@@ -491,6 +564,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tuned = self
         if self.cv is not None:
             params = self._validate_params_pftr()
+            for client in Federation.from_arrays(Xm, Ym, groups).clients:
+                check_client_range(client.X, client.y, client.label)
             # one seed for the folds and every refit, also when random_state is None
             entropy = seed_entropy(self.random_state)
             self._cross_validate(Xm, Ym, groups, params, entropy)
@@ -539,7 +614,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                     sse = 0.0
                     for k, coef in enumerate(est.coef_):
                         rows = val[client[val] == k]
-                        sse += np.sum((Ym[rows] - est._predict_with(Xm[rows], coef)) ** 2)
+                        pred = est._predict_with(Xm[rows], coef, est._intercept_for_client(k))
+                        sse += np.sum((Ym[rows] - pred) ** 2)
                     errors[i, j] += sse / val.size / V
         i, j = np.unravel_index(np.argmin(errors), errors.shape)
         self.cv_results_ = {
@@ -563,6 +639,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             )
         return self.coef_[k]
 
+    def _intercept_for_client(self, k):
+        if k < 0:
+            return self.shared_intercept_
+        if self.intercept_ is None:
+            return self._coef_for_client(k)  # raises the distributed-engine error
+        return self.intercept_[k]
+
     def predict_shared(self, X):
         """Predict with the shared tensor ``A_0`` alone (Fed-Common).
 
@@ -574,6 +657,6 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Returns
         -------
         y_pred : ndarray
-            ``<A_0, X>`` for every row.
+            ``<A_0, X>`` plus ``shared_intercept_`` for every row.
         """
         return self.predict(X, groups=None)
