@@ -1,6 +1,7 @@
 """PersonalizedTensorRegressor: shared low-Tucker-rank part + sparse client deviations."""
 
 import copy
+import math
 import numbers
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..privacy import check_privacy_budget, pftr_privacy_spent
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
-from ._stages import PersonalizedTensorPhases, check_client_range
+from ._stages import PersonalizedTensorPhases, check_client_range, lipschitz
 from ._tucker import RETRACTIONS, TANGENTS, check_tucker_rank
 
 __all__ = ["PersonalizedTensorRegressor"]
@@ -83,9 +84,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Centre each client's ``X`` and ``y`` locally and fit a personal
         intercept per client (see above); ``False``: the paper's model through
         the origin (required when ``epsilon`` is finite).
-    step_size : float, default=0.04
+    step_size : float or "auto", default="auto"
         Stage-I step ``eta_A`` (paper scaling; the authors' code uses a loss
-        twice as large, so its 0.02 is 0.04 here).
+        twice as large, so its 0.02 is 0.04 here). ``"auto"``: ``1 / sum_k
+        (n_k / n) L_k`` with ``L_k = ||X_k^T X_k / n_k||_op`` of the rows the
+        steps see, each site sending its ``L_k`` in the set-up (a fixed step is
+        not scale-free: chosen on real data, ``benchmarks/pftr_real_data.py``).
     n_rounds : int, default=20
         Stage-I rounds ``T_g``; the noise grows linearly with it.
     alpha : float, default=0.035
@@ -217,9 +221,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         ``epsilon / T_g < 1`` (``privacy_spent_["classical_valid"]``);
         ``epsilon_rdp`` is a valid bound for the same releases in any case;
     (c) the initial ``A_0`` is the largest client's estimate, sent without
-        noise (and with ``rank="auto"`` every client's selected ranks):
-        outside the guarantee unless ``init`` is a public tensor and ``rank``
-        is given;
+        noise (and with ``rank="auto"`` every client's selected ranks, with
+        ``step_size="auto"`` every client's ``L_k``): outside the guarantee
+        unless ``init`` is a public tensor and ``rank`` and ``step_size`` are
+        given;
     (d) ``cv`` tuning releases validation errors and reruns the procedure; it
         is not privacy-accounted;
     (e) the loss is scaled by ``1 / (2 n_k)``, for which the sensitivity
@@ -256,7 +261,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         output_shape=None,
         rank="auto",
         fit_intercept=True,
-        step_size=0.04,
+        step_size="auto",
         n_rounds=20,
         alpha=0.035,
         n_local_iter=30,
@@ -329,7 +334,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _validate_params_pftr(self):
         p = {}
-        p["step_size"] = check_positive_float(self.step_size, "step_size")
+        p["step_size"] = "auto" if isinstance(self.step_size, str) and \
+            self.step_size == "auto" else check_positive_float(self.step_size, "step_size")
         p["n_rounds"] = check_positive_int(self.n_rounds, "n_rounds")
         p["alpha"] = check_positive_float(self.alpha, "alpha", allow_zero=True)
         p["n_local_iter"] = check_positive_int(self.n_local_iter, "n_local_iter", minimum=0)
@@ -398,9 +404,14 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     def _site_summary(self, X, y):
         summary = super()._site_summary(X, y)
         epsilon, _ = check_privacy_budget(self.epsilon, self.delta)
+        X = np.asarray(X, dtype=float)
         if self._check_fit_intercept(epsilon):
-            summary["x_mean"] = np.asarray(X, dtype=float).mean(axis=0)
+            summary["x_mean"] = X.mean(axis=0)
             summary["y_mean"] = np.asarray(y, dtype=float).reshape(len(y), -1).mean(axis=0)
+        if isinstance(self.step_size, str) and self.step_size == "auto":
+            # ||X_k^T X_k / n_k||_op of the rows the steps see (centred with an intercept)
+            Xs = X - summary["x_mean"] if "x_mean" in summary else X
+            summary["lipschitz"] = np.float64(lipschitz(Xs))
         return summary
 
     def _combine_site_summaries(self, labels, summaries):
@@ -410,6 +421,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             w /= w.sum()
             setup["x_mean"] = np.tensordot(w, np.stack([s["x_mean"] for s in summaries]), 1)
             setup["y_mean"] = np.tensordot(w, np.stack([s["y_mean"] for s in summaries]), 1)
+        if all("lipschitz" in s for s in summaries):
+            # sum_k w_k L_k bounds the curvature of the n_k-weighted Stage-I loss
+            w = np.array([float(s["n_samples"]) for s in summaries])
+            setup["lipschitz"] = np.float64(
+                w @ np.array([float(s["lipschitz"]) for s in summaries]) / w.sum())
         return setup
 
     def _init_tensor(self, coef_shape):
@@ -462,11 +478,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         if rank != "auto":
             rank = check_tucker_rank(rank, coef_shape)
         admm = {**params["admm"], "rows": self._init_rows(output_shape, tensor_shape)}
+        step_size = params["step_size"]
+        if step_size == "auto":
+            lip = float(setup["lipschitz"]) if "lipschitz" in setup else 0.0
+            step_size = 1.0 / lip if lip > 0 and math.isfinite(1.0 / lip) else 1.0
         return PersonalizedTensorPhases(
             coef_shape, rank, init,
             init_params=dict(admm_params=admm, rank_scale=self.rank_scale,
                              max_rank=self.max_rank),
-            stage_one=dict(step_size=params["step_size"], n_rounds=params["n_rounds"],
+            stage_one=dict(step_size=step_size, n_rounds=params["n_rounds"],
                            epsilon=params["epsilon"], delta=params["delta"],
                            tau_x=params["tau_x"], tau_e=params["tau_e"],
                            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
@@ -509,7 +529,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         )
         spent["covers"] = (
             "Stage-I gradient releases of each client; not the initialization, the rank "
-            "vote or CV tuning"
+            "vote, the L_k of step_size='auto' or CV tuning"
         )
         self.privacy_spent_ = spent
         self.clients_ = labels
@@ -623,7 +643,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             "alpha": np.tile(alphas, len(steps)),
             "mean_validation_error": errors.ravel(),
         }
-        self.best_params_ = {"step_size": float(steps[i]), "alpha": float(alphas[j])}
+        self.best_params_ = {"step_size": steps[i] if isinstance(steps[i], str)
+                             else float(steps[i]), "alpha": float(alphas[j])}
 
     # -- prediction -----------------------------------------------------------------
 

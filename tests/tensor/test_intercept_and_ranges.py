@@ -154,10 +154,14 @@ def test_huge_but_finite_valid_input_still_fits(data):
 
 def test_diverging_stage_one_names_client_round_and_remedy(data):
     X, y, groups = data
-    # X on a 1e10 scale: the default step size makes Stage I diverge
+    # X on a 1e10 scale: a fixed step size makes Stage I diverge
     with pytest.raises(FloatingPointError,
                        match=r"client 0 failed in Stage I \(round \d+ of the phase\).*step_size"):
-        PersonalizedTensorRegressor(**{**KW, "n_rounds": 20}).fit(X * 1e10, y, groups=groups)
+        PersonalizedTensorRegressor(**{**KW, "n_rounds": 20, "step_size": 0.04}).fit(
+            X * 1e10, y, groups=groups)
+    # the default step_size="auto" (1 / L) is scale-free
+    m = PersonalizedTensorRegressor(**{**KW, "n_rounds": 20}).fit(X * 1e10, y, groups=groups)
+    assert m.score(X * 1e10, y, groups=groups) > 0.9
 
 
 def test_library_errors_in_client_steps_are_reported_with_client_and_phase(data, monkeypatch):

@@ -156,14 +156,16 @@ def test_messages_hold_no_raw_rows(small):
     records = model.communication_.records
     setup = {name for r in records if r.round < 0 for name in r.names}
     # with the intercept, each site's means of X and y (not raw rows) go up in the set-up
+    # and, with step_size="auto", each site's L_k (a scalar)
     assert setup == {"n_samples", "n_features", "tensor_shape", "output_shape", "y_layout",
-                     "x_mean", "y_mean"}
+                     "x_mean", "y_mean", "lipschitz"}
     for r in records:
         if r.round < 0:
             for name, shape in zip(r.names, r.shapes):
                 assert name not in ("x_mean", "y_mean") or shape in ((20,), (3,))
     no_intercept = PersonalizedTensorRegressor(tensor_shape=(5, 4), rank=(2, 2, 2), n_rounds=3,
-                                               fit_intercept=False).fit(X, y, groups=groups)
+                                               fit_intercept=False, step_size=0.04).fit(
+        X, y, groups=groups)
     assert {name for r in no_intercept.communication_.records if r.round < 0
             for name in r.names} == {"n_samples", "n_features", "tensor_shape",
                                      "output_shape", "y_layout"}
