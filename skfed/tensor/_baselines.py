@@ -7,7 +7,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import transactional_fit
-from ..federated import FederatedAlgorithm, fit_federated
+from ..federated import FederatedAlgorithm, Federation, fit_federated
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float, check_shape, resolve_shape
 from ._pftr import PersonalizedTensorRegressor
@@ -15,6 +15,7 @@ from ._rank import make_feasible, ratio_rank
 from ._stages import (
     NUMERICAL_ERRORS,
     admm_init,
+    check_client_range,
     check_finite_step,
     client_failure,
     fit_deviation,
@@ -302,6 +303,9 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
             The fitted estimator.
         """
         Xm, Ym = self._validate_site_data(X, y, reset=True)
+        # each client's range, named, before any step
+        for client in Federation.from_arrays(Xm, Ym, groups).clients:
+            check_client_range(client.X, client.y, client.label)
         self._set_federated_result(*fit_federated(self, Xm, Ym, groups))
         return self
 

@@ -582,10 +582,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Xm, Ym = self._validate_site_data(X, y, reset=True)
         self.cv_results_, self.best_params_ = None, None
         tuned = self
+        # each client's range, named, before the set-up exchange and any step
+        for client in Federation.from_arrays(Xm, Ym, groups).clients:
+            check_client_range(client.X, client.y, client.label)
         if self.cv is not None:
             params = self._validate_params_pftr()
-            for client in Federation.from_arrays(Xm, Ym, groups).clients:
-                check_client_range(client.X, client.y, client.label)
             # one seed for the folds and every refit, also when random_state is None
             entropy = seed_entropy(self.random_state)
             self._cross_validate(Xm, Ym, groups, params, entropy)
