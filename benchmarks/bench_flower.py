@@ -37,7 +37,8 @@ ESTIMATORS = {
                          "normalize_y=False, normalize_X=False)",
     "PersonalizedTensorRegressor": (
         "PersonalizedTensorRegressor(tensor_shape=(10, 5), output_shape=(5, 5), "
-        "rank=(3, 3, 3, 3), n_rounds=R, epsilon=20, delta=0.1, random_state=0)"),
+        "rank=(3, 3, 3, 3), n_rounds=R, epsilon=20, delta=0.1, fit_intercept=False, "
+        "random_state=0)"),
 }
 IMPORTS = """
 from skfed import PersonalizedTensorRegressor, PFedHGPRegressor

@@ -173,21 +173,26 @@ def versus_tensorly(seed=0):
         n_samples=250, tensor_shape=(10, 5), output_shape=None, rank=(3, 3), n_nonzero=10,
         return_truth=True, random_state=seed,
     )
+    # zero-mean data and the paper's model through the origin: no intercepts
+    flat = dict(fit_intercept=False)
     models = {
         "PersonalizedTensorRegressor (non-private)": PersonalizedTensorRegressor(
-            tensor_shape=(10, 5), rank=(3, 3), step_size=0.5, n_rounds=20, random_state=seed),
+            tensor_shape=(10, 5), rank=(3, 3), step_size=0.5, n_rounds=20, random_state=seed,
+            **flat),
         "PersonalizedTensorRegressor (eps=20, delta=0.1)": PersonalizedTensorRegressor(
             tensor_shape=(10, 5), rank=(3, 3), step_size=0.5, n_rounds=20, epsilon=20.0,
-            delta=0.1, random_state=seed),
+            delta=0.1, random_state=seed, **flat),
         "LocalTwoStageTensorRegressor": LocalTwoStageTensorRegressor(
-            tensor_shape=(10, 5), rank=(3, 3)),
+            tensor_shape=(10, 5), rank=(3, 3), **flat),
         "tensorly TuckerRegressor, pooled": PooledEstimator(
-            TensorlyTuckerRegressor(tensor_shape=(10, 5), weight_ranks=(3, 3), random_state=seed)),
+            TensorlyTuckerRegressor(tensor_shape=(10, 5), weight_ranks=(3, 3), random_state=seed,
+                                    **flat)),
         "tensorly TuckerRegressor, per client": LocalEstimator(
-            TensorlyTuckerRegressor(tensor_shape=(10, 5), weight_ranks=(3, 3), random_state=seed)),
+            TensorlyTuckerRegressor(tensor_shape=(10, 5), weight_ranks=(3, 3), random_state=seed,
+                                    **flat)),
     }
     # warm-up: numba kernels load from cache and first calls import lazily
-    PersonalizedTensorRegressor(tensor_shape=(10, 5), rank=(3, 3), n_rounds=1).fit(X, y)
+    PersonalizedTensorRegressor(tensor_shape=(10, 5), rank=(3, 3), n_rounds=1, **flat).fit(X, y)
     rows = []
     for name, model in models.items():
         tic = time.perf_counter()

@@ -32,7 +32,9 @@ ADMM = dict(lam=0.02, omega=0.005, zeta=0.5, rho=1.0, max_iter=150)  # federated
 
 # the authors' settings (code scaling) translated to ours: step x2, omega_base / sqrt(2)
 FED_STEP = {50: 0.02, 100: 0.02, 150: 0.04, 200: 0.04, 250: 0.04}
-FED = dict(n_rounds=20, n_local_iter=30, alpha=0.05 / math.sqrt(2), clip_quantile=0.9)
+# the paper's model has no intercept (zero-mean data): fit_intercept=False throughout
+FED = dict(n_rounds=20, n_local_iter=30, alpha=0.05 / math.sqrt(2), clip_quantile=0.9,
+           fit_intercept=False)
 # single-client: ADMM (lambda, omega, zeta, rho), eta_g, raw omega (code scaling), T_g = 100
 SINGLE = {
     50: ((0.05, 0.01, 0.05, 1.0), 0.05, 0.05),
@@ -129,7 +131,7 @@ def run_fig2(seed, mode):
         single = LocalTwoStageTensorRegressor(
             rank=RANK, step_size=2 * eta, n_iter=100, alpha=omega_ii / 2,
             penalty_scaling="none", n_local_iter=30, init_lambda=lam, init_alpha=omega,
-            init_zeta=zeta, init_rho=rho, **SHAPE,
+            init_zeta=zeta, init_rho=rho, fit_intercept=False, **SHAPE,
         ).fit(X, y, groups=groups)
         rows.append({"setting": setting, "method": "Single-client",
                      **_errors(single.shared_coefs_, single.deviations_, truth)})
@@ -163,7 +165,8 @@ IMAGE = {
     "quick": dict(image_shape=(16, 16), n_samples=(40, 110, 128), patch_size=3),
     "full": dict(image_shape=(32, 32), n_samples=(80, 220, 255), patch_size=4),
 }
-IMAGE_FIT = dict(rank=(2, 2), init_lambda=0.01, init_rho=0.1, n_local_iter=200, alpha=0.035)
+IMAGE_FIT = dict(rank=(2, 2), init_lambda=0.01, init_rho=0.1, n_local_iter=200, alpha=0.035,
+                 fit_intercept=False)
 IMAGE_ITER = {"quick": dict(init_max_iter=150, n_rounds=30, n_iter=50),
               "full": dict(init_max_iter=400, n_rounds=50, n_iter=100)}
 
@@ -183,7 +186,8 @@ def image_models(shape, seed, mode="full"):
         "Single-client": LocalTwoStageTensorRegressor(**local),
         "Fed-Avg": FedAvgTensorRegressor(**local),
         "Tensorly Tucker (pooled)": TensorlyTuckerRegressor(
-            tensor_shape=shape, weight_ranks=(2, 2), reg_W=1.0, random_state=seed
+            tensor_shape=shape, weight_ranks=(2, 2), reg_W=1.0, fit_intercept=False,
+            random_state=seed,
         ),
     }
 

@@ -218,9 +218,23 @@ class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimato
 
     # -- prediction ---------------------------------------------------------------
 
-    def _predict_with(self, Xm, coef):
+    def _predict_with(self, Xm, coef, intercept=None):
         q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
-        return Xm @ np.asarray(coef).reshape(q, -1).T
+        Y = Xm @ np.asarray(coef).reshape(q, -1).T
+        if intercept is not None:
+            Y += np.reshape(intercept, -1)
+        return Y
+
+    def _intercept_for_client(self, k):
+        """Intercept of client ``k`` (``-1``: population); ``None``: none."""
+        return None
+
+    def _intercept_layout(self, flat):
+        """Intercepts of shape ``(..., q)`` laid out like ``y``: a float per scalar response."""
+        flat = np.asarray(flat, dtype=float)
+        if not self.output_shape_:
+            return float(flat[0]) if flat.ndim == 1 else flat[..., 0]
+        return flat.reshape(flat.shape[:-1] + tuple(self.output_shape_))
 
     def _format_output(self, Y):
         if self._y_layout == "scalar":
@@ -230,7 +244,7 @@ class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimato
         return Y
 
     def predict(self, X, groups=None):
-        """Predict ``<A_k, X>`` with each row's client tensor.
+        """Predict ``<A_k, X>`` (plus the intercept) with each row's client tensor.
 
         Parameters
         ----------
@@ -252,8 +266,10 @@ class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimato
         Y = scatter_rows(
             Xm.shape[0],
             index,
-            lambda k, rows: self._predict_with(Xm[rows], self._coef_for_client(k)),
-            lambda rows: self._predict_with(Xm[rows], self._coef_for_client(-1)),
+            lambda k, rows: self._predict_with(Xm[rows], self._coef_for_client(k),
+                                               self._intercept_for_client(k)),
+            lambda rows: self._predict_with(Xm[rows], self._coef_for_client(-1),
+                                            self._intercept_for_client(-1)),
             out_shape=(q,),
         )
         return self._format_output(Y)

@@ -7,12 +7,22 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import transactional_fit
-from ..federated import FederatedAlgorithm, fit_federated
+from ..federated import FederatedAlgorithm, Federation, fit_federated
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float, check_shape, resolve_shape
 from ._pftr import PersonalizedTensorRegressor
 from ._rank import make_feasible, ratio_rank
-from ._stages import admm_init, fit_deviation, local_stage_one
+from ._stages import (
+    NUMERICAL_ERRORS,
+    admm_init,
+    check_client_range,
+    check_finite_step,
+    client_failure,
+    fit_deviation,
+    local_stage_one,
+    prepare_site,
+    site_intercept,
+)
 from ._tucker import RETRACTIONS, TANGENTS
 
 __all__ = [
@@ -27,8 +37,10 @@ class _LocalTwoStage(FederatedAlgorithm):
     """One round: every client runs the whole two-stage fit on its own rows."""
 
     def __init__(self, coef_shape, rank, admm, rank_scale, max_rank, step_size, n_iter,
-                 alpha, n_local_iter, scaling, tangent, retraction, send_coef):
+                 alpha, n_local_iter, scaling, tangent, retraction, send_coef,
+                 fit_intercept=False):
         self.coef_shape = coef_shape
+        self.fit_intercept = fit_intercept
         self.rank = rank
         self.admm = admm
         self.rank_scale = rank_scale
@@ -42,9 +54,19 @@ class _LocalTwoStage(FederatedAlgorithm):
         self.retraction = retraction
         self.send_coef = send_coef
 
+    def prepare_client(self, data):
+        return prepare_site(data, self.fit_intercept)
+
     def client_step(self, data, state, broadcast, rng):
+        try:
+            return self._local_fit(data)
+        except NUMERICAL_ERRORS as exc:
+            raise client_failure(exc, data.label, "local", None) from exc
+
+    def _local_fit(self, data):
         q, p = data.y.shape[1], data.X.shape[1]
         A_init, D_init, _ = admm_init(data.X, data.y, **self.admm)
+        check_finite_step("the ADMM estimate", A_init, D_init)
         A_init = A_init.reshape(self.coef_shape)
         if isinstance(self.rank, str):
             rank = make_feasible(
@@ -57,18 +79,24 @@ class _LocalTwoStage(FederatedAlgorithm):
                                    self.tangent, self.retraction)
         R0 = data.y - data.X @ A0.reshape(q, p).T
         B, omega = fit_deviation(data.X, R0, self.alpha, self.n_local_iter, self.scaling)
-        state = {"shared": A0, "deviation": B.reshape(self.coef_shape), "rank": rank,
-                 "omega": omega, "init": A_init, "init_deviation": D_init.reshape(self.coef_shape)}
+        check_finite_step("the local fit", A0, B)
+        B = B.reshape(self.coef_shape)
+        state = {"shared": A0, "deviation": B, "rank": rank, "omega": omega, "init": A_init,
+                 "init_deviation": D_init.reshape(self.coef_shape),
+                 "intercept": site_intercept(data, A0 + B)}
         message = {"n_samples": np.int64(data.n_samples)}
         if self.send_coef:
-            message["coef"] = A0 + state["deviation"]
+            message["coef"] = A0 + B
+            message["intercept"] = state["intercept"]
         return state, message
 
     def server_step(self, state, messages, rng):
         keys = sorted(messages)
         sizes = np.array([float(messages[k]["n_samples"]) for k in keys])
         coefs = [np.asarray(messages[k]["coef"]) for k in keys if "coef" in messages[k]]
-        return {"sizes": sizes, "coefs": coefs}, {}
+        intercepts = [np.asarray(messages[k]["intercept"]) for k in keys
+                      if "intercept" in messages[k]]
+        return {"sizes": sizes, "coefs": coefs, "intercepts": intercepts}, {}
 
 
 class LocalTwoStageTensorRegressor(_TensorRegressorBase):
@@ -79,7 +107,7 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
     clipping or noise, eq. S1) from it, then Stage II (the lasso for its
     deviation). Nothing but row counts is sent. ``predict`` routes rows to
     their client's ``A_{0,k} + B_k``; the population prediction uses the
-    ``n_k``-weighted mean of the client tensors.
+    ``n_k``-weighted mean of the client tensors (and intercepts).
 
     Parameters
     ----------
@@ -88,6 +116,10 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
     rank : "auto", int or tuple of int, default="auto"
         Tucker rank of each client's shared part; ``"auto"``: each client's
         own ratio-criterion rank.
+    fit_intercept : bool, default=True
+        Each client centres its own ``X`` and ``y`` and keeps an intercept
+        ``mean(Y_k) - <A_k, mean(X_k)>``; ``False``: the paper's model through
+        the origin.
     step_size : float or "auto", default="auto"
         Local Stage-I step (paper scaling: the authors' code's 0.05 is 0.1
         here); ``"auto"``: ``1 / L_k`` with ``L_k = ||X_k^T X_k / n_k||_op``.
@@ -130,6 +162,8 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         Each client's sparse part ``B_k``.
     coef_ : ndarray of shape (n_clients, *coef_shape_)
         ``A_{0,k} + B_k``.
+    intercept_ : ndarray of shape (n_clients,) or (n_clients, *output_shape_)
+        Each client's intercept (zeros with ``fit_intercept=False``).
     init_coefs_ : ndarray of shape (n_clients, *coef_shape_)
         ADMM preliminary low-rank estimates.
     ranks_ : list of tuple
@@ -162,6 +196,7 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         tensor_shape=None,
         output_shape=None,
         rank="auto",
+        fit_intercept=True,
         step_size="auto",
         n_iter=100,
         alpha=0.035,
@@ -183,6 +218,7 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         self.tensor_shape = tensor_shape
         self.output_shape = output_shape
         self.rank = rank
+        self.fit_intercept = fit_intercept
         self.step_size = step_size
         self.n_iter = n_iter
         self.alpha = alpha
@@ -223,6 +259,8 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
             raise ValueError(
                 f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
             )
+        if not isinstance(self.fit_intercept, (bool, np.bool_)):
+            raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}.")
         check_positive_float(self.rank_scale, "rank_scale")
         if self.max_rank is not None:
             check_positive_int(self.max_rank, "max_rank")
@@ -243,6 +281,7 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
             check_positive_float(self.alpha, "alpha", allow_zero=True),
             check_positive_int(self.n_local_iter, "n_local_iter", minimum=0),
             self.penalty_scaling, self.tangent, self.retraction, self._send_coef,
+            bool(self.fit_intercept),
         )
 
     @transactional_fit
@@ -264,6 +303,9 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
             The fitted estimator.
         """
         Xm, Ym = self._validate_site_data(X, y, reset=True)
+        # each client's range, named, before any step
+        for client in Federation.from_arrays(Xm, Ym, groups).clients:
+            check_client_range(client.X, client.y, client.label)
         self._set_federated_result(*fit_federated(self, Xm, Ym, groups))
         return self
 
@@ -287,6 +329,8 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         self.ranks_ = None if states is None else [tuple(int(r) for r in s["rank"])
                                                    for s in states]
         self.penalty_ = None if states is None else np.array([s["omega"] for s in states])
+        self.intercept_ = None if states is None else self._intercept_layout(
+            np.stack([s["intercept"] for s in states]))
 
     def _coef_for_client(self, k):
         if self.coef_ is None:
@@ -298,12 +342,20 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
             return self.coef_[k]
         return np.tensordot(self.client_weights_, self.coef_, axes=1)
 
+    def _intercept_for_client(self, k):
+        if self.intercept_ is None:
+            return self._coef_for_client(k)  # raises the distributed-engine error
+        if k >= 0:
+            return self.intercept_[k]
+        return np.tensordot(self.client_weights_, self.intercept_, axes=1)
+
 
 class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
     """"Fed-Avg" of the paper's data analysis: the average of local two-stage fits.
 
     Every client fits :class:`LocalTwoStageTensorRegressor` on its own rows
-    and sends its coefficient tensor ``A_{0,k} + B_k`` once, unperturbed (not
+    and sends its coefficient tensor ``A_{0,k} + B_k`` (and, with
+    ``fit_intercept``, its intercept) once, unperturbed (not
     private); the server averages them (uniformly, as in the paper, or by
     row counts) and every client predicts with the average. This is
     averaging of final local estimates, not FedAvg of gradient iterates.
@@ -319,6 +371,8 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
     ----------
     average_coef_ : ndarray of shape coef_shape_
         The averaged tensor used for every prediction.
+    average_intercept_ : float or ndarray of shape output_shape_
+        The same average of the clients' intercepts.
 
     Examples
     --------
@@ -339,6 +393,7 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
         tensor_shape=None,
         output_shape=None,
         rank="auto",
+        fit_intercept=True,
         step_size="auto",
         n_iter=100,
         alpha=0.035,
@@ -360,7 +415,8 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
     ):
         super().__init__(
             tensor_shape=tensor_shape, output_shape=output_shape, rank=rank,
-            step_size=step_size, n_iter=n_iter, alpha=alpha, n_local_iter=n_local_iter,
+            fit_intercept=fit_intercept, step_size=step_size, n_iter=n_iter, alpha=alpha,
+            n_local_iter=n_local_iter,
             penalty_scaling=penalty_scaling, tangent=tangent, retraction=retraction,
             init_lambda=init_lambda, init_alpha=init_alpha, init_zeta=init_zeta,
             init_rho=init_rho, init_max_iter=init_max_iter, init_unfolding=init_unfolding,
@@ -401,9 +457,14 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
         w = state["sizes"] / state["sizes"].sum() if self.weights == "n_samples" else \
             np.full(len(state["coefs"]), 1.0 / len(state["coefs"]))
         self.average_coef_ = np.tensordot(w, np.stack(state["coefs"]), axes=1)
+        self.average_intercept_ = self._intercept_layout(
+            np.tensordot(w, np.stack(state["intercepts"]), axes=1))
 
     def _coef_for_client(self, k):
         return self.average_coef_
+
+    def _intercept_for_client(self, k):
+        return self.average_intercept_
 
 
 class FedCommonTensorRegressor(PersonalizedTensorRegressor):
@@ -426,6 +487,9 @@ class FedCommonTensorRegressor(PersonalizedTensorRegressor):
     def _coef_for_client(self, k):
         return self.shared_coef_
 
+    def _intercept_for_client(self, k):
+        return self.shared_intercept_
+
 
 class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
     """scikit-learn wrapper of ``tensorly.regression.TuckerRegressor``.
@@ -434,8 +498,9 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
     alternating least squares (random start), with 2-D ``X`` plus
     ``tensor_shape`` so that it works in ``Pipeline``, ``cross_val_score``,
     and inside :class:`skfed.baselines.LocalEstimator` (per client) and
-    :class:`skfed.baselines.PooledEstimator` (pooled). No intercept; scalar
-    responses only (a limitation of tensorly).
+    :class:`skfed.baselines.PooledEstimator` (pooled). Scalar responses only
+    (a limitation of tensorly); the intercept comes from centring ``X`` and
+    ``y`` (as in ``Ridge``).
 
     Parameters
     ----------
@@ -451,6 +516,9 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
         Ridge penalty on the weights.
     n_iter_max : int, default=100
         Maximum number of ALS sweeps.
+    fit_intercept : bool, default=True
+        Centre ``X`` and ``y`` before the fit and set ``intercept_``;
+        ``False``: through the origin.
     random_state : int, RandomState instance or None, default=None
         Seed of the random start.
 
@@ -458,6 +526,8 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
     ----------
     coef_ : ndarray of shape tensor_shape_
         The fitted weight tensor.
+    intercept_ : float
+        ``mean(y) - <coef_, mean(X)>`` (0.0 with ``fit_intercept=False``).
     estimator_ : tensorly.regression.TuckerRegressor
         The fitted tensorly model.
     tensor_shape_ : tuple of int
@@ -478,8 +548,9 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
     """
 
     def __init__(self, *, tensor_shape=None, weight_ranks=None, tol=1e-6, reg_W=1.0,
-                 n_iter_max=100, random_state=None):
+                 n_iter_max=100, fit_intercept=True, random_state=None):
         self.tensor_shape = tensor_shape
+        self.fit_intercept = fit_intercept
         self.weight_ranks = weight_ranks
         self.tol = tol
         self.reg_W = reg_W
@@ -524,6 +595,11 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
         check_positive_float(self.reg_W, "reg_W", allow_zero=True)
         check_positive_float(self.tol, "tol", allow_zero=True)
         check_positive_int(self.n_iter_max, "n_iter_max")
+        if not isinstance(self.fit_intercept, (bool, np.bool_)):
+            raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}.")
+        x_mean = X.mean(axis=0) if self.fit_intercept else np.zeros(X.shape[1])
+        y_mean = float(np.mean(y)) if self.fit_intercept else 0.0
+        X, y = X - x_mean, y - y_mean
         if len(shape) == 1:  # tensorly needs two modes: add a singleton one
             shape, ranks = shape + (1,), ranks + (1,)
         self.estimator_ = TuckerRegressor(
@@ -531,6 +607,7 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
             n_iter_max=self.n_iter_max, random_state=self.random_state, verbose=0,
         ).fit(X.reshape(X.shape[0], *shape), y)
         self.coef_ = np.asarray(self.estimator_.weight_tensor_).reshape(self.tensor_shape_)
+        self.intercept_ = float(y_mean - x_mean @ self.coef_.reshape(-1))
         return self
 
     def predict(self, X):
@@ -547,4 +624,4 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
-        return X @ self.coef_.reshape(-1)
+        return X @ self.coef_.reshape(-1) + self.intercept_

@@ -1,6 +1,7 @@
 """PersonalizedTensorRegressor: shared low-Tucker-rank part + sparse client deviations."""
 
 import copy
+import math
 import numbers
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..privacy import check_privacy_budget, pftr_privacy_spent
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
-from ._stages import PersonalizedTensorPhases
+from ._stages import PersonalizedTensorPhases, check_client_range, lipschitz
 from ._tucker import RETRACTIONS, TANGENTS, check_tucker_rank
 
 __all__ = ["PersonalizedTensorRegressor"]
@@ -51,9 +52,20 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     ``Pipeline`` work; an n-D ``X`` of shape ``(n, *tensor_shape)`` is
     accepted too. ``y`` is 1-D (scalar response) or 2-D (``output_shape``
     gives the response tensor shape). The coefficient tensors have shape
-    ``output_shape + tensor_shape`` (response modes first). There is no
-    intercept: center ``y`` and standardize ``X`` beforehand, as the paper
-    does.
+    ``output_shape + tensor_shape`` (response modes first).
+
+    With ``fit_intercept=True`` (the default) every client centres its own
+    ``X`` and ``y`` on their local means before any step and keeps a personal
+    intercept ``mean(Y_k) - <A_k, mean(X_k)>``; the population intercept used
+    for new clients is ``mean(Y) - <A_0, mean(X)>`` over all rows, from the
+    clients' row counts and means sent in the set-up exchange (the ``n_k``
+    weighted mean of the clients' intercepts under ``A_0``). The paper's model
+    has no intercept and centres the data beforehand: ``fit_intercept=False``
+    reproduces it. Local centring makes every centred row depend on all rows
+    of its client, so the per-row sensitivity of the Stage-I noise no longer
+    holds, and the means are sent unperturbed: private fits (finite
+    ``epsilon``) require ``fit_intercept=False`` with data centred by public
+    (or separately protected) means.
 
     Parameters
     ----------
@@ -68,9 +80,16 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Tucker rank of ``A_0``, one entry per mode of the coefficient tensor
         (response modes first). ``"auto"``: the ridge-type ratio criterion on
         every client's preliminary estimate and the federated mode vote.
-    step_size : float, default=0.04
+    fit_intercept : bool, default=True
+        Centre each client's ``X`` and ``y`` locally and fit a personal
+        intercept per client (see above); ``False``: the paper's model through
+        the origin (required when ``epsilon`` is finite).
+    step_size : float or "auto", default="auto"
         Stage-I step ``eta_A`` (paper scaling; the authors' code uses a loss
-        twice as large, so its 0.02 is 0.04 here).
+        twice as large, so its 0.02 is 0.04 here). ``"auto"``: ``1 / sum_k
+        (n_k / n) L_k`` with ``L_k = ||X_k^T X_k / n_k||_op`` of the rows the
+        steps see, each site sending its ``L_k`` in the set-up (a fixed step is
+        not scale-free: chosen on real data, ``benchmarks/pftr_real_data.py``).
     n_rounds : int, default=20
         Stage-I rounds ``T_g``; the noise grows linearly with it.
     alpha : float, default=0.035
@@ -151,6 +170,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         deployment; never sent).
     coef_ : ndarray of shape (n_clients, *coef_shape_)
         Personalized ``A_k = A_0 + B_k``.
+    intercept_ : ndarray of shape (n_clients,) or (n_clients, *output_shape_)
+        Personal intercept of each client (kept by the client; zeros with
+        ``fit_intercept=False``).
+    shared_intercept_ : float or ndarray of shape output_shape_
+        Population intercept used with ``A_0`` for clients not seen in ``fit``.
     rank_ : tuple of int
         Tucker rank used.
     local_ranks_ : dict
@@ -197,9 +221,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         ``epsilon / T_g < 1`` (``privacy_spent_["classical_valid"]``);
         ``epsilon_rdp`` is a valid bound for the same releases in any case;
     (c) the initial ``A_0`` is the largest client's estimate, sent without
-        noise (and with ``rank="auto"`` every client's selected ranks):
-        outside the guarantee unless ``init`` is a public tensor and ``rank``
-        is given;
+        noise (and with ``rank="auto"`` every client's selected ranks, with
+        ``step_size="auto"`` every client's ``L_k``): outside the guarantee
+        unless ``init`` is a public tensor and ``rank`` and ``step_size`` are
+        given;
     (d) ``cv`` tuning releases validation errors and reruns the procedure; it
         is not privacy-accounted;
     (e) the loss is scaled by ``1 / (2 n_k)``, for which the sensitivity
@@ -215,11 +240,18 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     ...     n_clients=3, n_samples=60, tensor_shape=(4, 3), output_shape=None,
     ...     rank=(2, 2), n_nonzero=2, random_state=0)
     >>> model = PersonalizedTensorRegressor(tensor_shape=(4, 3), rank=(2, 2),
-    ...     step_size=0.5, epsilon=20.0, delta=0.1, random_state=0)
+    ...     step_size=0.5, epsilon=20.0, delta=0.1, fit_intercept=False, random_state=0)
     >>> model.fit(X, y, groups=groups).shared_coef_.shape
     (4, 3)
     >>> model.predict(X[:2], groups=groups[:2]).shape
     (2,)
+
+    Without privacy, raw ``y`` (here shifted by 100) gets per-client intercepts:
+
+    >>> raw = PersonalizedTensorRegressor(tensor_shape=(4, 3), rank=(2, 2)).fit(
+    ...     X, y + 100, groups=groups)
+    >>> bool(abs(raw.shared_intercept_ - 100) < 1)
+    True
     """
 
     def __init__(
@@ -228,7 +260,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tensor_shape=None,
         output_shape=None,
         rank="auto",
-        step_size=0.04,
+        fit_intercept=True,
+        step_size="auto",
         n_rounds=20,
         alpha=0.035,
         n_local_iter=30,
@@ -259,6 +292,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.tensor_shape = tensor_shape
         self.output_shape = output_shape
         self.rank = rank
+        self.fit_intercept = fit_intercept
         self.step_size = step_size
         self.n_rounds = n_rounds
         self.alpha = alpha
@@ -292,14 +326,16 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         """Default instance, plus one with a matrix ``tensor_shape`` and privacy."""
         return [
             cls(),
-            cls(tensor_shape=(-1, 1), step_size=0.2, epsilon=50.0, delta=0.1, random_state=0),
+            cls(tensor_shape=(-1, 1), step_size=0.2, epsilon=50.0, delta=0.1,
+                fit_intercept=False, random_state=0),
         ]
 
     # -- validation ---------------------------------------------------------------
 
     def _validate_params_pftr(self):
         p = {}
-        p["step_size"] = check_positive_float(self.step_size, "step_size")
+        p["step_size"] = "auto" if isinstance(self.step_size, str) and \
+            self.step_size == "auto" else check_positive_float(self.step_size, "step_size")
         p["n_rounds"] = check_positive_int(self.n_rounds, "n_rounds")
         p["alpha"] = check_positive_float(self.alpha, "alpha", allow_zero=True)
         p["n_local_iter"] = check_positive_int(self.n_local_iter, "n_local_iter", minimum=0)
@@ -310,6 +346,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["epsilon"], p["delta"] = check_privacy_budget(self.epsilon, self.delta)
         if p["epsilon"] is None:
             p["delta"] = float(self.delta) if isinstance(self.delta, numbers.Real) else None
+        p["fit_intercept"] = self._check_fit_intercept(p["epsilon"])
         p["tau_x"] = check_positive_float(self.tau_x, "tau_x", allow_none=True)
         p["tau_e"] = check_positive_float(self.tau_e, "tau_e", allow_none=True)
         cq = self.clip_quantile
@@ -347,6 +384,49 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
             )
         return p
+
+    def _check_fit_intercept(self, epsilon):
+        if not isinstance(self.fit_intercept, (bool, np.bool_)):
+            raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}.")
+        if self.fit_intercept and epsilon is not None:
+            raise ValueError(
+                f"fit_intercept=True is not covered by the privacy guarantee of epsilon="
+                f"{self.epsilon!r}: local centring makes every centred row depend on all of "
+                "its client's rows (so the per-row sensitivity of the Stage-I noise does not "
+                "hold) and the client means are sent unperturbed. Centre X and y with public "
+                "(or separately protected) means and pass fit_intercept=False, or fit "
+                "without privacy (epsilon=None) (fit_intercept)."
+            )
+        return bool(self.fit_intercept)
+
+    # -- the set-up exchange: with an intercept, each site's means (not private) --
+
+    def _site_summary(self, X, y):
+        summary = super()._site_summary(X, y)
+        epsilon, _ = check_privacy_budget(self.epsilon, self.delta)
+        X = np.asarray(X, dtype=float)
+        if self._check_fit_intercept(epsilon):
+            summary["x_mean"] = X.mean(axis=0)
+            summary["y_mean"] = np.asarray(y, dtype=float).reshape(len(y), -1).mean(axis=0)
+        if isinstance(self.step_size, str) and self.step_size == "auto":
+            # ||X_k^T X_k / n_k||_op of the rows the steps see (centred with an intercept)
+            Xs = X - summary["x_mean"] if "x_mean" in summary else X
+            summary["lipschitz"] = np.float64(lipschitz(Xs))
+        return summary
+
+    def _combine_site_summaries(self, labels, summaries):
+        setup = super()._combine_site_summaries(labels, summaries)
+        if all("x_mean" in s for s in summaries):
+            w = np.array([float(s["n_samples"]) for s in summaries])
+            w /= w.sum()
+            setup["x_mean"] = np.tensordot(w, np.stack([s["x_mean"] for s in summaries]), 1)
+            setup["y_mean"] = np.tensordot(w, np.stack([s["y_mean"] for s in summaries]), 1)
+        if all("lipschitz" in s for s in summaries):
+            # sum_k w_k L_k bounds the curvature of the n_k-weighted Stage-I loss
+            w = np.array([float(s["n_samples"]) for s in summaries])
+            setup["lipschitz"] = np.float64(
+                w @ np.array([float(s["lipschitz"]) for s in summaries]) / w.sum())
+        return setup
 
     def _init_tensor(self, coef_shape):
         if isinstance(self.init, str):
@@ -398,17 +478,22 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         if rank != "auto":
             rank = check_tucker_rank(rank, coef_shape)
         admm = {**params["admm"], "rows": self._init_rows(output_shape, tensor_shape)}
+        step_size = params["step_size"]
+        if step_size == "auto":
+            lip = float(setup["lipschitz"]) if "lipschitz" in setup else 0.0
+            step_size = 1.0 / lip if lip > 0 and math.isfinite(1.0 / lip) else 1.0
         return PersonalizedTensorPhases(
             coef_shape, rank, init,
             init_params=dict(admm_params=admm, rank_scale=self.rank_scale,
                              max_rank=self.max_rank),
-            stage_one=dict(step_size=params["step_size"], n_rounds=params["n_rounds"],
+            stage_one=dict(step_size=step_size, n_rounds=params["n_rounds"],
                            epsilon=params["epsilon"], delta=params["delta"],
                            tau_x=params["tau_x"], tau_e=params["tau_e"],
                            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
                            retraction=self.retraction),
             stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
                            scaling=self.penalty_scaling),
+            fit_intercept=params["fit_intercept"],
         )
 
     def _set_federated_result(self, result, setup, labels):
@@ -428,6 +513,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.factors_ = one["factors"]
         self.grad_norm_ = np.array(one["grad_norm"])
         self.rank_ = tuple(int(r) for r in one["core"].shape)
+        q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
+        shared_intercept = np.zeros(q)
+        if params["fit_intercept"]:
+            shared_intercept = (np.asarray(setup["y_mean"], dtype=float)
+                                - self.shared_coef_.reshape(q, -1)
+                                @ np.asarray(setup["x_mean"], dtype=float))
+        self.shared_intercept_ = self._intercept_layout(shared_intercept)
         self.local_ranks_ = {} if init is None else init["local_ranks"]
         self.init_client_ = -1 if init is None else int(init["k_star"])
         self._set_client_attributes(result.client_states)
@@ -437,7 +529,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         )
         spent["covers"] = (
             "Stage-I gradient releases of each client; not the initialization, the rank "
-            "vote or CV tuning"
+            "vote, the L_k of step_size='auto' or CV tuning"
         )
         self.privacy_spent_ = spent
         self.clients_ = labels
@@ -445,7 +537,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _set_client_attributes(self, states):
         """Per-client attributes from the clients' final states (``None``: off the sites)."""
-        self.deviations_ = self.coef_ = self.penalty_ = None
+        self.deviations_ = self.coef_ = self.penalty_ = self.intercept_ = None
         self.noise_std_ = self.tau_x_ = self.tau_e_ = None
         if states is None:
             return
@@ -455,6 +547,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.deviations_ = np.stack([c["deviation"] for c in two])
         self.coef_ = self.shared_coef_[None] + self.deviations_
         self.penalty_ = np.array([c["omega"] for c in two])
+        self.intercept_ = self._intercept_layout(np.stack([c["intercept"] for c in two]))
         self.noise_std_ = np.array([c["sigma"] for c in one])
         self.tau_x_ = np.array([c["tau_x"] for c in one])
         self.tau_e_ = np.array([c["tau_e"] for c in one])
@@ -489,6 +582,9 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Xm, Ym = self._validate_site_data(X, y, reset=True)
         self.cv_results_, self.best_params_ = None, None
         tuned = self
+        # each client's range, named, before the set-up exchange and any step
+        for client in Federation.from_arrays(Xm, Ym, groups).clients:
+            check_client_range(client.X, client.y, client.label)
         if self.cv is not None:
             params = self._validate_params_pftr()
             # one seed for the folds and every refit, also when random_state is None
@@ -539,7 +635,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                     sse = 0.0
                     for k, coef in enumerate(est.coef_):
                         rows = val[client[val] == k]
-                        sse += np.sum((Ym[rows] - est._predict_with(Xm[rows], coef)) ** 2)
+                        pred = est._predict_with(Xm[rows], coef, est._intercept_for_client(k))
+                        sse += np.sum((Ym[rows] - pred) ** 2)
                     errors[i, j] += sse / val.size / V
         i, j = np.unravel_index(np.argmin(errors), errors.shape)
         self.cv_results_ = {
@@ -547,7 +644,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             "alpha": np.tile(alphas, len(steps)),
             "mean_validation_error": errors.ravel(),
         }
-        self.best_params_ = {"step_size": float(steps[i]), "alpha": float(alphas[j])}
+        self.best_params_ = {"step_size": steps[i] if isinstance(steps[i], str)
+                             else float(steps[i]), "alpha": float(alphas[j])}
 
     # -- prediction -----------------------------------------------------------------
 
@@ -563,6 +661,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             )
         return self.coef_[k]
 
+    def _intercept_for_client(self, k):
+        if k < 0:
+            return self.shared_intercept_
+        if self.intercept_ is None:
+            return self._coef_for_client(k)  # raises the distributed-engine error
+        return self.intercept_[k]
+
     def predict_shared(self, X):
         """Predict with the shared tensor ``A_0`` alone (Fed-Common).
 
@@ -574,6 +679,6 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Returns
         -------
         y_pred : ndarray
-            ``<A_0, X>`` for every row.
+            ``<A_0, X>`` plus ``shared_intercept_`` for every row.
         """
         return self.predict(X, groups=None)

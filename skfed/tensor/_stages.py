@@ -9,10 +9,11 @@ used as the ``(q, p)`` matrix ``A.reshape(q, p)``, so that
 """
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..federated import FederatedAlgorithm, PhasedAlgorithm
+from ..federated import ClientData, FederatedAlgorithm, PhasedAlgorithm
 from ..privacy import pftr_noise_multiplier
 from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient, weighted_step
 from ._rank import make_feasible, ratio_rank, vote_ranks
@@ -25,6 +26,11 @@ from ._tucker import (
 )
 
 __all__ = [
+    "SiteData",
+    "check_client_range",
+    "prepare_site",
+    "site_intercept",
+    "client_failure",
     "admm_init",
     "fit_deviation",
     "local_stage_one",
@@ -34,6 +40,98 @@ __all__ = [
     "StageTwo",
     "PersonalizedTensorPhases",
 ]
+
+
+# ----------------------------------------------------------------------------
+# a site's rows: range check, local centring, intercepts
+
+
+@dataclass(frozen=True, eq=False)
+class SiteData(ClientData):
+    """A client's rows centred on their own means (``fit_intercept=True``).
+
+    ``x_mean`` and ``y_mean`` stay on the site; they give its intercept.
+    """
+
+    x_mean: np.ndarray | None = None
+    y_mean: np.ndarray | None = None
+
+
+def check_client_range(X, Y, label):
+    """Reject a client's rows whose squares or products overflow float64.
+
+    Every step forms sums of squares (``X^T X``, row norms, residual norms)
+    and cross products (``Y^T X``); once the sum of squares of ``X`` or of
+    ``y`` overflows they become ``inf`` or ``nan`` deep inside a step.
+    Values that pass (e.g. scales of ``1e10``) are left as they are. Raises
+    a ``ValueError`` naming the argument and the client.
+    """
+    # then ||X||_F ||Y||_F, which bounds the cross products, is finite too
+    for name, arr in (("X", X), ("y", Y)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = float(np.einsum("ij,ij->", arr, arr))
+        if not math.isfinite(total):
+            raise ValueError(
+                f"{name} of client {label!r} is out of range: its largest absolute value "
+                f"is {np.max(np.abs(arr)):.3g} and the sum of its squares overflows float64; "
+                f"rescale {name} (e.g. divide it by its scale or use StandardScaler) ({name})."
+            )
+
+
+def prepare_site(data, fit_intercept):
+    """The rows a client's steps see: range-checked and, with an intercept, centred.
+
+    Centring is local (each client on its own means), so the shared and
+    personalized tensors are fitted to within-client variation and every
+    client keeps its own intercept (:func:`site_intercept`).
+    """
+    check_client_range(data.X, data.y, data.label)
+    if not fit_intercept:
+        return data
+    x_mean = data.X.mean(axis=0)
+    y_mean = data.y.mean(axis=0)
+    return SiteData(X=data.X - x_mean, y=data.y - y_mean, sample_weight=data.sample_weight,
+                    label=data.label, index=data.index, x_mean=x_mean, y_mean=y_mean)
+
+
+def site_intercept(data, coef):
+    """``mean(Y) - <coef, mean(X)>`` of a client (zeros without centring), shape ``(q,)``."""
+    q = data.y.shape[1]
+    if getattr(data, "x_mean", None) is None:
+        return np.zeros(q)
+    return data.y_mean - np.asarray(coef).reshape(q, -1) @ data.x_mean
+
+
+_ADVICE = {
+    "init": "standardize X and y (e.g. StandardScaler), or raise init_rho or lower "
+            "init_lambda",
+    "stage_one": "lower step_size (the step is not scale-free: it should stay below about "
+                 "1 / ||X^T X / n||_op) or standardize X and y",
+    "stage_two": "standardize X and y, or raise alpha",
+    "local": "standardize X and y, or lower step_size",
+}
+_PHASE_NAMES = {"init": "the initializer", "stage_one": "Stage I", "stage_two": "Stage II",
+                "local": "the local two-stage fit"}
+
+
+def client_failure(exc, label, phase, rnd):
+    """A ``FloatingPointError`` naming the client, the phase and round, and what to change."""
+    where = _PHASE_NAMES[phase] + ("" if rnd is None else f" (round {rnd} of the phase)")
+    return FloatingPointError(
+        f"client {label!r} failed in {where}: {type(exc).__name__}: {exc}. "
+        f"To fix: {_ADVICE[phase]}."
+    )
+
+
+def check_finite_step(name, *arrays):
+    """Raise ``FloatingPointError`` when a step produced a non-finite value."""
+    for a in arrays:
+        if not np.all(np.isfinite(a)):
+            raise FloatingPointError(f"{name} is not finite")
+
+
+# the numerical failures of a client step that are reported as client failures
+NUMERICAL_ERRORS = (np.linalg.LinAlgError, ArithmeticError)
 
 
 # ----------------------------------------------------------------------------
@@ -251,6 +349,7 @@ class InitAlgorithm(FederatedAlgorithm):
     def client_step(self, data, state, broadcast, rng):
         if state is None:
             A, D, _ = admm_init(data.X, data.y, **self.admm_params)
+            check_finite_step("the ADMM estimate", A, D)
             A = A.reshape(self.coef_shape)
             message = {"n_samples": np.int64(data.n_samples)}
             if isinstance(self.rank, str):
@@ -377,8 +476,14 @@ class StageOne(FederatedAlgorithm):
         R = data.X @ A.reshape(q, p).T
         R = np.subtract(data.y, R, out=R)  # Y - X A^T, without a second (n, q) array
         # T_tau_e row-wise, in place (R is this step's own array); NaN: the quantile level
+        check_finite_step("the residual Y - <A_0, X> (the broadcast A_0 is too large for "
+                          "this client's X)", R)
         tau_e = clip_residuals(R, float(self.clip_quantile),
                                np.nan if self.tau_e is None else float(self.tau_e))
+        if not math.isfinite(tau_e):
+            raise FloatingPointError(
+                "the residual norms ||Y_i - <A_0, X_i>|| overflow (the broadcast A_0 is too "
+                "large for this client's X)")
         n = data.n_samples
         sigma = self._noise_std(tau_e, state["tau_x"], n)
         if not (sigma >= 0 and math.isfinite(sigma)):  # gaussian_mechanism's check
@@ -394,6 +499,7 @@ class StageOne(FederatedAlgorithm):
             sent = tangent_project_surrogate(
                 noisy_gradient(m, float(n), sigma, noise).reshape(self.coef_shape),
                 self.rank, self.retraction)
+        check_finite_step("the projected gradient", sent)
         new_state = {**state, "tau_e": state["tau_e"] + [tau_e],
                      "sigma": state["sigma"] + [sigma]}
         return new_state, {"grad": sent, "n_samples": np.int64(n)}
@@ -441,7 +547,9 @@ class StageTwo(FederatedAlgorithm):
         q, p = data.y.shape[1], data.X.shape[1]
         R0 = data.y - data.X @ A.reshape(q, p).T
         B, omega = fit_deviation(data.X, R0, self.alpha, self.n_iter, self.scaling)
-        return {"deviation": B.reshape(A.shape), "omega": omega}
+        check_finite_step("the deviation B_k", B)
+        B = B.reshape(A.shape)
+        return {"deviation": B, "omega": omega, "intercept": site_intercept(data, A + B)}
 
 
 class PersonalizedTensorPhases(PhasedAlgorithm):
@@ -469,9 +577,17 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         Keyword arguments of :class:`StageOne` (without shape, rank, init).
     stage_two : dict
         ``alpha``, ``n_iter``, ``scaling`` of :class:`StageTwo`.
+    fit_intercept : bool, default=False
+        Every client centres its rows on its own means (:func:`prepare_site`)
+        and Stage II keeps its intercept in its state.
+
+    A numerical failure of a client step (non-convergence, a non-finite
+    value) is raised as a ``FloatingPointError`` naming the client, the phase
+    and its round, and what to change.
     """
 
-    def __init__(self, coef_shape, rank, init, init_params, stage_one, stage_two):
+    def __init__(self, coef_shape, rank, init, init_params, stage_one, stage_two,
+                 fit_intercept=False):
         self.phases = ("stage_one", "stage_two") if init is not None else (
             "init", "stage_one", "stage_two")
         rounds = {"init": 2, "stage_one": int(stage_one["n_rounds"]), "stage_two": 0}
@@ -482,6 +598,25 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         self.init_params = dict(init_params)
         self.stage_one = dict(stage_one)
         self.stage_two = dict(stage_two)
+        self.fit_intercept = bool(fit_intercept)
+
+    def prepare_client(self, data):
+        return prepare_site(data, self.fit_intercept)
+
+    def client_step(self, data, state, broadcast, rng):
+        try:
+            return super().client_step(data, state, broadcast, rng)
+        except NUMERICAL_ERRORS as exc:
+            phase = int(broadcast["phase"])
+            rnd = state.rounds if state.phase == phase else 0
+            raise client_failure(exc, data.label, self.phases[phase], rnd) from exc
+
+    def client_finalize(self, data, state, broadcast, rng):
+        try:
+            return super().client_finalize(data, state, broadcast, rng)
+        except NUMERICAL_ERRORS as exc:
+            raise client_failure(exc, data.label, self.phases[int(broadcast["phase"])],
+                                 None) from exc
 
     def phase_spec(self, phase, previous):
         if self.phases[phase] != "stage_one":

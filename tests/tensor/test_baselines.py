@@ -36,7 +36,8 @@ def test_local_two_stage_uses_only_own_rows(data):
     up = [r for r in model.communication_.records if r.direction == "up" and r.round >= 0]
     assert {n for r in up for n in r.names} == {"n_samples"}
     pop = np.tensordot(model.client_weights_, model.coef_, axes=1)
-    np.testing.assert_allclose(model.predict(X[:3]), X[:3] @ pop.ravel())
+    intercept = model.client_weights_ @ model.intercept_
+    np.testing.assert_allclose(model.predict(X[:3]), X[:3] @ pop.ravel() + intercept)
     err = [np.linalg.norm(model.coef_[k] - truth.coef[k]) for k in range(3)]
     assert max(err) < 0.5
 
@@ -55,8 +56,9 @@ def test_fed_avg_and_fed_common(data):
     avg = FedAvgTensorRegressor(tensor_shape=(5, 4), rank=(2, 2), n_iter=30)
     avg.fit(X, y, groups=groups)
     np.testing.assert_allclose(avg.average_coef_, avg.coef_.mean(axis=0))
+    np.testing.assert_allclose(avg.average_intercept_, avg.intercept_.mean())
     np.testing.assert_allclose(avg.predict(X[:4], groups=groups[:4]),
-                               X[:4] @ avg.average_coef_.ravel())
+                               X[:4] @ avg.average_coef_.ravel() + avg.average_intercept_)
     w = FedAvgTensorRegressor(tensor_shape=(5, 4), rank=(2, 2), n_iter=30, weights="n_samples")
     w.fit(X, y, groups=groups)
     expected = np.tensordot([50 / 180, 60 / 180, 70 / 180], w.coef_, 1)

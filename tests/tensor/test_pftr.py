@@ -124,7 +124,8 @@ def test_infinite_epsilon_is_bitwise_the_non_private_fit(small):
 
 def test_private_fit_noise_and_privacy_report(small):
     X, y, groups, _ = small
-    kw = dict(tensor_shape=(5, 4), rank=(2, 2, 2), n_rounds=10, epsilon=20.0, delta=0.1)
+    kw = dict(tensor_shape=(5, 4), rank=(2, 2, 2), n_rounds=10, epsilon=20.0, delta=0.1,
+              fit_intercept=False)
     model = PersonalizedTensorRegressor(tau_x=5.0, tau_e=1.0, random_state=0, **kw)
     model.fit(X, y, groups=groups)
     n_k = np.array([60, 80, 100])
@@ -154,7 +155,20 @@ def test_messages_hold_no_raw_rows(small):
     model.fit(X, y, groups=groups)
     records = model.communication_.records
     setup = {name for r in records if r.round < 0 for name in r.names}
-    assert setup == {"n_samples", "n_features", "tensor_shape", "output_shape", "y_layout"}
+    # with the intercept, each site's means of X and y (not raw rows) go up in the set-up
+    # and, with step_size="auto", each site's L_k (a scalar)
+    assert setup == {"n_samples", "n_features", "tensor_shape", "output_shape", "y_layout",
+                     "x_mean", "y_mean", "lipschitz"}
+    for r in records:
+        if r.round < 0:
+            for name, shape in zip(r.names, r.shapes):
+                assert name not in ("x_mean", "y_mean") or shape in ((20,), (3,))
+    no_intercept = PersonalizedTensorRegressor(tensor_shape=(5, 4), rank=(2, 2, 2), n_rounds=3,
+                                               fit_intercept=False, step_size=0.04).fit(
+        X, y, groups=groups)
+    assert {name for r in no_intercept.communication_.records if r.round < 0
+            for name in r.names} == {"n_samples", "n_features", "tensor_shape",
+                                     "output_shape", "y_layout"}
     up = [r for r in records if r.direction == "up" and r.round >= 0]
     names = {name for r in up for name in r.names}
     assert names <= {"n_samples", "coef", "grad"}
@@ -173,11 +187,11 @@ def test_predict_routes_clients_and_population(small):
     model = PersonalizedTensorRegressor(tensor_shape=(5, 4), rank=(2, 2, 2), n_rounds=5)
     model.fit(X, y, groups=groups)
     Xt = X[:4]
-    shared = Xt @ model.shared_coef_.reshape(3, 20).T
+    shared = Xt @ model.shared_coef_.reshape(3, 20).T + model.shared_intercept_
     np.testing.assert_allclose(model.predict(Xt), shared)
     np.testing.assert_allclose(model.predict_shared(Xt), shared)
     np.testing.assert_allclose(model.predict(Xt, groups=[7] * 4), shared)  # unseen
-    own = Xt @ model.coef_[1].reshape(3, 20).T
+    own = Xt @ model.coef_[1].reshape(3, 20).T + model.intercept_[1]
     np.testing.assert_allclose(model.predict(Xt, groups=[1] * 4), own)
     # n-D X gives the same model and predictions
     nd = PersonalizedTensorRegressor(rank=(2, 2, 2), n_rounds=5).fit(

@@ -65,7 +65,7 @@ def test_flower_fit_equals_in_process_fit(params):
 
 
 def test_private_flower_fit_draws_the_same_noise():
-    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1)
+    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1, fit_intercept=False)
     local = PersonalizedTensorRegressor(**params).fit(X, Y, groups=GROUPS)
     remote = flower_fit(lambda: PersonalizedTensorRegressor(**params))
     assert np.all(local.noise_std_ > 0)
@@ -77,17 +77,20 @@ def test_private_flower_fit_draws_the_same_noise():
 
 def test_personalized_parts_stay_on_the_sites():
     remote = flower_fit(lambda: PersonalizedTensorRegressor(**BASE, rank=2))
-    for name in ("deviations_", "coef_", "penalty_", "noise_std_", "tau_x_", "tau_e_"):
+    for name in ("deviations_", "coef_", "penalty_", "noise_std_", "tau_x_", "tau_e_",
+                 "intercept_"):
         assert getattr(remote, name) is None, name
     assert remote.clients_.tolist() == [0, 1, 2] and remote.coef_shape_ == (2, 2, 3, 4)
-    shared = X[:4] @ remote.shared_coef_.reshape(4, 12).T
+    # the population intercept comes from the set-up's pooled means, also on Flower
+    shared = X[:4] @ remote.shared_coef_.reshape(4, 12).T + remote.shared_intercept_.ravel()
     np.testing.assert_allclose(remote.predict(X[:4]), shared)
     np.testing.assert_allclose(remote.predict(X[:4], groups=[9] * 4), shared)  # unseen
     with pytest.raises(ValueError, match="distributed engine.*groups=None"):
         remote.predict(X[:4], groups=[1] * 4)
     common = flower_fit(lambda: FedCommonTensorRegressor(**BASE, rank=2))
     np.testing.assert_allclose(common.predict(X[:4], groups=[1] * 4),
-                               X[:4] @ common.shared_coef_.reshape(4, 12).T)
+                               X[:4] @ common.shared_coef_.reshape(4, 12).T
+                               + common.shared_intercept_.ravel())
 
 
 def test_cv_and_bad_site_data_are_named():
@@ -125,7 +128,7 @@ def test_site_model_gives_each_site_its_personalized_tensor(tmp_path):
     """A site's kept state + the released fit: the in-process personalized prediction."""
     from skfed.federated.flower import site_model
 
-    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1)
+    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1, fit_intercept=False)
     configs = [{"client-id": k, "model-path": str(tmp_path / f"site{k}.pkl")} for k in range(3)]
     app = FlowerFederation(lambda run_config: PersonalizedTensorRegressor(**params), load_data)
     remote = InMemoryGrid(app, configs, {"min-nodes": 3}).run()

@@ -89,7 +89,7 @@ def test_private_fit_is_pinned(name):
     )
     model = PersonalizedTensorRegressor(
         tensor_shape=(3, 4), output_shape=(2, 2), rank=(2, 2, 2, 2), step_size=0.2,
-        n_rounds=6, epsilon=20.0, delta=0.1, random_state=0, **kw,
+        n_rounds=6, epsilon=20.0, delta=0.1, fit_intercept=False, random_state=0, **kw,
     ).fit(X, y, groups=groups)
     np.testing.assert_allclose(model.shared_coef_.ravel(), expected, rtol=0, atol=1e-10)
     assert np.all(model.noise_std_ > 0)
