@@ -260,7 +260,7 @@ def weighted_median(values, weights):
     """Per-column weighted median of ``values`` (clients x features), weights per client."""
     order = np.argsort(values, axis=0, kind="stable")
     w = np.asarray(weights, dtype=float)[order]
-    cum = np.cumsum(w, axis=0) / w.sum()
+    cum = np.cumsum(w, axis=0) / w.sum(axis=0)  # per column: w repeats the weights
     lo = np.argmax(cum >= 0.5 - 1e-12, axis=0)  # first reaching half the weight
     hi = np.argmax(cum > 0.5 + 1e-12, axis=0)   # first passing it (ties: the mean of the two)
     v = np.take_along_axis(values, order, axis=0)

@@ -369,3 +369,15 @@ def test_input_scaling_ignores_one_clients_outlier():
         return np.sqrt(np.mean((m.predict(d.X_test, groups=d.groups_test) - d.y_test) ** 2))
 
     assert rmse(dirty) < 1.5 * rmse(clean) < d.y_test.std()
+
+
+def test_weighted_median_is_per_column_with_several_features():
+    from skfed.gaussian_process._steps import weighted_median
+
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(9, 4)) * [1.0, 10.0, 100.0, 0.1]
+    weights = np.ones(9)
+    np.testing.assert_allclose(weighted_median(values, weights), np.median(values, axis=0))
+    # integer row counts as weights, a heavy client pulls its column's median
+    w = np.array([1, 1, 1, 1, 100, 1, 1, 1, 1])
+    np.testing.assert_array_equal(weighted_median(values, w), values[4])
