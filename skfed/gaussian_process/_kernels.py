@@ -25,9 +25,16 @@ KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
 _SQRT3 = np.sqrt(3.0)
 _SQRT5 = np.sqrt(5.0)
 
-#: reassociation lets the dot-product reductions vectorize (results change by
-#: rounding only); no flag assumes finite values, so NaN checks stay valid
-REASSOC = {"reassoc", "contract"}
+#: fastmath flags of the dense kernels: FMA contraction only. Never ``reassoc``:
+#: LLVM vectorizes a loop that stores to one array and reads another behind a
+#: runtime overlap check on their addresses, falling back to the scalar loop
+#: when they lie close in memory; with reassociation the two loops sum in
+#: different orders, so a result depended on where the allocator put the
+#: arrays (fits differed in the last bits within one process). Without it the
+#: vector and scalar loops do the same operations in the same order.
+#: Contraction fuses the same multiply-adds in both; no flag assumes finite
+#: values, so NaN checks stay valid.
+FASTMATH = {"contract"}
 
 
 @njit(cache=True, nogil=True)
@@ -142,7 +149,7 @@ def kernel_adjoint(X, Z, lengthscale, variance, kind, Kbar):
     return g_var, g_ls, g_X, g_Z
 
 
-@njit(cache=True, nogil=True, fastmath=REASSOC)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def kernel_adjoint_sym(Z, lengthscale, variance, kind, Kbar):
     """Gradients of ``sum(Kbar * k(Z, Z))`` for a symmetric ``Kbar``.
 
@@ -296,7 +303,7 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
 # ----------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, fastmath=REASSOC)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _chol_in_place(A):
     """Lower Cholesky factor of the SPD matrix whose lower triangle is ``A`` (in place).
 
@@ -322,7 +329,7 @@ def _chol_in_place(A):
     return 0
 
 
-@njit(cache=True, nogil=True, fastmath=REASSOC)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _inv_chol_block(P, start, stop):
     """Lower Cholesky factor of ``inv(P[start:stop, start:stop])`` (lower triangle of ``P``).
 
@@ -387,7 +394,7 @@ def adam_update(p, g, m, v, lr, b1, b2, eps, c1, c2, scale):
     return p_new, m_new, v_new
 
 
-@njit(cache=True, nogil=True, fastmath=REASSOC)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def factor_stats(L):
     """``(|L|_F^2, log det(L L^T))`` of a lower triangular factor ``L``.
 
@@ -405,7 +412,7 @@ def factor_stats(L):
     return sq, 2.0 * logdet
 
 
-@njit(cache=True, nogil=True, fastmath=REASSOC)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (spec 4.2).
 
@@ -470,7 +477,7 @@ def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     return 0, x, Lu, Ld
 
 
-@njit(cache=True, nogil=True, fastmath=REASSOC)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _solve_lower_t_rows(L, B):
     """``B <- L^{-T} B`` in place for lower ``L``, by whole rows of ``B``.
 
@@ -491,7 +498,7 @@ def _solve_lower_t_rows(L, B):
                 bm[c] -= lim * bi[c]
 
 
-@njit(cache=True, nogil=True, fastmath=REASSOC)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def chol_backward(L, L_bar):
     """Symmetric adjoint of ``K`` given the adjoint of its Cholesky factor ``L``.
 
@@ -524,7 +531,7 @@ def chol_backward(L, L_bar):
     return out
 
 
-@njit(cache=True, nogil=True, fastmath=REASSOC)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def inducing_cholesky(Z, lengthscale, variance, kind, jitter):
     """Lower Cholesky factor of ``k(Z, Z) + jitter I`` in one pass (small ``Z``).
 

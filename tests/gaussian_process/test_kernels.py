@@ -271,3 +271,19 @@ def test_adam_update_matches_numpy_exactly():
                       1 - b1**t, 1 - b2**t, scale)
     for got, ref in zip(out, (p_ref, m_ref, v_ref)):
         np.testing.assert_array_equal(got.reshape(5, 3), ref)
+
+
+def test_no_kernel_reassociates():
+    # Reassociation made results depend on memory addresses: LLVM guards a
+    # vectorized loop with a runtime overlap check of its arrays and falls back
+    # to the scalar loop, which then sums in another order. Only FMA
+    # contraction is allowed (the same in both loops).
+    from numba.core.registry import CPUDispatcher
+
+    from skfed.gaussian_process import _kernels
+
+    kernels = [f for f in vars(_kernels).values() if isinstance(f, CPUDispatcher)]
+    assert len(kernels) >= 10
+    for f in kernels:
+        flags = f.targetoptions.get("fastmath") or set()
+        assert set(flags) <= {"contract"}, (f.__name__, flags)

@@ -151,6 +151,32 @@ def test_same_result_for_any_n_jobs(data):
     np.testing.assert_array_equal(a.elbo_, b.elbo_)
 
 
+@pytest.mark.parametrize("optimizer", ["cavi", "paper"])
+@pytest.mark.parametrize("n_outputs", [None, 2])
+def test_repeated_fits_in_one_process_are_bit_identical(optimizer, n_outputs):
+    # Regression: numba kernels compiled with fastmath "reassoc" summed in an
+    # order that depended on where the arrays lay in memory (LLVM's runtime
+    # overlap check picks the vector or the scalar loop), so identical fits in
+    # one process differed in the last bits. Allocations between the fits move
+    # the heap.
+    d = make_hierarchical_gp(n_clients=3, n_outputs=n_outputs, n_train=25, n_test=15,
+                             local_lengthscales=(1.0,) if n_outputs is None else (1.0, 1.5),
+                             local_scales=(0.5,) if n_outputs is None else (0.5, 0.4),
+                             noise=0.1, random_state=0)
+    rng = np.random.default_rng(0)
+    junk, fits = [], []
+    for n_jobs in (1, 2, 1, 2, 1):
+        junk.append([np.ones(int(s)) for s in rng.integers(1, 100, 30)])
+        del junk[0][::2]
+        m = PFedHGPRegressor(optimizer=optimizer, n_rounds=3, n_jobs=n_jobs, **SMALL).fit(
+            d.X_train, d.y_train, groups=d.groups_train)
+        fits.append((m.elbo_, m.predict(d.X_test, groups=d.groups_test),
+                     m.noise_variance_, m.lengthscale_global_))
+    for other in fits[1:]:
+        for a, b in zip(fits[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_duplicate_inputs_and_tiny_noise_do_not_crash():
     rng = np.random.default_rng(0)
     X = np.repeat(rng.uniform(0, 5, (10, 1)), 4, axis=0)  # every input four times
