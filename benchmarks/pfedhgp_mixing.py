@@ -48,6 +48,7 @@ CANDIDATES = {  # phase "select"
     "blockwise, 50 rounds": {"mean_update": "blockwise", "n_rounds": 50},
     "joint (default)": {},
     "joint, 40 rounds": {"n_rounds": 40},
+    "joint, 60 rounds": {"n_rounds": 60},
 }
 REPORT = ("blockwise (old default)", "joint (default)")
 
