@@ -26,6 +26,7 @@ from ._elbo import (
     cholesky,
     sigmoid,
     softplus,
+    solve_triangular,
 )
 from ._kernels import closed_form_q, factor_stats
 
@@ -148,6 +149,64 @@ class ClosedFormClient:
             out["Lu"] = Lu
             self._u_terms = (Lu,) + _factor_terms(self.lb, Lu, s2, 1.0)
         return out
+
+    # --- the global mean with the client's own blocks integrated out -----------
+    def marginal_global_stats(self):
+        """The client's ``(A_i, a_i)``: its means objective reduced to ``m_g``.
+
+        In the mean-field ELBO the means enter only through the quadratic
+
+            |y - W^T (m_g + m_delta) - V^T m_u|^2 / (2 s2) + |m_g|^2 / 2
+            + |m_delta|^2 / (2 phi) + |m_u|^2 / 2
+
+        (the covariances only through trace and log-determinant terms), so
+        at fixed covariances and hyperparameters the joint maximizer of all
+        the means is that of ``-m_g^T (I + sum_i A_i) m_g / 2 + m_g^T sum_i
+        a_i`` in ``m_g`` alone, with the client's blocks at their conditional
+        optimum (:meth:`solve`). ``A_i`` is the Schur complement of the
+        client's joint precision ``P`` of ``(m_delta, m_u)``. With a deviation
+        it is formed on the sum ``s = m_g + m_delta``, whose prior couples it
+        to ``m_g`` by ``|s - m_g|^2 / (2 phi)``: ``A_i = (I - [P^{-1}]_{ss} /
+        phi) / phi`` and ``a_i = s_0 / phi`` with ``s_0`` the deviation mean
+        at ``m_g = 0``, which loses at most ``M`` machine epsilons over
+        ``phi`` (the direct ``W W^T / s2 - ...`` would lose them relative to
+        ``|W|^2 / s2``). Call after :meth:`solve` (the local basis is set).
+        """
+        cfg, s2, gb = self.cfg, self.s2, self.gb
+        Gw, M = gb.gram, gb.gram.shape[0]
+        if cfg.use_deviation:
+            phi = self.phi
+            Gv = self.lb.gram if cfg.use_local else np.empty((0, 0))
+            k, N = M, M + Gv.shape[0]
+            P = np.empty((N, N))
+            P[:k, :k] = Gw
+            if cfg.use_local:
+                P[:k, k:], P[k:, :k], P[k:, k:] = self.C, self.C.T, Gv
+            P /= s2
+            P.flat[: k * (N + 1): N + 1] += 1.0 / phi
+            P.flat[k * (N + 1):: N + 1] += 1.0
+            L = cholesky(P)
+            r0 = self.wy if not cfg.use_local else np.concatenate([self.wy, self.vy])
+            s0 = cho_solve(L, r0 / s2)[:k]
+            E = np.zeros((N, k))
+            E[np.arange(k), np.arange(k)] = 1.0
+            Xs = solve_triangular(L, E)  # L^{-1} E: [P^{-1}]_ss = Xs^T Xs
+            A = np.eye(M)
+            A -= (Xs.T @ Xs) / phi
+            A /= phi
+            a = s0 / phi
+        elif cfg.use_local:
+            Pu = self.lb.gram / s2
+            Pu.flat[:: Pu.shape[0] + 1] += 1.0
+            Lu = cholesky(Pu)
+            G = solve_triangular(Lu, self.C.T / s2)
+            h = solve_triangular(Lu, self.vy / s2)
+            A = Gw / s2 - G.T @ G
+            a = self.wy / s2 - G.T @ h
+        else:
+            A, a = Gw / s2, self.wy / s2
+        A = 0.5 * (A + A.T)
+        return A, a
 
     # --- gradients of the client's ELBO terms ---------------------------------
     def _mbar(self, loc):

@@ -111,6 +111,7 @@ class _IlmmSteps(_PFedHGPSteps):
         if not isinstance(cfg, IlmmConfig):
             raise TypeError("cfg must be an IlmmConfig")
         super().__init__(cfg, **kwargs)
+        self.joint_mean = False  # the joint global mean step is the scalar model's only
 
     # --- parameter bookkeeping ------------------------------------------------
     def global_keys(self):

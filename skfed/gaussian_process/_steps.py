@@ -18,7 +18,12 @@ the last round when the clients release their population summaries, see
   gradient message, spec 4.2) plus the gradient for the global kernel; the
   server sets ``q(u_g)``, ``phi`` and ``sigma^2`` to their joint closed-form
   optimum (coordinate ascent, spec 4.2-4.4) and takes one Adam step on the
-  global kernel hyperparameters and ``Z_g``.
+  global kernel hyperparameters and ``Z_g``. With ``joint_mean`` (the
+  estimator's ``mean_update="joint"``) the clients also send ``(A_i, a_i)``,
+  their means objective with their own blocks integrated out
+  (:meth:`ClosedFormClient.marginal_global_stats`); the server then updates
+  ``S_g``, ``phi`` and ``sigma^2`` at the broadcast ``m_g`` and sets ``m_g``
+  to the joint optimum of all the means, except in the last round.
 
 Raw rows, ``q(delta_i)``, ``q(u_i)`` and the local kernel stay on the client,
 except that with ``release_population`` each client adds its local kernel
@@ -43,6 +48,8 @@ from ._elbo import (
     server_kl,
     softplus,
     softplus_inv,
+    cholesky,
+    cho_solve,
     tril_pack,
     tril_unpack,
     _inv_chol_spd,
@@ -51,7 +58,8 @@ from ._kernels import adam_update
 
 LOCAL_HYPER = ("Zl", "ls_l", "var_l")
 # broadcast entries that are not global parameters
-BROADCAST_SCALARS = ("phase", "y_shift", "y_scale", "z_scale", "x_shift", "x_scale", "last")
+BROADCAST_SCALARS = ("phase", "y_shift", "y_scale", "z_scale", "x_shift", "x_scale", "last",
+                     "joint_mean")
 TRIL_KEYS = ("Lg",)
 GLOBAL_KERNEL = ("Zg", "ls_g", "var_g")  # the parameters a global basis depends on
 
@@ -328,7 +336,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  init_variance_global, init_variance_local, init_phi, init_noise,
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
                  server_iterations=10, n_rounds=None, release_population=False,
-                 normalize_X=False):
+                 normalize_X=False, joint_mean=False):
         self.cfg = cfg
         self.optimizer = optimizer
         self.M = (n_inducing_global if init_inducing_global is None
@@ -352,6 +360,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         # in the last round each client adds the summaries a new client's prior needs
         # (population_release); the server keeps them (state["released"])
         self.release_population = release_population
+        # optimizer="cavi": set m_g jointly with the clients' means (see _cavi_server)
+        # (it differs from the blockwise step only if there are client blocks)
+        self.joint_mean = (bool(joint_mean) and optimizer == "cavi" and cfg.use_global
+                           and (cfg.use_deviation or cfg.use_local))
         # a client with fewer distinct rows than n_inducing_local gets fewer local
         # inducing inputs (client_inducing_count)
         self.min_samples_per_client = 1
@@ -489,6 +501,9 @@ class _PFedHGPSteps(FederatedAlgorithm):
         else:
             loc, adam, jit_l, cf = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale, cache)
             msg = self._cavi_message(X, loc, cf, kernel_grad=wants_kernel_grad(broadcast))
+            if int(broadcast.get("joint_mean", 0)):
+                A, a = cf.marginal_global_stats()
+                msg["A_joint"], msg["a_joint"] = tril_pack(A), a
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
             msg["var_l"] = loc["var_l"]
@@ -609,7 +624,13 @@ class _PFedHGPSteps(FederatedAlgorithm):
             b.update(state["shared"])
         if self.optimizer == "cavi":
             b["kernel_grad"] = np.int64(self._moves_kernel(state))
+        if self.joint_mean:
+            b["joint_mean"] = np.int64(self._joint_round(state))
         return b
+
+    def _joint_round(self, state):
+        """Whether the next closed-form server step sets ``m_g`` jointly (all but the last)."""
+        return self.joint_mean and state["round"] + 1 < self.n_rounds
 
     def kernel_keys(self):
         """The global kernel's parameters among the global keys."""
@@ -713,10 +734,12 @@ class _PFedHGPSteps(FederatedAlgorithm):
         mg = g.get("mg")
         Sg = g["Lg"] @ g["Lg"].T if cfg.use_global else None
         Lg = g.get("Lg")
+        joint = self._joint_round(state)
         for _ in range(self.server_iterations):
             if cfg.use_global:
                 Sg, Lg = _inv_chol_spd(np.eye(M) + Phi / s2)
-                mg = Sg @ b / s2
+                if not joint:
+                    mg = Sg @ b / s2
             E = total_E(mg, Sg, phi)
             s2 = max(E / n, 1e-10)
             if cfg.use_deviation:
@@ -728,6 +751,15 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if cfg.use_global:
             elbo -= kl_whitened(mg, Lg)
             g["mg"], g["Lg"] = mg, Lg
+        if joint:
+            # the ELBO above is that of the clients' blocks with the broadcast m_g
+            # and the new S_g, phi, s2; m_g then jumps to the joint optimum of all
+            # the means (ClosedFormClient.marginal_global_stats) at the broadcast
+            # s2, phi, and the clients' next solve follows it
+            A = tril_unpack(sum(np.asarray(m["A_joint"]) for m in msgs), M, symmetric=True)
+            A[np.diag_indices(M)] += 1.0
+            a = sum(np.asarray(m["a_joint"]) for m in msgs)
+            g["mg"] = cho_solve(cholesky(A), a)
         g["noise"] = np.asarray(softplus_inv(s2))
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(phi))

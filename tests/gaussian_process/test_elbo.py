@@ -323,3 +323,57 @@ def test_closed_form_solve_numba_and_lapack_paths_agree(monkeypatch, use):
     for key in ("md", "Ld", "mu", "Lu"):
         if key in small:
             np.testing.assert_allclose(small[key], large[key], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("use", [(True, True, True), (True, True, False), (True, False, True)])
+def test_joint_global_mean_is_the_joint_optimum_of_all_the_means(use):
+    """``mean_update="joint"``: the server's ``m_g`` from the clients' reduced statistics,
+    with each client's conditional solve, is the maximizer of the ELBO in all the means
+    jointly (one dense solve of the whole quadratic)."""
+    rng = np.random.default_rng(21)
+    cfg = ModelConfig(ard=True, n_features=2, use_global=use[0], use_deviation=use[1],
+                      use_local=use[2])
+    M, Mi, T = 5, 4, 3
+    g, _ = random_params(rng, 2, M, Mi, 2)
+    s2, phi = float(softplus(g["noise"])), float(softplus(g["phi"]))
+    clients = []
+    for _ in range(T):
+        X, y = rng.uniform(-2, 2, size=(15, 2)), rng.normal(size=15)
+        loc = random_params(rng, 2, M, Mi, 2)[1]
+        gb = global_basis(X, g, cfg)
+        cf = ClosedFormClient(y, g, cfg, gb)
+        lb = local_basis(X, loc, cfg) if cfg.use_local else None
+        if lb is not None:
+            cf.set_local(lb)
+        clients.append((y, gb.W, lb.W if lb is not None else np.zeros((0, 15)), cf, loc))
+    # dense: the means (m_g, then per client m_delta and m_u) maximize a quadratic
+    k = (M if cfg.use_deviation else 0) + (Mi if cfg.use_local else 0)
+    N = M + T * k
+    H, h = np.eye(N), np.zeros(N)
+    for i, (y, W, V, _, _) in enumerate(clients):
+        B = np.zeros((N, y.shape[0]))
+        B[:M] = W
+        o = M + i * k
+        if cfg.use_deviation:
+            B[o:o + M] = W
+            H[o:o + M, o:o + M] = np.eye(M) / phi
+            o += M
+        if cfg.use_local:
+            B[o:o + Mi] = V
+        H += B @ B.T / s2
+        h += B @ y / s2
+    means = np.linalg.solve(H, h)
+    A = np.eye(M) + sum(cf.marginal_global_stats()[0] for *_, cf, _ in clients)
+    a = sum(cf.marginal_global_stats()[1] for *_, cf, _ in clients)
+    mg = np.linalg.solve(A, a)
+    np.testing.assert_allclose(mg, means[:M], rtol=1e-8, atol=1e-10)
+    g_new = dict(g, mg=mg)
+    for i, (y, _, _, cf, loc) in enumerate(clients):
+        cf2 = ClosedFormClient(y, g_new, cfg, cf.gb)
+        if cfg.use_local:
+            cf2.set_local(cf.lb)
+        sol = cf2.solve(loc)
+        keys = ["md"] * cfg.use_deviation + ["mu"] * cfg.use_local
+        part = np.concatenate([sol[key] for key in keys])
+        np.testing.assert_allclose(part, means[M + i * k:M + (i + 1) * k], rtol=1e-8,
+                                   atol=1e-10)
