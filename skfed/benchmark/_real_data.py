@@ -32,6 +32,9 @@ __all__ = ["REGRESSION_SETS", "CLASSIFICATION_SETS", "regression_methods",
            "classification_methods", "evaluate"]
 
 N_SPLITS = 5
+# repetition ``seed`` uses split and model seed SEED_BASE + seed: the defaults were chosen
+# by the committed selection scripts on split seeds 0-2, so reported seeds are disjoint
+SEED_BASE = 100
 # data set -> columns (by feature name) that get a random slope in the mixed model:
 # the textbook specification of each data set (intercept-only where there is none)
 RANDOM_SLOPES = {
@@ -44,7 +47,7 @@ RANDOM_SLOPES = {
 REGRESSION_SETS = tuple(RANDOM_SLOPES)
 CLASSIFICATION_SETS = ("wvs", "chile")
 # run by the default (quick) benchmark; the others with --full
-QUICK_SETS = ("sleepstudy", "chickweight", "produc", "wvs")
+QUICK_SETS = ("sleepstudy", "wvs")
 # pooled exact GPs are O(n^3): only where the pooled data are small
 POOLED_GP_MAX_ROWS = 1000
 
@@ -139,6 +142,7 @@ def evaluate(name, seed):
 
     data = load_multilevel(name)
     X, y, groups = data.data, data.target, data.groups
+    seed = SEED_BASE + seed
     rows = []
     for setting, folds in _splits(X, y, groups, seed).items():
         if data.task == "regression":
