@@ -5,6 +5,8 @@ Run the real-data group first, then this script on its summary::
     skfed benchmark --full --experiments real --out real-report
     python benchmarks/real_data_targets.py real-report/summary.csv
 
+(several summaries may be given, e.g. of separate regression and classification runs).
+
 Targets (regression, every data set): the best skfed personalized estimator at
 defaults has seen-site RMSE below the best of Local Ridge, Pooled Ridge and
 Local GPR, and at most 1.05x MixedLM's; its new-site RMSE is at most 1.05x
@@ -22,13 +24,14 @@ SKFED = SKFED_REGRESSORS + ("DP-Fed DRO (non-private)", "DP-Fed DRO (private def
 BASELINES = ("Local Ridge", "Pooled Ridge", "Local GPR")
 
 
-def load(path):
+def load(paths):
     cells = defaultdict(dict)
-    with open(path, newline="", encoding="utf-8") as fh:
-        for r in csv.DictReader(fh):
-            if r["experiment"].startswith("real_"):
-                key = (r["experiment"][5:], r["setting"], r["method"])
-                cells[key][r["metric"]] = float(r["mean"])
+    for path in paths:
+        with open(path, newline="", encoding="utf-8") as fh:
+            for r in csv.DictReader(fh):
+                if r["experiment"].startswith("real_"):
+                    key = (r["experiment"][5:], r["setting"], r["method"])
+                    cells[key][r["metric"]] = float(r["mean"])
     return cells
 
 
@@ -86,12 +89,12 @@ def _markdown(header, rows):
     return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def main(path):
-    cells = load(path)
+def main(paths):
+    cells = load(paths)
     print(_markdown(*regression_rows(cells)))
     print()
     print(_markdown(*classification_rows(cells)))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "skfed-report/summary.csv")
+    main(sys.argv[1:] or ["skfed-report/summary.csv"])
