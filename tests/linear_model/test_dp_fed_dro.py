@@ -522,3 +522,69 @@ def test_grouped_rows_are_not_copied_and_give_the_same_model(small_problem):
     a = DPFedDROClassifier(n_rounds=4, random_state=0).fit(X, y, groups=groups)
     b = DPFedDROClassifier(n_rounds=4, random_state=0).fit(Xs, ys, groups=gs)
     np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-10)
+
+
+# ---------------------------------------------------------------- raw units, probabilities
+
+
+def test_non_private_mode_standardizes_raw_units_from_site_moments():
+    rng = np.random.default_rng(15)
+    X, y = _blobs(rng, n=120)
+    groups = rng.integers(0, 3, 120)
+    units = np.array([1e3, 1.0, 1e-2, 50.0])
+    shift = np.array([5e4, -3.0, 0.0, 10.0])
+    raw = DPFedDROClassifier(epsilon=None, n_rounds=10).fit(X * units + shift, y,
+                                                            groups=groups)
+    std = DPFedDROClassifier(epsilon=None, n_rounds=10).fit(X, y, groups=groups)
+    # the same standardized problem: identical predictions, scores in raw units
+    np.testing.assert_allclose(raw.decision_function(X * units + shift),
+                               std.decision_function(X), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(raw.feature_mean_, (X * units + shift).mean(axis=0))
+    np.testing.assert_allclose(raw.feature_scale_, (X * units).std(axis=0))
+    # only aggregates of rows cross in the set-up exchange
+    setup = [r for r in raw.communication_.records if r.round == -1 and r.direction == "up"]
+    assert all(set(r.names) == {"n_samples", "n_features", "classes", "feature_mean",
+                                "feature_m2"} for r in setup)
+    with pytest.raises(ValueError, match="standardize"):
+        DPFedDROClassifier(standardize=True).fit(X, y)
+
+
+def test_predict_proba_is_calibrated_softmax(small_problem):
+    from scipy.special import softmax
+    from sklearn.metrics import log_loss
+
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=10).fit(X, y, groups=groups)
+    proba = clf.predict_proba(X)
+    np.testing.assert_allclose(proba, softmax(clf.decision_function(X) / clf.temperature_,
+                                              axis=1))
+    np.testing.assert_allclose(np.exp(clf.predict_log_proba(X)), proba)
+    np.testing.assert_array_equal(clf.classes_[proba.argmax(axis=1)], clf.predict(X))
+    assert clf.n_iter_ == 10
+    # the fitted temperature is the best of a fine grid on the training rows
+    best = min(log_loss(y, softmax(clf.decision_function(X) / t, axis=1))
+               for t in np.logspace(-3, 3, 601))
+    assert log_loss(y, proba) <= best + 1e-3
+    # the extra round sends only the clients' summed log losses on the fixed grid
+    last = [r for r in clf.communication_.records if r.round == 10 and r.direction == "up"]
+    assert len(last) == 4 and all(r.names == ("log_loss",) for r in last)
+    # private: nothing more is released, fixed temperature 1
+    dp = DPFedDROClassifier(n_rounds=3, random_state=0).fit(X, y, groups=groups)
+    assert dp.temperature_ == 1.0 and dp.n_iter_ == 3
+    np.testing.assert_allclose(dp.predict_proba(X), softmax(dp.decision_function(X), axis=1))
+
+
+def test_neg_log_loss_in_cross_validate_with_routing():
+    import sklearn
+    from sklearn.model_selection import GroupKFold, cross_validate
+
+    rng = np.random.default_rng(16)
+    X, y = _blobs(rng, n=120)
+    g = rng.integers(0, 4, 120)
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=5)
+    with sklearn.config_context(enable_metadata_routing=True):
+        res = cross_validate(clf, X, y, cv=GroupKFold(2), scoring=["neg_log_loss", "roc_auc_ovr"],
+                             params={"groups": g})
+    assert np.all(np.isfinite(res["test_neg_log_loss"]))
+    assert np.all(res["test_roc_auc_ovr"] > 0.9)
+    assert clf.get_metadata_routing().decision_function.requests["groups"] is True
