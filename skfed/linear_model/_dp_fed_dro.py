@@ -47,8 +47,14 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     the clients solve the exact local problem of the paper's Proposition 1
     (Algorithm 1, the "Non-Private Fed DRO" model); with the ``"linf"``/``"l1"``
     feature norms that problem is a linear program plus the ADMM proximal
-    term, solved with scipy's HiGHS ``linprog`` and tangent cuts of the
-    quadratic (see :func:`skfed.linear_model._admm.solve_prox_lp`).
+    term, one convex QP solved by PIQP (see
+    :func:`skfed.linear_model._admm.solve_prox_qp`). Non-private mode
+    standardizes the features by default (``standardize="auto"``): each site
+    sends its feature means and sums of squared deviations in the set-up
+    exchange (aggregates, not rows), the server pools them, the sites train
+    on standardized rows and ``coef_``/``intercept_`` are mapped back to raw
+    units. One extra round after training fits the temperature of
+    :meth:`predict_proba`.
 
     **Privacy.** Record-level ("replace one row of one client") differential
     privacy of everything a client sends, per client, composed over
@@ -132,6 +138,13 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         sensitivities use ``sqrt(norm_bound^2 + intercept_scaling^2)``.
     intercept_scaling : float, default=1.0
         Value of the constant feature.
+    standardize : {"auto", True, False}, default="auto"
+        Standardize the features with the pooled mean and standard deviation
+        of all sites' rows, formed from per-site moments (non-private only:
+        these aggregates are not covered by a privacy guarantee, so ``True``
+        with ``epsilon``/``target_epsilon`` is an error). ``"auto"``: ``True``
+        without privacy, ``False`` with it. The paper's protocol scales the
+        rows beforehand (``standardize=False``).
     unknown_client : {"global", "error"}, default="global"
         Prediction for unseen clients (the global model is used for every row).
     n_jobs : int or None, default=None
@@ -156,7 +169,11 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     clients_ : ndarray of shape (n_clients,)
         Client labels.
     n_iter_ : int
-        Rounds run.
+        Training rounds run (without the calibration round of non-private mode).
+    temperature_ : float
+        Temperature of :meth:`predict_proba`: fitted without privacy, 1 with it.
+    feature_mean_, feature_scale_ : ndarray of shape (n_features,) or None
+        The pooled standardization (``None`` when not standardizing).
     history_ : dict of ndarray
         Per round: ``"objective"`` (``sum_g alpha_g h_g^t`` at the iterate the
         clients linearize at, or the exact local objective in non-private mode;
@@ -182,7 +199,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     client_weights_ : ndarray of shape (n_clients,)
         ``alpha``.
     communication_ : Ledger
-        Every message sent: only ``coef`` (the noisy local model) goes up.
+        Every message sent: only ``coef`` (the noisy local model) goes up;
+        without privacy also the set-up moments and the last round's
+        ``log_loss`` sums.
     n_features_in_ : int
         Number of features.
 
