@@ -129,7 +129,9 @@ def _uci_methods(mode, X, y, groups, seed):
         params = (_cv_select(make, GRIDS[name], X, y, groups, seed) if mode == "full"
                   else FIXED[name])
         out[name] = make(params)
-    out["Non-Private Fed DRO"] = DPFedDROClassifier(epsilon=None, n_rounds=T_np, rho=rho_np,
+    # the paper's protocol: the rows are already min-max + l2 scaled (no standardization)
+    out["Non-Private Fed DRO"] = DPFedDROClassifier(epsilon=None, standardize=False,
+                                                    n_rounds=T_np, rho=rho_np,
                                                     **np_kw)
     out["Non-Private Fed OvA DRO"] = FedOvADROClassifier(n_rounds=T_np, rho=rho_np, **np_kw)
     return out
@@ -229,7 +231,8 @@ def run_faults(seed, mode):
         prep = StandardScaler().fit(X)
         X, X_te = prep.transform(X), prep.transform(X_te)
         kw = dict(kappa=0.5, radius=1e-3, rho=size["rho"], n_rounds=size["n_rounds"])
-        for method, est in (("Non-Private Fed DRO", DPFedDROClassifier(epsilon=None, **kw)),
+        for method, est in (("Non-Private Fed DRO", DPFedDROClassifier(epsilon=None, standardize=False,
+                                                                   **kw)),
                             ("Non-Private Fed OvA DRO", FedOvADROClassifier(**kw))):
             est.fit(X, y, groups=groups)
             rows.append({"setting": overlap, "method": method,

@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linprog
 
 from ..federated import FederatedAlgorithm
 from ._base import LinearClientMixin
@@ -162,7 +161,7 @@ def sensitivities(n_samples, *, norm_bound, rho, eta, kappa, nu):
 
 
 # --------------------------------------------------------------------------
-# exact local solves (Algorithm 1) by linear programming
+# exact local solves (Algorithm 1): one QP each
 # --------------------------------------------------------------------------
 
 
@@ -229,143 +228,68 @@ def _dual_norm_constraints(blocks, lam_col, aux_start, dual):
     return np.array(rows), np.array(cols), np.array(vals, dtype=float), np.array(rhs), aux
 
 
-try:  # HiGHS's own Python interface, as bundled with scipy (see _HighsCuts)
-    from scipy.optimize._highspy import _core as _highs_core
-except ImportError:  # pragma: no cover - other scipy builds
-    _highs_core = None
+class LocalSolveError(RuntimeError):
+    """The QP solver did not report an optimal solution of a local problem."""
 
 
-class _LinprogCuts:
-    """Cutting-plane LPs re-solved from scratch by the public ``scipy.optimize.linprog``."""
+def solve_prox_qp(c, A_ub, b_ub, bounds, quad_cols, center, rho):
+    """``min c.z + (rho/2) ||z[quad_cols] - center||^2`` s.t. ``A_ub z <= b_ub``, bounds.
 
-    def __init__(self, c, A_ub, b_ub, bounds):
-        self.c, self.bounds = c, bounds
-        self.rows, self.rhs = [A_ub.tocsr()], [np.asarray(b_ub, dtype=float)]
-
-    def add_rows(self, indptr, indices, data, b, n_cols):
-        self.rows.append(sparse.csr_matrix((data, indices, indptr),
-                                           shape=(indptr.size - 1, n_cols)))
-        self.rhs.append(b)
-
-    def solve(self):
-        res = linprog(self.c, A_ub=sparse.vstack(self.rows).tocsr(),
-                      b_ub=np.concatenate(self.rhs), bounds=self.bounds, method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"local LP failed: {res.message}")
-        return res.x
-
-
-class _HighsCuts:
-    """The same LPs kept in one HiGHS instance: added cuts are warm-started.
-
-    scipy's ``linprog`` rebuilds the model for every call; keeping it in HiGHS
-    and adding rows lets the dual simplex restart from the last basis, about
-    10x faster for the local problems here. It uses the HiGHS bindings that
-    scipy ships (``scipy.optimize._highspy``, not a public scipy API), so
-    :class:`_LinprogCuts` is the fallback when they are missing.
-    """
-
-    def __init__(self, c, A_ub, b_ub, bounds):
-        core = _highs_core
-        self.h = h = core._Highs()
-        h.setOptionValue("output_flag", False)
-        self.inf = inf = h.getInfinity()
-        n = c.size
-        lp = core.HighsLp()
-        lp.num_col_, lp.num_row_ = n, A_ub.shape[0]
-        lp.col_cost_ = np.asarray(c, dtype=float)
-        lp.col_lower_ = np.array([-inf if lo is None else lo for lo, _ in bounds], dtype=float)
-        lp.col_upper_ = np.array([inf if up is None else up for _, up in bounds], dtype=float)
-        lp.row_lower_ = np.full(A_ub.shape[0], -inf)
-        lp.row_upper_ = np.asarray(b_ub, dtype=float)
-        A = sparse.csc_matrix(A_ub)
-        lp.a_matrix_.format_ = core.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = A.indptr.astype(np.int32)
-        lp.a_matrix_.index_ = A.indices.astype(np.int32)
-        lp.a_matrix_.value_ = A.data.astype(float)
-        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, A_ub.shape[0]
-        h.passModel(lp)
-
-    def add_rows(self, indptr, indices, data, b, n_cols):
-        k = indptr.size - 1
-        self.h.addRows(k, np.full(k, -self.inf), np.asarray(b, dtype=float), data.size,
-                       indptr[:-1].astype(np.int32), indices.astype(np.int32),
-                       data.astype(float))
-
-    def solve(self):
-        self.h.run()
-        status = self.h.getModelStatus()
-        if status != _highs_core.HighsModelStatus.kOptimal:
-            raise RuntimeError(f"local LP failed: {self.h.modelStatusToString(status)}")
-        return np.array(self.h.getSolution().col_value)
-
-
-def solve_prox_lp(c, A_ub, b_ub, bounds, quad_cols, center, rho, warm=None, tol=1e-7,
-                  max_iter=500, backend="auto"):
-    """``min c.z + (rho/2) ||z[quad_cols] - center||^2`` s.t. ``A_ub z <= b_ub`` by LPs.
-
-    The separable quadratic gets one epigraph variable per coordinate and is
-    approximated from below by tangent cuts; every iteration solves a linear
-    program with HiGHS and adds a cut at each coordinate whose epigraph gap
-    exceeds ``tol``. At the stopping point the objective is within
-    ``tol * len(quad_cols)`` of the optimum (the LP value is a lower bound),
-    so the quadratic coordinates are within ``sqrt(2 tol len(quad_cols) / rho)``
-    of the minimiser. ``rho = 0`` is a single LP.
+    One convex QP (diagonal Hessian ``rho`` on ``quad_cols``; ``rho = 0`` is
+    a linear program) solved by PIQP's sparse interior-point solver. PIQP was
+    chosen over HiGHS's QP solver, Clarabel, OSQP and the former tangent-cut
+    LPs by ``benchmarks/bench_dro_local_qp.py`` (no failures, the smallest
+    times; see ``doc/performance.md``).
 
     Parameters
     ----------
-    backend : {"auto", "highs", "linprog"}, default="auto"
-        ``"highs"`` keeps one HiGHS model and warm-starts after each cut
-        (:class:`_HighsCuts`); ``"linprog"`` re-solves with
-        ``scipy.optimize.linprog(method="highs")``; ``"auto"`` prefers the first.
+    c : ndarray of shape (n_vars,)
+        Linear cost.
+    A_ub : sparse matrix of shape (n_rows, n_vars)
+    b_ub : ndarray of shape (n_rows,)
+    bounds : list of (lower, upper)
+        ``None`` means unbounded.
+    quad_cols : ndarray of int
+        The variables of the quadratic term.
+    center : ndarray of shape (len(quad_cols),)
+    rho : float
+        Weight of the quadratic term (>= 0).
 
     Returns
     -------
-    z : ndarray
-        The minimiser (without the epigraph variables).
-    n_lp : int
-        Number of LPs solved.
+    z : ndarray of shape (n_vars,)
+
+    Raises
+    ------
+    LocalSolveError
+        If PIQP does not report a solved status (the message holds it).
     """
-    n_base = c.size
-    q = len(quad_cols)
-    use_highs = backend == "highs" or (backend == "auto" and _highs_core is not None)
-    Solver = _HighsCuts if use_highs else _LinprogCuts
-    if rho == 0:
-        return Solver(c, A_ub, b_ub, bounds).solve(), 1
-    c_full = np.concatenate([c, np.ones(q)])
-    bounds_full = list(bounds) + [(0.0, None)] * q
-    A_base = sparse.hstack([A_ub, sparse.csr_matrix((A_ub.shape[0], q))]).tocsr()
-    solver = Solver(c_full, A_base, b_ub, bounds_full)
-    tcol = n_base + np.arange(q)
-    qcols = np.asarray(quad_cols)
-    scale = max(1.0, float(np.abs(center).max()) if q else 1.0)
-    points = [center + scale / rho, center - scale / rho]
-    if warm is not None:
-        # a fan of cuts around the previous solution: ADMM iterates move
-        # little between late rounds, so the optimum is often bracketed at once
-        warm = np.asarray(warm, dtype=float)
-        points += [warm] + [warm + h * scale for h in (0.1, -0.1, 0.01, -0.01, 1e-3, -1e-3)]
+    import piqp
 
-    def add_cuts(a, which):
-        # tangent of (rho/2)(m - v)^2 at a: rho (a - v) m - t <= (rho/2)(a^2 - v^2)
-        k = which.size
-        cols = np.column_stack([qcols[which], tcol[which]]).ravel()
-        vals = np.column_stack([rho * (a[which] - center[which]), -np.ones(k)]).ravel()
-        solver.add_rows(np.arange(0, 2 * k + 1, 2), cols, vals,
-                        0.5 * rho * (a[which] ** 2 - center[which] ** 2), n_base + q)
-
-    every = np.arange(q)
-    for a in points:
-        add_cuts(a, every)
-    for it in range(1, max_iter + 1):
-        z = solver.solve()
-        m = z[qcols]
-        gap = 0.5 * rho * (m - center) ** 2 - z[tcol]
-        bad = np.flatnonzero(gap > tol)
-        if bad.size == 0:
-            return z[:n_base], it
-        add_cuts(m, bad)
-    raise RuntimeError(f"local QP did not reach tol={tol} in {max_iter} LPs")
+    n = c.size
+    quad_cols = np.asarray(quad_cols)
+    q = np.array(c, dtype=float)
+    q[quad_cols] -= rho * np.asarray(center, dtype=float)  # (rho/2)(m - v)^2 = ... - rho v m
+    diag = np.zeros(n)
+    diag[quad_cols] = rho
+    lower = np.array([-np.inf if lo is None else lo for lo, _ in bounds], dtype=float)
+    upper = np.array([np.inf if up is None else up for _, up in bounds], dtype=float)
+    b_ub = np.asarray(b_ub, dtype=float)
+    args = (sparse.diags(diag, format="csc"), q, None, None, sparse.csc_matrix(A_ub),
+            np.full(b_ub.size, -np.inf), b_ub, lower, upper)
+    # PIQP's default (scaled) run, then without its Ruiz scaling: rare local
+    # problems of real data took > 250 iterations scaled and ~30 unscaled
+    for preconditioner_iter in (None, 0):
+        solver = piqp.SparseSolver()
+        solver.settings.verbose = False
+        solver.settings.max_iter = 1000
+        if preconditioner_iter is not None:
+            solver.settings.preconditioner_iter = preconditioner_iter
+        solver.setup(*args)
+        status = solver.solve()
+        if status == piqp.PIQP_SOLVED:
+            return np.array(solver.result.x)
+    raise LocalSolveError(f"local QP solver (PIQP) status {status.name}")
 
 
 def cs_dro_local_lp(X, y, n_classes, *, radius, kappa, dual):
@@ -406,8 +330,7 @@ def cs_dro_local_lp(X, y, n_classes, *, radius, kappa, dual):
     return c, A, b, bounds, np.arange(k * p), lam_col
 
 
-def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual, warm=None,
-                       tol=1e-7):
+def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual):
     """Exact solve of Proposition 1: the client problem of Algorithm 1.
 
     Minimises ``lambda r + (1/N) sum_n L_n(M, lambda) + (rho/2)||M - center||_F^2``
@@ -422,10 +345,7 @@ def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual, war
     c, A, b, bounds, quad_cols, lam_col = cs_dro_local_lp(
         X, y, n_classes, radius=radius, kappa=kappa, dual=dual
     )
-    z, _ = solve_prox_lp(
-        c, A, b, bounds, quad_cols, np.ravel(center), rho,
-        warm=None if warm is None else np.ravel(warm), tol=tol,
-    )
+    z = solve_prox_qp(c, A, b, bounds, quad_cols, np.ravel(center), rho)
     p = X.shape[1]
     return z[: n_classes * p].reshape(n_classes, p), float(z[lam_col])
 
@@ -438,8 +358,7 @@ def cs_dro_objective(X, y, coef, lam, *, radius, kappa):
     return lam * radius + loss_sum / X.shape[0]
 
 
-def solve_binary_dro_local(X, y_pm, center, *, radius, kappa, rho, dual, warm=None,
-                           tol=1e-7):
+def solve_binary_dro_local(X, y_pm, center, *, radius, kappa, rho, dual):
     """Exact solve of the binary (hinge) federated DRO client problem (OvA baseline).
 
     ``min lambda r + (1/N) sum s_n + (rho/2)||w - center||^2`` s.t.
@@ -474,9 +393,52 @@ def solve_binary_dro_local(X, y_pm, center, *, radius, kappa, rho, dual, warm=No
     c[lam_col] = radius
     c[s_start:aux_start] = 1.0 / n
     bounds = [(None, None)] * p + [(0.0, None)] * (n_vars - p)
-    z, _ = solve_prox_lp(c, A, b, bounds, np.arange(p), np.asarray(center, float), rho,
-                         warm=warm, tol=tol)
+    z = solve_prox_qp(c, A, b, bounds, np.arange(p), np.asarray(center, float), rho)
     return z[:p], float(z[lam_col])
+
+
+def exact_local_step(data, rnd, solve, *args, **kwargs):
+    """``solve(*args, **kwargs)`` for client ``data`` in round ``rnd``; name both if it fails."""
+    try:
+        return solve(*args, **kwargs)
+    except LocalSolveError as exc:
+        raise LocalSolveError(
+            f"client {data.label!r}, round {rnd}: {exc}; try a larger rho, or features "
+            "on a common scale (standardize=True, or a scaler before the estimator)."
+        ) from exc
+
+
+# --------------------------------------------------------------------------
+# probability calibration (non-private mode)
+# --------------------------------------------------------------------------
+
+#: inverse temperatures ``beta`` of ``softmax(beta * scores)`` the clients score
+TEMPERATURE_GRID = np.logspace(-3.0, 3.0, 61)
+
+
+def softmax_log_loss_grid(scores, y, betas=TEMPERATURE_GRID):
+    """``sum_n -log softmax(beta * s_n)[y_n]`` for every ``beta`` (one client's aggregate)."""
+    z = betas[:, None, None] * scores[None]  # (n_beta, n, K)
+    top = z.max(axis=2, keepdims=True)
+    lse = np.log(np.exp(z - top).sum(axis=2)) + top[..., 0]
+    return (lse - z[:, np.arange(y.size), y]).sum(axis=1)
+
+
+def pick_temperature(total_loss, betas=TEMPERATURE_GRID):
+    """Temperature ``1 / beta`` minimising the summed log-loss on the grid.
+
+    A parabola through the best grid point and its neighbours (in
+    ``log beta``) refines it between grid points.
+    """
+    i = int(np.argmin(total_loss))
+    log_b = np.log(betas)
+    if 0 < i < betas.size - 1:
+        f0, f1, f2 = total_loss[i - 1:i + 2]
+        curv = f0 - 2.0 * f1 + f2
+        if curv > 0:
+            step = 0.5 * (f0 - f2) / curv  # in grid steps, within (-1/2, 1/2) at a minimum
+            return float(np.exp(-(log_b[i] + step * (log_b[1] - log_b[0]))))
+    return float(1.0 / betas[i])
 
 
 # --------------------------------------------------------------------------
@@ -548,7 +510,7 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
 
     def __init__(self, *, n_classes, n_features, alpha, radius, kappa, rho, gamma, dual,
                  private, eta=None, nu=None, sigma_M=None, sigma_lambda=None,
-                 project_lambda=False, lp_tol=1e-7):
+                 project_lambda=False, calibrate_round=None, output_model="last"):
         self.n_classes = n_classes
         self.n_features = n_features
         self.coef_shape = (n_classes, n_features)
@@ -564,7 +526,8 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
         self.sigma_M = sigma_M
         self.sigma_lambda = sigma_lambda
         self.project_lambda = project_lambda
-        self.lp_tol = lp_tol
+        self.calibrate_round = calibrate_round
+        self.output_model = output_model
 
     def client_init(self, data, rng):
         zeros = np.zeros(self.coef_shape)
@@ -580,6 +543,10 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
         }
 
     def client_step(self, data, state, broadcast, rng):
+        if self.calibrate_round is not None and state["round"] >= self.calibrate_round:
+            # the extra last round: score the released model (see server_step)
+            scores = data.X @ np.asarray(broadcast["coef"], dtype=float).T
+            return state, {"log_loss": softmax_log_loss_grid(scores, data.y)}
         g = data.index
         center = np.asarray(broadcast["coef"], dtype=float)
         mu = state["mu"]
@@ -587,10 +554,10 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
             mu = mu + state["coef"] - center
         r_g = float(self.radius[g])
         if not self.private:
-            coef, lam = solve_cs_dro_local(
-                data.X, data.y, self.n_classes, center - mu, radius=r_g, kappa=self.kappa,
-                rho=self.rho, dual=self.dual, warm=state["coef"], tol=self.lp_tol,
-            )
+            coef, lam = exact_local_step(
+                data, state["round"] + 1, solve_cs_dro_local, data.X, data.y,
+                self.n_classes, center - mu, radius=r_g, kappa=self.kappa, rho=self.rho,
+                dual=self.dual)
             objective = cs_dro_objective(data.X, data.y, coef, lam, radius=r_g,
                                          kappa=self.kappa)
             new = dict(state, coef=coef, lam=lam, mu=mu, round=state["round"] + 1,
@@ -614,3 +581,13 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
                    lam_history=state["lam_history"] + [float(lam_noisy)],
                    tau_history=state["tau_history"] + [tau])
         return new, {"coef": coef_noisy}
+
+    def server_step(self, state, messages, rng):
+        if self.calibrate_round is not None and state["round"] >= self.calibrate_round:
+            total = sum(np.asarray(m["log_loss"], dtype=float) for m in messages.values())
+            return dict(state, temperature=pick_temperature(total)), {"coef": state["coef"]}
+        state, broadcast = super().server_step(state, messages, rng)
+        if state["round"] == self.calibrate_round and self.output_model == "average":
+            # the calibration round scores the model that will be released
+            broadcast = {"coef": state["sum_coef"] / state["round"]}
+        return state, broadcast

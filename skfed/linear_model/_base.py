@@ -145,6 +145,9 @@ class LinearClientMixin:
 
     classes = None
     intercept_scaling = None
+    #: set from the set-up summary when the estimator standardizes (non-private only)
+    feature_mean = None
+    feature_scale = None
 
     def prepare_client(self, data):
         if self.classes is None:  # built by hand on encoded rows (no set-up exchange)
@@ -155,6 +158,8 @@ class LinearClientMixin:
         if not np.array_equal(self.classes[codes], y):
             raise ValueError(f"client {data.label!r} holds class labels outside classes_.")
         X = data.X
+        if self.feature_mean is not None:
+            X = (X - self.feature_mean) / self.feature_scale
         if self.intercept_scaling is not None:
             X = np.hstack([X, np.full((X.shape[0], 1), self.intercept_scaling)])
         return ClientData(X=X, y=codes.astype(np.int64), sample_weight=data.sample_weight,
@@ -360,6 +365,17 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
     def _set_client_results(self, result, algorithm):
         """Attributes from the client states (``None`` on a distributed run)."""
 
+    # decision_function checks groups like predict: request them alike
+    __metadata_request__decision_function = {"groups": True}
+
+    def _scores(self, X, groups):
+        """``X @ coef_.T + intercept_`` of shape (n_samples, n_classes), groups checked."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        if groups is not None:
+            map_clients(groups, self.clients_, X.shape[0], self.unknown_client)
+        return X @ self.coef_.T + self.intercept_
+
     def decision_function(self, X, groups=None):
         """Class scores ``M x + b`` of the global model.
 
@@ -377,11 +393,7 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
             For two classes, the score of ``classes_[1]`` minus that of
             ``classes_[0]``.
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        if groups is not None:
-            map_clients(groups, self.clients_, X.shape[0], self.unknown_client)
-        scores = X @ self.coef_.T + self.intercept_
+        scores = self._scores(X, groups)
         if scores.shape[1] == 2:
             return scores[:, 1] - scores[:, 0]
         return scores

@@ -21,7 +21,13 @@ from sklearn.utils.validation import validate_data
 from ..base import transactional_fit
 from ..federated import FederatedAlgorithm
 from ..utils._validation import check_groups
-from ._admm import DUAL_NORM, _ConsensusServer, solve_binary_dro_local, solve_cs_dro_local
+from ._admm import (
+    DUAL_NORM,
+    _ConsensusServer,
+    exact_local_step,
+    solve_binary_dro_local,
+    solve_cs_dro_local,
+)
 from ._base import (
     LinearClientMixin,
     _LinearFederatedClassifier,
@@ -122,14 +128,13 @@ class _FedOvAAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
 
     min_samples_per_client = 2
 
-    def __init__(self, *, coef_shape, alpha, radius, kappa, rho, dual, lp_tol=1e-7):
+    def __init__(self, *, coef_shape, alpha, radius, kappa, rho, dual):
         self.coef_shape = coef_shape
         self.alpha = alpha
         self.radius = radius
         self.kappa = kappa
         self.rho = rho
         self.dual = dual
-        self.lp_tol = lp_tol
 
     def client_init(self, data, rng):
         zeros = np.zeros(self.coef_shape)
@@ -141,11 +146,10 @@ class _FedOvAAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
         coef = np.empty(self.coef_shape)
         for k in range(self.coef_shape[0]):
             y_pm = np.where(data.y == k, 1.0, -1.0)
-            coef[k], _ = solve_binary_dro_local(
-                data.X, y_pm, center[k] - mu[k], radius=float(self.radius[data.index]),
-                kappa=self.kappa, rho=self.rho, dual=self.dual, warm=state["coef"][k],
-                tol=self.lp_tol,
-            )
+            coef[k], _ = exact_local_step(
+                data, state["round"] + 1, solve_binary_dro_local, data.X, y_pm,
+                center[k] - mu[k], radius=float(self.radius[data.index]), kappa=self.kappa,
+                rho=self.rho, dual=self.dual)
         return dict(state, coef=coef, mu=mu, round=state["round"] + 1), {"coef": coef}
 
 

@@ -3,6 +3,7 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+from scipy import sparse
 from scipy.optimize import minimize
 from sklearn.preprocessing import Normalizer
 
@@ -448,23 +449,66 @@ def test_predict_uses_global_model_and_checks_groups(small_problem):
         clf.predict(X[:2], groups=[99, 99])
 
 
-def test_highs_and_linprog_backends_agree():
-    from skfed.linear_model._admm import cs_dro_local_lp, solve_prox_lp
+def _random_local_problem(rng):
+    n, p, k = int(rng.integers(3, 40)), int(rng.integers(1, 6)), int(rng.integers(2, 5))
+    X = rng.standard_normal((n, p)) * 10.0 ** rng.uniform(-2, 3, p)  # mixed feature units
+    y = rng.integers(0, k, n)
+    center = rng.standard_normal((k, p)) * 10.0 ** rng.uniform(-3, 1)
+    kw = dict(radius=float(rng.choice([0.0, 1e-3, 0.1])), kappa=float(rng.uniform(0.1, 2)),
+              rho=float(10.0 ** rng.uniform(-3, 1)), dual=str(rng.choice(["l1", "linf"])))
+    return X, y, k, center, kw
 
+
+def test_exact_local_solve_never_fails_and_matches_a_reference():
+    from skfed.linear_model._admm import cs_dro_local_lp
+
+    try:
+        import clarabel
+    except ImportError:  # the reference solver is optional; the KKT-free checks still run
+        clarabel = None
     rng = np.random.default_rng(13)
-    X = _unit_rows(rng, 40, 4)
-    y = rng.integers(0, 3, 40)
-    c, A, b, bounds, quad, _ = cs_dro_local_lp(X, y, 3, radius=0.01, kappa=0.5, dual="linf")
-    center = rng.standard_normal(12)
-    z1, _ = solve_prox_lp(c, A, b, bounds, quad, center, 0.5, backend="highs")
-    z2, _ = solve_prox_lp(c, A, b, bounds, quad, center, 0.5, backend="linprog")
+    for _ in range(300):
+        X, y, k, center, kw = _random_local_problem(rng)
+        coef, lam = solve_cs_dro_local(X, y, k, center, **kw)
+        assert lam >= phi(coef, kw["dual"]) - 1e-6 * max(1.0, lam)
+        ours = _exact_objective(X, y, coef, center=center, radius=kw["radius"],
+                                kappa=kw["kappa"], rho=kw["rho"], dual=kw["dual"])
+        if clarabel is None:
+            continue
+        # an independent interior-point solver on the same QP
+        c, A, b, bounds, quad, _ = cs_dro_local_lp(X, y, k, radius=kw["radius"],
+                                                   kappa=kw["kappa"], dual=kw["dual"])
+        n_vars = c.size
+        lower = np.array([-np.inf if lo is None else lo for lo, _ in bounds])
+        bound_rows = np.flatnonzero(np.isfinite(lower))
+        G = sparse.vstack([A, sparse.csc_matrix(
+            (-np.ones(bound_rows.size), (np.arange(bound_rows.size), bound_rows)),
+            shape=(bound_rows.size, n_vars))]).tocsc()
+        h = np.concatenate([b, -lower[bound_rows]])
+        P = sparse.diags(np.isin(np.arange(n_vars), quad) * kw["rho"], format="csc")
+        q = c.copy()
+        q[quad] -= kw["rho"] * center.ravel()
+        settings = clarabel.DefaultSettings()
+        settings.verbose = False
+        sol = clarabel.DefaultSolver(P, q, G, h, [clarabel.NonnegativeConeT(G.shape[0])],
+                                     settings).solve()
+        z = np.array(sol.x)
+        ref = c @ z + kw["rho"] / 2 * np.sum((z[quad] - center.ravel()) ** 2)
+        assert ours == pytest.approx(ref, rel=1e-6, abs=1e-6)
 
-    def objective(z):
-        return c @ z + 0.25 * np.sum((z[quad] - center) ** 2)
 
-    # both stop within tol * 12 of the optimum, so within sqrt(2 * 12 * tol / rho)
-    assert objective(z1) == pytest.approx(objective(z2), abs=2 * 12 * 1e-7)
-    np.testing.assert_allclose(z1[quad], z2[quad], atol=math.sqrt(2 * 12 * 1e-7 / 0.5) * 2)
+def test_local_solve_failure_names_client_and_round(monkeypatch):
+    from skfed.linear_model import _admm
+
+    def fail(*args, **kwargs):
+        raise _admm.LocalSolveError("local QP solver (PIQP) status PIQP_MAX_ITER_REACHED")
+
+    monkeypatch.setattr(_admm, "solve_prox_qp", fail)
+    rng = np.random.default_rng(14)
+    X, y = _blobs(rng, n=40)
+    groups = np.where(np.arange(40) < 20, "a", "b")
+    with pytest.raises(RuntimeError, match=r"client 'a', round 1: .*PIQP.*larger rho"):
+        DPFedDROClassifier(epsilon=None, n_rounds=2).fit(X, y, groups=groups)
 
 
 def test_grouped_rows_are_not_copied_and_give_the_same_model(small_problem):
@@ -478,3 +522,69 @@ def test_grouped_rows_are_not_copied_and_give_the_same_model(small_problem):
     a = DPFedDROClassifier(n_rounds=4, random_state=0).fit(X, y, groups=groups)
     b = DPFedDROClassifier(n_rounds=4, random_state=0).fit(Xs, ys, groups=gs)
     np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-10)
+
+
+# ---------------------------------------------------------------- raw units, probabilities
+
+
+def test_non_private_mode_standardizes_raw_units_from_site_moments():
+    rng = np.random.default_rng(15)
+    X, y = _blobs(rng, n=120)
+    groups = rng.integers(0, 3, 120)
+    units = np.array([1e3, 1.0, 1e-2, 50.0])
+    shift = np.array([5e4, -3.0, 0.0, 10.0])
+    raw = DPFedDROClassifier(epsilon=None, n_rounds=10).fit(X * units + shift, y,
+                                                            groups=groups)
+    std = DPFedDROClassifier(epsilon=None, n_rounds=10).fit(X, y, groups=groups)
+    # the same standardized problem: identical predictions, scores in raw units
+    np.testing.assert_allclose(raw.decision_function(X * units + shift),
+                               std.decision_function(X), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(raw.feature_mean_, (X * units + shift).mean(axis=0))
+    np.testing.assert_allclose(raw.feature_scale_, (X * units).std(axis=0))
+    # only aggregates of rows cross in the set-up exchange
+    setup = [r for r in raw.communication_.records if r.round == -1 and r.direction == "up"]
+    assert all(set(r.names) == {"n_samples", "n_features", "classes", "feature_mean",
+                                "feature_m2"} for r in setup)
+    with pytest.raises(ValueError, match="standardize"):
+        DPFedDROClassifier(standardize=True).fit(X, y)
+
+
+def test_predict_proba_is_calibrated_softmax(small_problem):
+    from scipy.special import softmax
+    from sklearn.metrics import log_loss
+
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=10).fit(X, y, groups=groups)
+    proba = clf.predict_proba(X)
+    np.testing.assert_allclose(proba, softmax(clf.decision_function(X) / clf.temperature_,
+                                              axis=1))
+    np.testing.assert_allclose(np.exp(clf.predict_log_proba(X)), proba)
+    np.testing.assert_array_equal(clf.classes_[proba.argmax(axis=1)], clf.predict(X))
+    assert clf.n_iter_ == 10
+    # the fitted temperature is the best of a fine grid on the training rows
+    best = min(log_loss(y, softmax(clf.decision_function(X) / t, axis=1))
+               for t in np.logspace(-3, 3, 601))
+    assert log_loss(y, proba) <= best + 1e-3
+    # the extra round sends only the clients' summed log losses on the fixed grid
+    last = [r for r in clf.communication_.records if r.round == 10 and r.direction == "up"]
+    assert len(last) == 4 and all(r.names == ("log_loss",) for r in last)
+    # private: nothing more is released, fixed temperature 1
+    dp = DPFedDROClassifier(n_rounds=3, random_state=0).fit(X, y, groups=groups)
+    assert dp.temperature_ == 1.0 and dp.n_iter_ == 3
+    np.testing.assert_allclose(dp.predict_proba(X), softmax(dp.decision_function(X), axis=1))
+
+
+def test_neg_log_loss_in_cross_validate_with_routing():
+    import sklearn
+    from sklearn.model_selection import GroupKFold, cross_validate
+
+    rng = np.random.default_rng(16)
+    X, y = _blobs(rng, n=120)
+    g = rng.integers(0, 4, 120)
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=5)
+    with sklearn.config_context(enable_metadata_routing=True):
+        res = cross_validate(clf, X, y, cv=GroupKFold(2), scoring=["neg_log_loss", "roc_auc_ovr"],
+                             params={"groups": g})
+    assert np.all(np.isfinite(res["test_neg_log_loss"]))
+    assert np.all(res["test_roc_auc_ovr"] > 0.9)
+    assert clf.get_metadata_routing().decision_function.requests["groups"] is True
