@@ -20,7 +20,8 @@ import sys
 from collections import defaultdict
 
 SKFED_REGRESSORS = ("PFedHGP", "PersonalizedTensor")
-SKFED = SKFED_REGRESSORS + ("DP-Fed DRO (non-private)", "DP-Fed DRO (private default)")
+SKFED = SKFED_REGRESSORS + ("DP-Fed DRO (non-private)",
+                            "DP-Fed DRO (private default, rows clipped to norm 1)")
 BASELINES = ("Local Ridge", "Pooled Ridge", "Local GPR")
 
 
@@ -69,7 +70,7 @@ def classification_rows(cells):
     for name in names:
         dro = cells[(name, "seen-site", "DP-Fed DRO (non-private)")]["macro_f1"]
         pooled = cells[(name, "seen-site", "Pooled LogReg")]["macro_f1"]
-        private = cells[(name, "seen-site", "DP-Fed DRO (private default)")]
+        private = cells[(name, "seen-site", SKFED[3])]
         slowest = max(cells[(name, s, m)]["fit_time_s"] for s in ("seen-site", "new-site")
                       for m in SKFED[2:])
         rows.append([name, f"{dro:.3f}", f"{pooled:.3f}", _mark(dro >= pooled - 0.02),
