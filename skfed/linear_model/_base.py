@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..base import FederatedEstimatorMixin, transactional_fit
 from ..federated import ClientData, fit_federated
 from ..privacy import (
+    check_epsilon,
     check_privacy_budget,
     dpfeddro_epsilon,
     dpfeddro_per_round_epsilon,
@@ -117,7 +118,8 @@ def _privacy_plan(est, split):
             # round down so the spent epsilon never exceeds the target
             eps = math.exp(brentq(excess, lo, hi, xtol=1e-7)) * (1.0 - 1e-6)
         return split_eps(eps), delta, delta
-    if est.epsilon is None:
+    # one "no noise" rule for every private estimator: None, or its alias inf
+    if check_epsilon(est.epsilon) is None:
         return None
     eps, delta = check_privacy_budget(est.epsilon, est.delta, allow_none=False)
     return split_eps(eps), delta, delta
@@ -231,7 +233,14 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
     _private = True
 
     def _is_private(self):
-        return self._private and (self.epsilon is not None or self.target_epsilon is not None)
+        # epsilon=inf is an alias of None (check_epsilon): no noise, no norm bound;
+        # a total target has no such alias (target_epsilon=inf is an error)
+        if not self._private:
+            return False
+        if self.target_epsilon is not None:
+            check_epsilon(self.target_epsilon, name="target_epsilon", allow_none=False)
+            return True
+        return check_epsilon(self.epsilon) is not None
 
     def _privacy_plan(self):
         """Per-round ``(epsilons, delta, delta_bar)`` or None (see :func:`privacy_plan`)."""

@@ -186,7 +186,8 @@ class DPFedERMClassifier(_FederatedBaseline):
     Parameters
     ----------
     epsilon : float or None, default=0.5
-        Per-round budget; ``None`` trains without noise.
+        Per-round budget; ``None`` trains without noise, and ``float("inf")``
+        is an alias of ``None`` (:func:`skfed.privacy.check_epsilon`).
     delta : float, default=1e-6
         Per-round (and total) delta.
     target_epsilon, target_delta : float or None, default=None
@@ -223,7 +224,8 @@ class DPFedERMClassifier(_FederatedBaseline):
     coef_, intercept_, classes_, clients_, n_iter_, communication_ :
         As :class:`skfed.DPFedDROClassifier`.
     privacy_spent_ : tuple or None
-        Total ``(epsilon, delta)``.
+        Total ``(epsilon, delta)``; ``None`` without privacy (``epsilon=None``
+        or ``inf``).
     noise_sigma_ : ndarray of shape (n_clients,)
         Noise standard deviation per client.
     eta_ : ndarray of shape (n_clients,)
@@ -306,7 +308,8 @@ class DPFedSGDClassifier(_FederatedBaseline):
     Parameters
     ----------
     epsilon : float or None, default=0.5
-        Per-round budget; ``None`` trains without noise.
+        Per-round budget; ``None`` trains without noise, and ``float("inf")``
+        is an alias of ``None`` (:func:`skfed.privacy.check_epsilon`).
     delta : float, default=1e-6
         Per-round (and total) delta.
     target_epsilon, target_delta : float or None, default=None

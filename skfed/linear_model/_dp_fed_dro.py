@@ -43,7 +43,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
        consensus ``M^t = sum_g alpha_g (M~_g^t + mu_g^{t-1})`` and broadcasts
        it; clients then update ``mu_g`` and the penalty multiplier ``tau_g``.
 
-    With ``epsilon=None`` and ``target_epsilon=None`` no noise is added and
+    With ``epsilon=None`` (or its alias ``inf``) and ``target_epsilon=None`` no noise is added and
     the clients solve the exact local problem of the paper's Proposition 1
     (Algorithm 1, the "Non-Private Fed DRO" model); with the ``"linf"``/``"l1"``
     feature norms that problem is a linear program plus the ADMM proximal
@@ -78,8 +78,11 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     epsilon : float or None, default=0.5
         Per-round budget (the paper's quadratic budget
         ``eps_M^2 + eps_lambda^2 = epsilon^2``). ``None`` (with
-        ``target_epsilon=None``) trains without privacy (Algorithm 1).
-        Ignored when ``target_epsilon`` is given.
+        ``target_epsilon=None``) trains without privacy (Algorithm 1);
+        ``float("inf")`` is an alias of ``None`` (the same fit, and
+        ``privacy_spent_`` is ``None``), as for every private estimator of
+        skfed (:func:`skfed.privacy.check_epsilon`). 0, negative, NaN or
+        non-numbers are refused. Ignored when ``target_epsilon`` is given.
     delta : float, default=1e-6
         Per-round delta of each Gaussian release, in (0, 1); also the total
         delta reported in ``privacy_spent_`` (the paper's ``delta_bar = delta``).
@@ -183,7 +186,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         ``"lambda"`` and ``"tau"`` (shape ``(n_clients, n_rounds)``).
     privacy_spent_ : tuple of float or None
         ``(epsilon, delta)`` spent in total per client by the chosen accountant,
-        ``None`` without privacy.
+        ``None`` without privacy (``epsilon=None`` or ``inf``): no guarantee.
     privacy_unit_ : str or None
         ``"record"``: one row of one client (replace-one).
     epsilon_round_ : tuple of float or None

@@ -6,10 +6,76 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "check_epsilon",
     "check_privacy_budget",
     "classical_gaussian_sigma",
     "gaussian_mechanism",
 ]
+
+
+class _ParameterTypeError(TypeError, ValueError):
+    """A parameter of the wrong type; also a ValueError, like scikit-learn's
+    ``InvalidParameterError``, so callers catching ValueError keep working."""
+
+
+def check_epsilon(epsilon, *, name="epsilon", allow_none=True):
+    """Validate a privacy loss ``epsilon``: the one "no noise" rule of skfed.
+
+    Every private estimator reads its ``epsilon`` through this function:
+    ``None`` means a non-private fit (no noise, no guarantee) and
+    ``float("inf")`` is accepted as an alias of ``None`` (an infinite budget
+    calls for no noise), so the two give the same fitted model and the same
+    ``privacy_spent_``. Anything else must be a finite real number > 0.
+
+    Parameters
+    ----------
+    epsilon : float or None
+        The value to check.
+    name : str, default="epsilon"
+        Parameter name used in error messages.
+    allow_none : bool, default=True
+        Whether "no privacy" (``None`` or ``inf``) is acceptable; when false
+        (e.g. a total target budget or a mechanism's own budget) it is an
+        error.
+
+    Returns
+    -------
+    epsilon : float or None
+        ``None`` for no privacy, else ``float(epsilon)``.
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` is not a real number (nor None), e.g. a string or a
+        bool (the exception is also a ``ValueError``).
+    ValueError
+        If ``epsilon`` is 0, negative, NaN or ``-inf`` (or "no privacy" when
+        ``allow_none`` is false).
+
+    Examples
+    --------
+    >>> from skfed.privacy import check_epsilon
+    >>> check_epsilon(0.5), check_epsilon(None), check_epsilon(float("inf"))
+    (0.5, None, None)
+    """
+    if isinstance(epsilon, bool) or not (epsilon is None or isinstance(epsilon, numbers.Real)):
+        raise _ParameterTypeError(
+            f"{name} must be a finite number > 0 or None (no privacy), got {epsilon!r} "
+            f"of type {type(epsilon).__name__}."
+        )
+    if epsilon is None or (math.isinf(epsilon) and epsilon > 0):
+        if not allow_none:
+            raise ValueError(
+                f"{name} must be a finite number > 0, got {epsilon!r} (no privacy is not "
+                f"accepted for {name})."
+            )
+        return None
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(
+            f"{name} must be a finite number > 0, or None (or inf) for a non-private fit, "
+            f"got {epsilon!r}."
+        )
+    return float(epsilon)
 
 
 def check_privacy_budget(epsilon, delta, *, allow_none=True, eps_name="epsilon",
@@ -21,7 +87,7 @@ def check_privacy_budget(epsilon, delta, *, allow_none=True, eps_name="epsilon",
     epsilon : float or None
         Privacy loss; must be finite and > 0. ``None`` or ``inf`` means
         "no privacy" (no noise) when ``allow_none`` is true; both return
-        ``None``.
+        ``None`` (see :func:`check_epsilon`).
     delta : float
         Failure probability, in (0, 1) (ignored when ``epsilon`` means no
         privacy).
@@ -43,15 +109,9 @@ def check_privacy_budget(epsilon, delta, *, allow_none=True, eps_name="epsilon",
     >>> check_privacy_budget(None, 1e-6)
     (None, None)
     """
-    if epsilon is None or (isinstance(epsilon, numbers.Real) and math.isinf(epsilon)
-                           and epsilon > 0):
-        if not allow_none:
-            raise ValueError(f"{eps_name} must be a finite number > 0, got {epsilon!r}.")
+    epsilon = check_epsilon(epsilon, name=eps_name, allow_none=allow_none)
+    if epsilon is None:
         return None, None
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not (
-        math.isfinite(epsilon) and epsilon > 0
-    ):
-        raise ValueError(f"{eps_name} must be a finite number > 0 (or None), got {epsilon!r}.")
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < delta < 1:
         raise ValueError(f"{delta_name} must be in the open interval (0, 1), got {delta!r}.")
     return float(epsilon), float(delta)

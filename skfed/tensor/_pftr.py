@@ -102,7 +102,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     penalty_scaling : {"adaptive", "none"}, default="adaptive"
         ``"none"`` uses ``omega_k = alpha`` for every client.
     epsilon : float or None, default=None
-        Per-client privacy budget of Stage I; ``None`` or ``inf``: no noise.
+        Per-client privacy budget of Stage I; ``None``: no noise (a
+        non-private fit), and ``float("inf")`` is an alias of ``None`` (the
+        same fit and the same ``privacy_spent_``), as for every private
+        estimator of skfed (:func:`skfed.privacy.check_epsilon`). 0,
+        negative, NaN or non-numbers are refused.
     delta : float, default=1e-5
         Per-client delta of Stage I (the paper's experiments use 0.1).
     tau_x, tau_e : float or None, default=None
@@ -196,7 +200,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         by the paper's basic composition, ``epsilon_rdp`` by dp-accounting's
         RDP accountant at the same ``delta``, ``noise_multiplier``,
         ``classical_valid`` (per-round ``epsilon / T_g < 1``), ``strict``
-        (both truncation levels fixed), ``covers``.
+        (both truncation levels fixed), ``covers``. Without privacy
+        (``epsilon=None`` or ``inf``) no guarantee: ``epsilon`` and
+        ``epsilon_rdp`` are ``inf``, ``noise_multiplier`` 0, ``strict``
+        false.
     grad_norm_ : ndarray of shape (n_rounds,)
         Norm of the aggregated Stage-I gradient per round.
     cv_results_ : dict
