@@ -52,6 +52,9 @@ from ._steps import (
     LOCAL_HYPER,
     BasisCache,
     _PFedHGPSteps,
+    check_pooled_scale,
+    check_setup_scale,
+    reported_client_failures,
     adam_ascent,
     adam_init,
     adam_server_update,
@@ -181,8 +184,10 @@ class _IlmmSteps(_PFedHGPSteps):
         return loc
 
     @one_blas_thread
+    @reported_client_failures
     def client_step(self, data, state, broadcast, rng):
         if int(broadcast["phase"]) == 0:
+            check_setup_scale(data.X, data.y, data.label)
             Y = np.asarray(data.y, dtype=float)
             return state, {
                 "n": np.int64(data.n_samples),
@@ -327,6 +332,7 @@ class _IlmmSteps(_PFedHGPSteps):
         n = sum(float(m["n"]) for m in msgs)
         s1 = sum(np.asarray(m["sum_y"], dtype=float) for m in msgs)
         S2 = tril_unpack(sum(np.asarray(m["yty"], dtype=float) for m in msgs), Q, symmetric=True)
+        check_pooled_scale(S2, "y")
         shift, scale = np.zeros(Q), np.ones(Q)
         if self.normalize_y:
             shift = s1 / n

@@ -540,6 +540,17 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         -------
         self : PFedHGPRegressor
             The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            If a client's sum of squares of ``y`` (of a ``y`` column) or of an
+            ``X`` column overflows float64 (values of about ``1e154`` or more):
+            each client checks before the set-up exchange; rescale the input.
+        FloatingPointError
+            If a client step fails numerically (a Cholesky factorization
+            failing even after the jitter escalation, a non-finite statistic):
+            the message names the client, the round and what to change.
         """
         X, y, n_outputs = self._validate_fit_data(X, y, reset=True)
         self._check_client_sizes(X, groups, self._steps_algorithm(X.shape[1], n_outputs))

@@ -151,6 +151,91 @@ def one_blas_thread(step):
     return wrapper
 
 
+def _scaled_sum_of_squares(v):
+    """``(max |v|, sum v^2)`` of a 1-d array, the sum computed as
+    ``a^2 ||v / a||^2`` (``a = max |v|``) so that an overflow shows as an inf
+    of this product (no warning, no silent NaN downstream)."""
+    v = np.asarray(v, dtype=float)
+    a = float(np.max(np.abs(v))) if v.size else 0.0
+    if a == 0.0 or not np.isfinite(a):
+        return a, (0.0 if a == 0.0 else np.inf)
+    with np.errstate(over="ignore", under="ignore"):  # tiny entries underflow harmlessly
+        w = v / a
+        return a, float(np.float64(a) * a * float(w @ w))
+
+
+def check_setup_scale(X, y, label):
+    """Refuse, before the set-up exchange, inputs whose sums of squares overflow.
+
+    The set-up message (and the normalization it feeds) carries each client's
+    sum of squares of ``y`` (of each ``y`` column) and of each ``X`` column; a
+    value near ``1e155`` or larger makes it ``inf`` and every prediction NaN
+    (or raises deep in the library). Raises ``ValueError`` naming the input,
+    the client and the largest absolute value.
+    """
+    for name, A in (("y", y), ("X", X)):
+        A = np.asarray(A, dtype=float)
+        cols = A.reshape(A.shape[0], -1).T
+        for j, col in enumerate(cols):
+            a, ss = _scaled_sum_of_squares(col)
+            if not np.isfinite(ss):
+                where = f" (column {j})" if cols.shape[0] > 1 else ""
+                raise ValueError(
+                    f"{name}{where} of client {label!r} is out of range: its largest absolute "
+                    f"value {a:.3g} makes the sum of squares overflow float64 (values must "
+                    f"stay well below 1e154 in absolute value). Rescale {name} "
+                    f"(e.g. divide it by a constant or use StandardScaler)."
+                )
+
+
+def check_pooled_scale(total, name):
+    """Refuse a pooled set-up sum of squares that overflowed (the server's end)."""
+    if not np.all(np.isfinite(np.asarray(total, dtype=float))):
+        raise ValueError(
+            f"{name} is out of range: the clients' pooled sum of squares overflows float64. "
+            f"Rescale {name} (e.g. divide it by a constant or use StandardScaler)."
+        )
+
+
+# the numerical failures of a client step that are reported as client failures
+NUMERICAL_ERRORS = (np.linalg.LinAlgError, ArithmeticError)
+_ADVICE = ("rescale y and X (normalize_y=True, normalize_X=True, or StandardScaler), "
+           "or increase jitter")
+
+
+def client_failure(exc, label, rnd):
+    """A ``FloatingPointError`` naming the client, the round and what to change."""
+    return FloatingPointError(
+        f"client {label!r}, round {rnd}: the client step failed numerically "
+        f"({type(exc).__name__}: {exc}); {_ADVICE}."
+    )
+
+
+def reported_client_failures(step):
+    """Wrap a ``client_step``: numerical failures and non-finite messages are
+    re-raised as :func:`client_failure` (client, round, advice).
+
+    The client counts its own steps in its state (``"round"``; round 0 is the
+    set-up round), since every client takes part in every round.
+    """
+    @functools.wraps(step)
+    def wrapper(self, data, state, broadcast, rng):
+        rnd = int(state.get("round", 0))
+        try:
+            new_state, msg = step(self, data, state, broadcast, rng)
+            for k, v in msg.items():
+                v = np.asarray(v)
+                if v.dtype.kind in "fc" and not np.all(np.isfinite(v)):
+                    raise FloatingPointError(f"the message entry {k!r} is not finite")
+        except NUMERICAL_ERRORS as exc:
+            raise client_failure(exc, data.label, rnd) from exc
+        new_state = dict(new_state)
+        new_state["round"] = rnd + 1
+        return new_state, msg
+
+    return wrapper
+
+
 # ----------------------------------------------------------------------------
 # Adam (ascent), state kept by each party across rounds
 # ----------------------------------------------------------------------------
@@ -295,6 +380,7 @@ def input_setup(messages, normalize_X, M, init_inducing_global, rng):
     if normalize_X:
         n = np.array([float(m["n"]) for m in msgs])
         mean = np.array([np.asarray(m["sum_x"], dtype=float) for m in msgs]) / n[:, None]
+        check_pooled_scale(sum(np.asarray(m["sum_x2"], dtype=float) for m in msgs), "X")
         var = np.maximum(np.array([np.asarray(m["sum_x2"], dtype=float) for m in msgs])
                          / n[:, None] - mean**2, 0.0)
         # the pooled variance is within + between clients; their row-weighted
@@ -472,8 +558,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
                          lambda: self.build_local(X, loc, self.cfg))
 
     @one_blas_thread
+    @reported_client_failures
     def client_step(self, data, state, broadcast, rng):
         if int(broadcast["phase"]) == 0:
+            check_setup_scale(data.X, data.y, data.label)
             y = np.asarray(data.y, dtype=float)
             return state, {
                 "n": np.int64(data.n_samples),
@@ -583,6 +671,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
         n = sum(float(m["n"]) for m in msgs)
         s1 = sum(float(m["sum_y"]) for m in msgs)
         s2 = sum(float(m["sum_y2"]) for m in msgs)
+        check_pooled_scale(s2, "y")
         shift, scale = 0.0, 1.0
         if self.normalize_y:
             shift = s1 / n
