@@ -111,3 +111,20 @@ def test_help_prints_no_doubled_percent(capsys):
     with pytest.raises(SystemExit):
         main(["benchmark", "--help"])
     assert "%%" not in capsys.readouterr().out
+
+
+def test_real_data_splits_hold_out_sites_and_rows():
+    from skfed.benchmark._real_data import _splits
+
+    groups = np.repeat(["a", "b", "c", "d"], 6)
+    groups[-1] = "e"  # a one-row site: trains only in the seen-site protocol
+    X, y = np.zeros((24, 1)), np.zeros(24)
+    folds = _splits(X, y, groups, seed=100)
+    assert len(folds["new-site"]) == 5 and len(folds["seen-site"]) == 5
+    for train, test in folds["new-site"]:
+        assert not set(groups[train]) & set(groups[test])
+    for train, test in folds["seen-site"]:
+        assert "e" not in set(groups[test]) and "e" in set(groups[train])
+    # fewer sites than folds: leave one site out
+    four = np.repeat(["a", "b", "c", "d"], 6)
+    assert len(_splits(X, y, four, seed=100)["new-site"]) == 4
