@@ -228,10 +228,12 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         zero-mean priors, the initial noise and the population prediction
         are on the scale of ``y``. ``False`` is the paper's protocol.
     normalize_X : bool, default=True
-        Standardize each feature with the pooled mean and standard deviation
-        (from the clients' per-feature sums and sums of squares in the
-        set-up round; no single row's value is sent, except by a client with
-        one row). The lengthscales and ``Z_g`` then live on the
+        Standardize each feature by a robust pooled centre and scale: the
+        row-weighted medians over the clients of their means, and of their
+        within-client variances plus squared deviations from that centre
+        (from the clients' per-feature sums and sums of squares in the set-up
+        round, so one client's outlying rows do not set every client's scale;
+        no single row's value is sent, except by a client with one row). The lengthscales and ``Z_g`` then live on the
         standardized inputs and ``Z_g`` starts on ``[-sqrt(3), sqrt(3)]``
         per feature (the range of uniform inputs). ``False`` is the paper's
         protocol: raw inputs and ``Z_g`` on the pooled range, for which each
