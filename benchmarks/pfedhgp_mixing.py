@@ -41,6 +41,8 @@ from skfed.baselines import PooledEstimator
 from skfed.datasets import load_multilevel
 from skfed.model_selection import WithinClientKFold
 
+from pfedhgp_defaults import cv  # noqa: E402  (the same out-of-fold loop; sibling script)
+
 PHASES = {"select": (1,), "report": (0,)}
 DATASETS = ("chickweight", "sleepstudy", "produc")
 CANDIDATES = {  # phase "select"
@@ -51,17 +53,6 @@ CANDIDATES = {  # phase "select"
     "joint, 60 rounds": {"n_rounds": 60},
 }
 REPORT = ("blockwise (old default)", "joint (default)")
-
-
-def cv(make, X, y, g, splits, with_std):
-    mean, std = np.full(len(y), np.nan), np.full(len(y), np.nan)
-    for tr, te in splits:
-        m = make().fit(X[tr], y[tr], groups=g[tr])
-        if with_std:
-            mean[te], std[te] = m.predict(X[te], groups=g[te], return_std=True)
-        else:
-            mean[te] = m.predict(X[te], groups=g[te])
-    return mean, std
 
 
 def evaluate(make, X, y, g, seed, gp):
