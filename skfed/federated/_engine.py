@@ -228,7 +228,9 @@ def run_federation(
         ``algorithm.converged``.
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round, drawn uniformly without
-        replacement (at least one; ``ceil(client_fraction * n_clients)``).
+        replacement (at least one; ``ceil(client_fraction * n_clients)``);
+        a round for which ``algorithm.asks_every_client(server_state)`` is
+        true asks every client.
     n_jobs : int or None, default=None
         Client steps of a round run on this many joblib threads (numba
         kernels release the GIL). Results do not depend on it.
@@ -318,7 +320,10 @@ def _drive_rounds(algorithm, transport, n_rounds, client_fraction, on_client_err
     participation = []
     for rnd in range(n_rounds):
         tic = time.perf_counter()
-        asked = _sample_clients(n_clients, client_fraction, entropy, rnd)
+        if algorithm.asks_every_client(server_state):
+            asked = np.arange(n_clients)
+        else:
+            asked = _sample_clients(n_clients, client_fraction, entropy, rnd)
         ledger.record_broadcast(rnd, [labels[k] for k in asked], broadcast)
         messages = _collect(transport.round(rnd, asked, broadcast), asked, labels, rnd,
                             on_client_error, ledger)

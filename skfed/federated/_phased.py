@@ -200,6 +200,13 @@ class PhasedAlgorithm(FederatedAlgorithm):
         return (server_state.rounds >= self.phase_rounds[phase]
                 or self._server_phase(server_state).converged(server_state.states[phase]))
 
+    def asks_every_client(self, server_state):
+        """The current phase's answer for its next round."""
+        phase = server_state.phase
+        if self.phase_rounds[phase] == 0:
+            return False
+        return self._server_phase(server_state).asks_every_client(server_state.states[phase])
+
     # -- client side ----------------------------------------------------------
 
     def _client_phase(self, broadcast):

@@ -159,6 +159,10 @@ class FederatedAlgorithm:
     * ``server_step(state, messages, rng) -> (state, broadcast)``: sees only
       the messages of the clients that answered, keyed by client index.
     * ``converged(server_state) -> bool``: optional early stop.
+    * ``asks_every_client(server_state) -> bool``: optional; true for a round
+      that needs every client's reply (a set-up statistic, a vote, a
+      release), which then asks every client even when the engine samples a
+      fraction of them (``client_fraction < 1``).
     * ``client_finalize(data, state, broadcast, rng) -> state``: optional last
       local step on the final broadcast, with no reply (e.g. fitting a
       personalized part given the final shared model). The engine calls it
@@ -199,6 +203,10 @@ class FederatedAlgorithm:
 
     def converged(self, server_state):
         """Return True to stop before the round limit (default: never)."""
+        return False
+
+    def asks_every_client(self, server_state):
+        """Whether the next round asks every client, sampled or not (default: no)."""
         return False
 
     def client_finalize(self, data, state, broadcast, rng):

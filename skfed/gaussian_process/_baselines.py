@@ -56,6 +56,21 @@ class PFedGPRegressor(PFedHGPRegressor):
     learn_inducing : bool, default=True
     normalize_y : bool, default=False
     jitter : float, default=1e-6
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients asked per round: ``ceil(client_fraction *
+        n_clients)``, drawn uniformly without replacement from the
+        ``random_state`` stream (:func:`skfed.federated.run_federation`). The
+        set-up round and the round of the population release ask every
+        client. The server sums every client's latest statistics, so a client
+        not asked in a round contributes those of its last round
+        (incremental variational inference; with every client asked, the
+        paper's round).
+    on_client_error : {"raise", "skip"}, default="raise"
+        A failing client step stops the fit with an error naming the client
+        and round (``"raise"``) or leaves the client out of that round
+        (``"skip"``: recorded in ``communication_.failures``; the client
+        keeps its state and contributes its latest statistics, as an
+        unsampled one).
     unknown_client : {"global", "error"}, default="global"
         Unseen clients get the population prediction: a GP prior.
     population_local : {"median", "none"}, default="median"
@@ -107,6 +122,8 @@ class PFedGPRegressor(PFedHGPRegressor):
         learn_inducing=True,
         normalize_y=False,
         jitter=1e-6,
+        client_fraction=1.0,
+        on_client_error="raise",
         unknown_client="global",
         population_local="median",
         random_state=None,
@@ -128,6 +145,8 @@ class PFedGPRegressor(PFedHGPRegressor):
         self.learn_inducing = learn_inducing
         self.normalize_y = normalize_y
         self.jitter = jitter
+        self.client_fraction = client_fraction
+        self.on_client_error = on_client_error
         self.unknown_client = unknown_client
         self.population_local = population_local
         self.random_state = random_state

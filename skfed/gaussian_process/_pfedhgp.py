@@ -242,6 +242,21 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         Added to the diagonal of every inducing covariance before its
         Cholesky factorization; multiplied by 10 on each failure. The largest
         jitter used is ``jitter_``.
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients asked per round: ``ceil(client_fraction *
+        n_clients)``, drawn uniformly without replacement from the
+        ``random_state`` stream (:func:`skfed.federated.run_federation`). The
+        set-up round and the round of the population release ask every
+        client. The server sums every client's latest statistics, so a client
+        not asked in a round contributes those of its last round
+        (incremental variational inference; with every client asked, the
+        paper's round).
+    on_client_error : {"raise", "skip"}, default="raise"
+        A failing client step stops the fit with an error naming the client
+        and round (``"raise"``) or leaves the client out of that round
+        (``"skip"``: recorded in ``communication_.failures``; the client
+        keeps its state and contributes its latest statistics, as an
+        unsampled one).
     unknown_client : {"global", "error"}, default="global"
         Prediction for clients not seen in ``fit``: the population prediction
         or a ``ValueError``.
@@ -373,6 +388,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         normalize_y=True,
         normalize_X=True,
         jitter=1e-6,
+        client_fraction=1.0,
+        on_client_error="raise",
         unknown_client="global",
         population_local="median",
         random_state=None,
@@ -402,6 +419,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.normalize_y = normalize_y
         self.normalize_X = normalize_X
         self.jitter = jitter
+        self.client_fraction = client_fraction
+        self.on_client_error = on_client_error
         self.unknown_client = unknown_client
         self.population_local = population_local
         self.random_state = random_state
@@ -612,7 +631,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     def _engine_params(self):
         # one more round than n_rounds: round 0 gathers the normalization and input ranges
         return dict(n_rounds=check_positive_int(self.n_rounds, "n_rounds") + 1,
-                    client_fraction=1.0, on_client_error="raise",
+                    client_fraction=self.client_fraction,
+                    on_client_error=self.on_client_error,
                     random_state=self.random_state, n_jobs=self.n_jobs, verbose=self.verbose)
 
     def _set_federated_result(self, result, setup, labels):

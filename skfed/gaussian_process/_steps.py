@@ -745,7 +745,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         hyper = self.kernel_keys()
         state["moved"] = self._moves_kernel(state)
         if state["moved"]:
-            grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs) for k in hyper}
+            # each client's latest kernel gradient (a client asked in no kernel
+            # round yet has none)
+            grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs
+                            if "g_" + k in m) for k in hyper}
             adam = state["hyper_adam"] or adam_init(g, hyper)
             g, adam = adam_ascent(g, grads, adam, self.server_lr, hyper,
                                   scale={"Zg": state["z_scale"]})
@@ -765,14 +768,28 @@ class _PFedHGPSteps(FederatedAlgorithm):
             state["released"] = {k: np.stack([np.asarray(m[k], dtype=float)
                                               for m in messages.values()]) for k in keys}
         state["jitter"] = max([state["jitter"]] + [float(m["jitter"]) for m in messages.values()])
+        # every client's latest value of every entry: a client not heard from in
+        # this round (not sampled, or skipped after an error) contributes its last
+        # statistics and gradients, as in incremental variational inference (the
+        # same sums as the paper's when every client answers)
+        replies = dict(state.get("replies") or {})
+        for k, m in messages.items():
+            replies[k] = {**replies.get(k, {}), **m}
+        replies = dict(sorted(replies.items()))
+        state["replies"] = replies
         if self.optimizer == "paper":
-            state = self._paper_server(state, messages)
+            state = self._paper_server(state, replies)
         else:
-            state = self._cavi_server(state, messages)
+            state = self._cavi_server(state, replies)
         state["round"] += 1
         if self.share_local_hypers:
-            state["shared"] = self._shared_hypers(messages)
+            state["shared"] = self._shared_hypers(replies)
         return state, self._broadcast(state)
+
+    def asks_every_client(self, server_state):
+        # the set-up round (normalization and input scaling from every
+        # client's summary) and the round of the population release
+        return server_state["phase"] == 0 or self._release_round(server_state)
 
     def population_release_keys(self):
         """Names of the message entries :meth:`population_release` adds."""

@@ -451,7 +451,12 @@ class _ConsensusServer:
 
     ``M^t = sum_g alpha_g (M~_g^t + mu_g^{t-1})`` then
     ``mu_g^t = mu_g^{t-1} + M~_g^t - M^t``; mu is a function of released
-    models only, so the server can mirror it without extra messages.
+    models only, so the server can mirror it without extra messages. The
+    mirror updates ``mu_g`` when client ``g`` answers, with the broadcast
+    that client received, as the client does: under client sampling or
+    ``on_client_error="skip"`` a client not heard from keeps its last model
+    and dual in the consensus (with every client answering, the recursion
+    above).
     """
 
     def server_init(self, rng):
@@ -468,18 +473,19 @@ class _ConsensusServer:
 
     def server_step(self, state, messages, rng):
         alpha = np.asarray(self.alpha, dtype=float)
-        mu_old = state["mu"]
-        new = np.zeros(self.coef_shape)
-        for k, msg in messages.items():
-            new += alpha[k] * (msg["coef"] + mu_old.get(k, 0.0))
-        # clients that did not answer keep their previous contribution
-        for k in range(len(alpha)):
-            if k not in messages and k in state.get("last", {}):
-                new += alpha[k] * (state["last"][k] + mu_old.get(k, 0.0))
         last = dict(state.get("last", {}))
+        mu = dict(state["mu"])
         for k, msg in messages.items():
+            if k in last:
+                # the dual step the client took at the start of this round
+                # (client_step: mu + M~_g - the broadcast it got, this round's)
+                mu[k] = mu.get(k, 0.0) + last[k] - state["coef"]
             last[k] = np.array(msg["coef"])
-        mu = {k: mu_old.get(k, 0.0) + last[k] - new for k in last}
+        # a client that did not answer (not sampled, or skipped after an error)
+        # keeps its last model and dual, as on its side: it moves neither
+        new = np.zeros(self.coef_shape)
+        for k in sorted(last):
+            new += alpha[k] * (last[k] + mu.get(k, 0.0))
         t = state["round"] + 1
         sum_coef = state["sum_coef"] + new
         sum_client = {k: state["sum_client"].get(k, 0.0) + last[k] for k in last}
@@ -543,7 +549,7 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
         }
 
     def client_step(self, data, state, broadcast, rng):
-        if self.calibrate_round is not None and state["round"] >= self.calibrate_round:
+        if "calibrate" in broadcast:
             # the extra last round: score the released model (see server_step)
             scores = data.X @ np.asarray(broadcast["coef"], dtype=float).T
             return state, {"log_loss": softmax_log_loss_grid(scores, data.y)}
@@ -582,12 +588,20 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
                    tau_history=state["tau_history"] + [tau])
         return new, {"coef": coef_noisy}
 
+    def asks_every_client(self, server_state):
+        # the temperature is fitted on the summed losses of every client
+        return self.calibrate_round is not None and server_state["round"] >= self.calibrate_round
+
     def server_step(self, state, messages, rng):
         if self.calibrate_round is not None and state["round"] >= self.calibrate_round:
             total = sum(np.asarray(m["log_loss"], dtype=float) for m in messages.values())
             return dict(state, temperature=pick_temperature(total)), {"coef": state["coef"]}
         state, broadcast = super().server_step(state, messages, rng)
-        if state["round"] == self.calibrate_round and self.output_model == "average":
-            # the calibration round scores the model that will be released
-            broadcast = {"coef": state["sum_coef"] / state["round"]}
+        if state["round"] == self.calibrate_round:
+            # the calibration round scores the model that will be released; the
+            # flag, not a client's own step count, starts it (a client may have
+            # been asked in fewer rounds)
+            if self.output_model == "average":
+                broadcast = {"coef": state["sum_coef"] / state["round"]}
+            broadcast = {**broadcast, "calibrate": np.int64(1)}
         return state, broadcast

@@ -289,6 +289,8 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
 
     def _engine_params(self):
         return dict(n_rounds=check_positive_int(self.n_rounds, "n_rounds"),
+                    client_fraction=getattr(self, "client_fraction", 1.0),
+                    on_client_error=getattr(self, "on_client_error", "raise"),
                     random_state=self.random_state, n_jobs=self.n_jobs, verbose=self.verbose)
 
     def _fit_plan(self, setup):

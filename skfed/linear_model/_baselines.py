@@ -210,6 +210,19 @@ class DPFedERMClassifier(_FederatedBaseline):
         Append a constant feature (it counts towards the norm bound).
     intercept_scaling : float, default=1.0
         Its value.
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
+        uniformly without replacement from the ``random_state`` stream
+        (:func:`skfed.federated.run_federation`). A client not asked keeps its last model
+        and dual variable in the consensus (the server's ADMM mirror moves a client's dual
+        only when it answers, as the client does). Privacy: a client releases at most
+        ``n_rounds`` noisy models either way, so ``privacy_spent_`` is the full-
+        participation guarantee; no amplification by sampling is claimed.
+    on_client_error : {"raise", "skip"}, default="raise"
+        A failing client step stops the fit with an error naming the client
+        and round (``"raise"``) or leaves the client out of that round
+        (``"skip"``: recorded in ``communication_.failures``, treated as a
+        client not asked).
     unknown_client : {"global", "error"}, default="global"
         Unseen clients at predict time.
     n_jobs : int or None, default=None
@@ -247,6 +260,7 @@ class DPFedERMClassifier(_FederatedBaseline):
     def __init__(self, *, epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
                  accountant="paper", n_rounds=50, rho=0.8, reg=1e-4, c_w=1.0, norm_bound=1.0,
                  alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
+                 client_fraction=1.0, on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None, verbose=0):
         self.epsilon = epsilon
         self.delta = delta
@@ -261,6 +275,8 @@ class DPFedERMClassifier(_FederatedBaseline):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
+        self.client_fraction = client_fraction
+        self.on_client_error = on_client_error
         self.unknown_client = unknown_client
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -330,6 +346,18 @@ class DPFedSGDClassifier(_FederatedBaseline):
         Append a constant feature (it counts towards the norm bound).
     intercept_scaling : float, default=1.0
         Its value.
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
+        uniformly without replacement from the ``random_state`` stream
+        (:func:`skfed.federated.run_federation`). The server averages the asked clients'
+        models. Privacy: a client releases at most ``n_rounds`` noisy models either way, so
+        ``privacy_spent_`` is the full-participation guarantee; no amplification by sampling
+        is claimed.
+    on_client_error : {"raise", "skip"}, default="raise"
+        A failing client step stops the fit with an error naming the client
+        and round (``"raise"``) or leaves the client out of that round
+        (``"skip"``: recorded in ``communication_.failures``, treated as a
+        client not asked).
     unknown_client : {"global", "error"}, default="global"
         Unseen clients at predict time.
     n_jobs : int or None, default=None
@@ -362,6 +390,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
     def __init__(self, *, epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
                  accountant="paper", n_rounds=50, learning_rate=0.1, reg=1e-6, norm_bound=1.0,
                  alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
+                 client_fraction=1.0, on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None, verbose=0):
         self.epsilon = epsilon
         self.delta = delta
@@ -375,6 +404,8 @@ class DPFedSGDClassifier(_FederatedBaseline):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
+        self.client_fraction = client_fraction
+        self.on_client_error = on_client_error
         self.unknown_client = unknown_client
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -433,12 +464,24 @@ class FedOvADROClassifier(_FederatedBaseline):
         Append a constant feature.
     intercept_scaling : float, default=1.0
         Its value.
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients asked per round: ``ceil(client_fraction *
+        n_clients)``, drawn uniformly without replacement. A client not asked
+        keeps its last model and dual variable in the consensus (the server's
+        ADMM mirror moves a client's dual only when it answers, as the client
+        does).
+    on_client_error : {"raise", "skip"}, default="raise"
+        A failing client step stops the fit with an error naming the client
+        and round (``"raise"``) or leaves the client out of that round
+        (``"skip"``: recorded in ``communication_.failures``, treated as a
+        client not asked).
     unknown_client : {"global", "error"}, default="global"
         Unseen clients at predict time.
     n_jobs : int or None, default=None
         Threads.
-    random_state : None
-        Unused (deterministic); kept for a uniform API.
+    random_state : int, RandomState instance or None, default=None
+        Seed of client sampling (``client_fraction < 1``); the fit is
+        otherwise deterministic.
     verbose : int, default=0
         Verbosity.
 
@@ -463,6 +506,7 @@ class FedOvADROClassifier(_FederatedBaseline):
 
     def __init__(self, *, n_rounds=50, rho=0.5, kappa=0.5, radius=1e-3, feature_norm="l1",
                  alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
+                 client_fraction=1.0, on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None, verbose=0):
         self.n_rounds = n_rounds
         self.rho = rho
@@ -472,6 +516,8 @@ class FedOvADROClassifier(_FederatedBaseline):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
+        self.client_fraction = client_fraction
+        self.on_client_error = on_client_error
         self.unknown_client = unknown_client
         self.n_jobs = n_jobs
         self.random_state = random_state

@@ -148,6 +148,20 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         with ``epsilon``/``target_epsilon`` is an error). ``"auto"``: ``True``
         without privacy, ``False`` with it. The paper's protocol scales the
         rows beforehand (``standardize=False``).
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
+        uniformly without replacement from the ``random_state`` stream
+        (:func:`skfed.federated.run_federation`). A client not asked keeps its last model
+        and dual variable in the consensus (the server's ADMM mirror moves a client's dual
+        only when it answers, as the client does); the extra calibration round of
+        ``predict_proba`` asks every client. Privacy: a client releases at most ``n_rounds``
+        noisy models either way, so ``privacy_spent_`` is the full-participation guarantee;
+        no amplification by sampling is claimed.
+    on_client_error : {"raise", "skip"}, default="raise"
+        A failing client step stops the fit with an error naming the client
+        and round (``"raise"``) or leaves the client out of that round
+        (``"skip"``: recorded in ``communication_.failures``, treated as a
+        client not asked).
     unknown_client : {"global", "error"}, default="global"
         Prediction for unseen clients (the global model is used for every row).
     n_jobs : int or None, default=None
@@ -230,7 +244,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                  kappa=0.5, radius=0.1, c_M=1.0, c_lambda=1.0, C=0.4, V=1.0,
                  norm_bound=1.0, feature_norm="l1", alpha="uniform", output_model="last",
                  project_lambda=False, fit_intercept=False, intercept_scaling=1.0,
-                 standardize="auto", unknown_client="global", n_jobs=None, random_state=None,
+                 standardize="auto", client_fraction=1.0, on_client_error="raise",
+                 unknown_client="global", n_jobs=None, random_state=None,
                  verbose=0):
         self.epsilon = epsilon
         self.delta = delta
@@ -255,6 +270,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
         self.standardize = standardize
+        self.client_fraction = client_fraction
+        self.on_client_error = on_client_error
         self.unknown_client = unknown_client
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -494,12 +511,27 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         else:
             self.client_coefs_ = client_M
             self.client_intercepts_ = np.zeros(client_M.shape[:2])
-        obj = self.client_weights_ @ np.array([s["objective"] for s in states])
+        # each client's values in the rounds it answered (NaN in the others);
+        # its objective carries over the rounds it was not asked (its iterate
+        # did not move), so the weighted objective is NaN only before every
+        # client has answered once
+        asked = np.asarray(result.participation, dtype=bool)[:violation.size]
+        objective, lam, tau = (np.full((len(states), violation.size), np.nan) for _ in range(3))
+        for k, s in enumerate(states):
+            rounds = np.flatnonzero(asked[:, k])[:len(s["objective"])]
+            objective[k, rounds] = s["objective"]
+            lam[k, rounds] = s["lam_history"]
+            if s["tau_history"]:
+                tau[k, rounds] = s["tau_history"]
+        carried = objective.copy()
+        for t in range(1, violation.size):
+            carried[:, t] = np.where(asked[t], carried[:, t], carried[:, t - 1])
+        obj = self.client_weights_ @ carried
         t = np.arange(1, obj.size + 1)
         self.history_ = {
             "objective": obj,
             "consensus_violation": violation,
             "convergence_metric": np.cumsum(obj) / t + BETA * violation,
-            "lambda": np.array([s["lam_history"] for s in states]),
-            "tau": np.array([s["tau_history"] for s in states]).reshape(len(states), -1),
+            "lambda": lam,
+            "tau": tau if any(s["tau_history"] for s in states) else tau[:, :0],
         }

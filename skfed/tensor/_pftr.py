@@ -152,6 +152,20 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Candidates for ``cv``: keys among ``"step_size"``, ``"alpha"``;
         missing keys keep the current value. ``None``:
         ``{"step_size": (0.01, 0.02, 0.04, 0.1), "alpha": (0.01, 0.035, 0.1)}``.
+    client_fraction : float in (0, 1], default=1.0
+        Fraction of clients asked per Stage-I round: ``ceil(client_fraction
+        * n_clients)``, drawn uniformly without replacement from the
+        ``random_state`` stream (:func:`skfed.federated.run_federation`); the
+        server averages the asked clients' gradients with weights ``n_k``
+        over their rows. The initializer's two rounds (rank vote, largest
+        client's estimate) and Stage II ask every client. Privacy: a client
+        releases at most ``n_rounds`` noisy gradients either way, so
+        ``privacy_spent_`` is the full-participation guarantee; no
+        amplification by sampling is claimed.
+    on_client_error : {"raise", "skip"}, default="raise"
+        A failing client step stops the fit with an error naming the client,
+        phase and round (``"raise"``) or leaves the client out of that round
+        (``"skip"``, recorded in ``communication_.failures``).
     unknown_client : {"global", "error"}, default="global"
         Prediction for clients not seen in ``fit``: ``A_0`` or an error.
     random_state : int, RandomState instance or None, default=None
@@ -190,11 +204,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     penalty_ : ndarray of shape (n_clients,)
         Stage-II l1 weights ``omega_k``.
     noise_std_ : ndarray of shape (n_clients, n_rounds)
-        ``sigma_k^(t)`` added by each client in each round.
+        ``sigma_k^(t)`` added by each client in each round (NaN in a round
+        the client was not asked or skipped).
     tau_x_ : ndarray of shape (n_clients,)
-        Covariate truncation levels.
+        Covariate truncation levels (NaN for a client never asked in Stage I).
     tau_e_ : ndarray of shape (n_clients, n_rounds)
-        Residual truncation levels.
+        Residual truncation levels (NaN as in ``noise_std_``).
     privacy_spent_ : dict
         Per-client guarantee of the Stage-I releases: ``epsilon``/``delta``
         by the paper's basic composition, ``epsilon_rdp`` by dp-accounting's
@@ -291,6 +306,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         max_rank=None,
         cv=None,
         param_grid=None,
+        client_fraction=1.0,
+        on_client_error="raise",
         unknown_client="global",
         random_state=None,
         n_jobs=None,
@@ -323,6 +340,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.max_rank = max_rank
         self.cv = cv
         self.param_grid = param_grid
+        self.client_fraction = client_fraction
+        self.on_client_error = on_client_error
         self.unknown_client = unknown_client
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -461,8 +480,9 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         n_rounds = check_positive_int(self.n_rounds, "n_rounds")
         # the initializer (and rank vote) takes 2 rounds before Stage I
         initializer = isinstance(self.init, str)
-        return dict(n_rounds=n_rounds + 2 * initializer, client_fraction=1.0,
-                    on_client_error="raise", random_state=self.random_state,
+        return dict(n_rounds=n_rounds + 2 * initializer,
+                    client_fraction=self.client_fraction,
+                    on_client_error=self.on_client_error, random_state=self.random_state,
                     n_jobs=self.n_jobs, verbose=self.verbose)
 
     def _federated_algorithm(self, setup):
@@ -529,7 +549,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.shared_intercept_ = self._intercept_layout(shared_intercept)
         self.local_ranks_ = {} if init is None else init["local_ranks"]
         self.init_client_ = -1 if init is None else int(init["k_star"])
-        self._set_client_attributes(result.client_states)
+        self._set_client_attributes(result.client_states, result.participation)
         spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_rounds"])
         spent["strict"] = params["epsilon"] is not None and (
             params["tau_x"] is not None and params["tau_e"] is not None
@@ -542,8 +562,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.clients_ = labels
         self.communication_ = result.ledger
 
-    def _set_client_attributes(self, states):
-        """Per-client attributes from the clients' final states (``None``: off the sites)."""
+    def _set_client_attributes(self, states, participation=None):
+        """Per-client attributes from the clients' final states (``None``: off the sites).
+
+        ``participation`` (rounds x clients, the engine's) places each client's
+        Stage-I values in the rounds it answered (NaN in the others); without
+        it every client answered every round.
+        """
         self.deviations_ = self.coef_ = self.penalty_ = self.intercept_ = None
         self.noise_std_ = self.tau_x_ = self.tau_e_ = None
         if states is None:
@@ -555,9 +580,21 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.coef_ = self.shared_coef_[None] + self.deviations_
         self.penalty_ = np.array([c["omega"] for c in two])
         self.intercept_ = self._intercept_layout(np.stack([c["intercept"] for c in two]))
-        self.noise_std_ = np.array([c["sigma"] for c in one])
-        self.tau_x_ = np.array([c["tau_x"] for c in one])
-        self.tau_e_ = np.array([c["tau_e"] for c in one])
+        n_rounds = len(self.grad_norm_)
+        if participation is None:
+            asked = np.ones((n_rounds, len(states)), dtype=bool)
+        else:  # Stage I's rounds are the last ones (Stage II sends nothing)
+            asked = np.asarray(participation, dtype=bool)[-n_rounds:]
+        self.noise_std_ = np.full((len(states), n_rounds), np.nan)
+        self.tau_e_ = np.full((len(states), n_rounds), np.nan)
+        self.tau_x_ = np.full(len(states), np.nan)
+        for k, c in enumerate(one):
+            if c is None:  # never asked in Stage I
+                continue
+            self.tau_x_[k] = c["tau_x"]
+            rounds = np.flatnonzero(asked[:, k])[:len(c["sigma"])]
+            self.noise_std_[k, rounds] = c["sigma"]
+            self.tau_e_[k, rounds] = c["tau_e"]
 
     def _with_site_state(self, label, state):
         """This fitted model with one site's deviation (see ``skfed.federated.flower``)."""

@@ -346,6 +346,10 @@ class InitAlgorithm(FederatedAlgorithm):
         self.rank_scale = rank_scale
         self.max_rank = max_rank
 
+    def asks_every_client(self, server_state):
+        # the rank vote and the largest client's estimate need every client
+        return True
+
     def client_step(self, data, state, broadcast, rng):
         if state is None:
             A, D, _ = admm_init(data.X, data.y, **self.admm_params)
