@@ -1,8 +1,10 @@
 """Client and server steps of pFedHGP on :mod:`skfed.federated` (paper Alg. 1).
 
-Round 0 is a set-up round: each client sends its row count, the sum and the
-sum of squares of its targets (for ``normalize_y``) and the per-feature range
-of its inputs (to place the global inducing inputs). The following rounds are
+Round 0 is a set-up round: each client sends its row count and, if it has
+at least ``MIN_ROWS_MOMENTS`` rows, the sum and the sum of squares of its
+targets (for ``normalize_y``) and of each input feature (to scale ``X`` and
+place the global inducing inputs, unless ``input_bounds`` gives their box);
+never a minimum, maximum or single row (``doc/releases.md``). The following rounds are
 the paper's block-coordinate rounds (broadcast ``phase`` 1; ``phase`` 2 marks
 the last round when the clients release their population summaries, see
 ``release_population``):
