@@ -303,8 +303,8 @@ def test_pfedhgp_input_bounds_place_the_grid_and_need_no_input_sums():
     np.testing.assert_allclose(std.inducing_global_[:, 0], np.linspace(0, 10, 6))
 
 
-@pytest.mark.parametrize("bounds", [(1.0, 1.0), (0.0, np.inf), [[0.0, 0.0], [1.0, 1.0]],
-                                    "wide", (3.0, 1.0)])
+@pytest.mark.parametrize("bounds", [(0.0, np.inf), [[0.0, 0.0], [1.0, 1.0]], "wide",
+                                    (3.0, 1.0), [0.0, 1.0, 2.0]])
 def test_pfedhgp_bad_input_bounds_are_refused(bounds):
     X, y, groups = _regression((5, 5))
     with pytest.raises(ValueError, match="input_bounds"):

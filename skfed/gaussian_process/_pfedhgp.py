@@ -76,10 +76,10 @@ def _check_input_bounds(input_bounds, n_features):
         b = np.empty(0)
     if b.ndim == 1 and b.shape[0] == 2:
         b = np.repeat(b[:, None], n_features, axis=1)
-    if b.shape != (2, n_features) or not np.all(np.isfinite(b)) or not np.all(b[0] < b[1]):
+    if b.shape != (2, n_features) or not np.all(np.isfinite(b)) or not np.all(b[0] <= b[1]):
         raise ValueError(
             "input_bounds must be None, (lower, upper) or an array of shape (2, n_features) "
-            f"= (2, {n_features}) of finite values with lower < upper per feature, got "
+            f"= (2, {n_features}) of finite values with lower <= upper per feature, got "
             f"{input_bounds!r}."
         )
     return b[0].copy(), b[1].copy()
@@ -274,7 +274,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         nothing about the inputs is then needed to place ``Z_g``. ``None``:
         the box comes from the clients' pooled sums (see ``normalize_X``).
         It also sets the Adam step scale of the inducing inputs (box width /
-        10).
+        10, or 0.1 where ``lower == upper``).
     jitter : float, default=1e-6
         Added to the diagonal of every inducing covariance before its
         Cholesky factorization; multiplied by 10 on each failure. The largest

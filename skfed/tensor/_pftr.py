@@ -440,7 +440,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             else:
                 too_few_rows_warning("the shared intercept", MIN_ROWS_SUM,
                                      "the shared intercept is taken as 0")
-                setup["x_mean"] = np.zeros(int(setup["n_features"]))
+                setup["x_mean"] = np.zeros(int(summaries[0]["n_features"]))
                 setup["y_mean"] = np.zeros(int(np.prod(setup["output_shape"], dtype=np.int64)))
         if all("lipschitz" in s for s in summaries):
             # sum_k w_k L_k bounds the curvature of the n_k-weighted Stage-I loss
