@@ -1,10 +1,41 @@
 """The communication ledger: a record of every message that crossed."""
 
+import contextlib
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Ledger", "LedgerRecord"]
+__all__ = ["Ledger", "LedgerRecord", "keeping_payloads"]
+
+# the default of Ledger(keep_payloads=None); switched on only by keeping_payloads()
+_KEEP_PAYLOADS = [False]
+
+
+@contextlib.contextmanager
+def keeping_payloads():
+    """Make every :class:`Ledger` created inside the block keep its payloads.
+
+    For audits and tests of estimators that create their own ledger (e.g.
+    to check that no released number equals a raw value of any row); the
+    ledgers of normal fits keep only names, shapes and sizes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.federated import Ledger
+    >>> from skfed.federated._ledger import keeping_payloads
+    >>> with keeping_payloads():
+    ...     ledger = Ledger()
+    >>> ledger.record(0, "site-a", "up", {"grad": np.ones(2)})
+    >>> ledger.payloads[0]["grad"].tolist()
+    [1.0, 1.0]
+    """
+    previous = _KEEP_PAYLOADS[0]
+    _KEEP_PAYLOADS[0] = True
+    try:
+        yield
+    finally:
+        _KEEP_PAYLOADS[0] = previous
 
 DIRECTIONS = ("down", "up")
 
@@ -37,10 +68,11 @@ class Ledger:
 
     Parameters
     ----------
-    keep_payloads : bool, default=False
+    keep_payloads : bool or None, default=None
         Also keep a read-only copy of every message (for audits and tests,
-        e.g. to prove that no raw rows crossed). Off by default: it holds
-        everything that was sent.
+        e.g. to prove that no raw rows crossed). ``None``: off, except inside
+        :func:`keeping_payloads` (how a test reaches the ledger an estimator
+        creates). Off by default: it holds everything that was sent.
 
     Attributes
     ----------
@@ -71,8 +103,10 @@ class Ledger:
     (24, 0)
     """
 
-    def __init__(self, keep_payloads=False):
-        self.keep_payloads = keep_payloads
+    def __init__(self, keep_payloads=None):
+        if keep_payloads is None:
+            keep_payloads = _KEEP_PAYLOADS[0]
+        self.keep_payloads = bool(keep_payloads)
         self.records = []
         self.payloads = [] if keep_payloads else None
         self.failures = []
@@ -103,6 +137,13 @@ class Ledger:
         for a in arrays:
             nbytes += a.nbytes
         round = int(round)
+        if self.keep_payloads:  # a copy: a sender may reuse or change its arrays later
+            kept = {}
+            for n, a in zip(names, arrays):
+                a = np.array(a, copy=True)
+                a.flags.writeable = False
+                kept[n] = a
+            message = kept
         for client in clients:
             self.records.append(LedgerRecord(round, client, direction, names, shapes, dtypes,
                                              nbytes))

@@ -9,6 +9,7 @@ from ._pfedhgp import (
     DEFAULT_LOCAL_STEPS,
     OPTIMIZERS,
     PFedHGPRegressor,
+    _check_input_bounds,
     _check_n_latents,
     _check_population_local,
     _check_positive,
@@ -55,6 +56,11 @@ class PFedGPRegressor(PFedHGPRegressor):
     local_lr, server_lr : float, default=0.1
     learn_inducing : bool, default=True
     normalize_y : bool, default=False
+    input_bounds : array-like of shape (2,) or (2, n_features), default=None
+        A public box of the inputs, ``(lower, upper)``: its width / 10 scales
+        the Adam steps of the inducing inputs. ``None``: from the clients'
+        pooled sums (centre +- sqrt(3) scale per feature; clients with fewer
+        than 3 rows send none), see :class:`PFedHGPRegressor`.
     jitter : float, default=1e-6
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction *
@@ -121,6 +127,7 @@ class PFedGPRegressor(PFedHGPRegressor):
         server_lr=0.1,
         learn_inducing=True,
         normalize_y=False,
+        input_bounds=None,
         jitter=1e-6,
         client_fraction=1.0,
         on_client_error="raise",
@@ -144,6 +151,7 @@ class PFedGPRegressor(PFedHGPRegressor):
         self.server_lr = server_lr
         self.learn_inducing = learn_inducing
         self.normalize_y = normalize_y
+        self.input_bounds = input_bounds
         self.jitter = jitter
         self.client_fraction = client_fraction
         self.on_client_error = on_client_error
@@ -200,6 +208,7 @@ class PFedGPRegressor(PFedHGPRegressor):
             normalize_y=bool(self.normalize_y), share_local_hypers=True,
             n_rounds=int(self.n_rounds),
             release_population=_check_population_local(self.population_local),
+            input_bounds=_check_input_bounds(self.input_bounds, cfg.n_features),
         )
 
     _inducing_local_name = "n_inducing"  # the parameter named in the small-client warning

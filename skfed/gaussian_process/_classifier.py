@@ -38,6 +38,10 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         "cavi", n_rounds=10, normalize_y=True)`` with ``min(40, n_features)``
         global and ``min(20, n_features)`` local inducing inputs and initial
         lengthscales 0.1 (global) and 0.05 (local) times the grid's range.
+        With ``normalize_X=False`` and no ``input_bounds`` (the default
+        regressor too), ``input_bounds`` is set to the grid's range: the grid
+        is public, so ``Z_g`` starts on it as before and no input sums are
+        sent.
     input_grid : array-like of shape (n_features,) or (n_features, d), default=None
         The inputs at which every object is observed.
 
@@ -107,6 +111,9 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         else:
             raise ValueError(
                 f"estimator must be a PFedHGPRegressor or None, got {self.estimator!r}.")
+        if not est.normalize_X and est.input_bounds is None:
+            # the grid is public: Z_g starts on its range, nothing about it need be sent
+            est.set_params(input_bounds=(grid.min(axis=0), grid.max(axis=0)))
         Xr = np.tile(grid, (X.shape[0], 1))
         yr = X.ravel()
         groups = np.repeat(yi, X.shape[1])

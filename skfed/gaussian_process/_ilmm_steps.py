@@ -48,6 +48,7 @@ from ._ilmm import (
     local_bases,
     solve_local_ilmm,
 )
+from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ._steps import (
     LOCAL_HYPER,
     BasisCache,
@@ -61,8 +62,6 @@ from ._steps import (
     BROADCAST_SCALARS,
     client_inducing_count,
     farthest_point_rows,
-    input_setup,
-    input_summary,
     one_blas_thread,
     wants_kernel_grad,
 )
@@ -188,13 +187,7 @@ class _IlmmSteps(_PFedHGPSteps):
     def client_step(self, data, state, broadcast, rng):
         if int(broadcast["phase"]) == 0:
             check_setup_scale(data.X, data.y, data.label)
-            Y = np.asarray(data.y, dtype=float)
-            return state, {
-                "n": np.int64(data.n_samples),
-                "sum_y": Y.sum(axis=0),
-                "yty": tril_pack(Y.T @ Y),
-                **input_summary(data.X, self.normalize_X),
-            }
+            return state, self.setup_message(data)
         g = self.broadcast_globals(broadcast)
         shift = np.asarray(broadcast["y_shift"], dtype=float)
         scale = np.asarray(broadcast["y_scale"], dtype=float)
@@ -329,20 +322,28 @@ class _IlmmSteps(_PFedHGPSteps):
         cfg = self.cfg
         msgs = list(messages.values())
         Q = cfg.n_outputs
-        n = sum(float(m["n"]) for m in msgs)
-        s1 = sum(np.asarray(m["sum_y"], dtype=float) for m in msgs)
-        S2 = tril_unpack(sum(np.asarray(m["yty"], dtype=float) for m in msgs), Q, symmetric=True)
-        check_pooled_scale(S2, "y")
+        # the clients with too few rows sent no sums (skfed.federated._release)
+        sent = [m for m in msgs if "sum_y" in m]
         shift, scale = np.zeros(Q), np.ones(Q)
-        if self.normalize_y:
-            shift = s1 / n
-            var = np.maximum(np.diag(S2) / n - shift**2, 0.0)
-            scale = np.where(var > 0, np.sqrt(var), 1.0)
-        # pooled second moments about the shift, in the normalized units
-        C = (S2 / n - np.outer(shift, s1 / n) - np.outer(s1 / n, shift) + np.outer(shift, shift))
-        C = C / np.outer(scale, scale)
-        Zg, z_scale, x_shift, x_scale = input_setup(msgs, self.normalize_X, self.M,
-                                                    self.init_inducing_global, rng)
+        if sent:
+            n = sum(float(m["n"]) for m in sent)
+            s1 = sum(np.asarray(m["sum_y"], dtype=float) for m in sent)
+            S2 = tril_unpack(sum(np.asarray(m["yty"], dtype=float) for m in sent), Q,
+                             symmetric=True)
+            check_pooled_scale(S2, "y")
+            if self.normalize_y:
+                shift = s1 / n
+                var = np.maximum(np.diag(S2) / n - shift**2, 0.0)
+                scale = np.where(var > 0, np.sqrt(var), 1.0)
+            # pooled second moments about the shift, in the normalized units
+            C = (S2 / n - np.outer(shift, s1 / n) - np.outer(s1 / n, shift)
+                 + np.outer(shift, shift))
+            C = C / np.outer(scale, scale)
+        else:
+            too_few_rows_warning("normalize_y and the initial loadings", MIN_ROWS_MOMENTS,
+                                 "y is left as it is and the loadings start isotropic")
+            C = np.eye(Q)
+        Zg, z_scale, x_shift, x_scale = self.setup_inputs(msgs, rng)
         g = {"noise": np.asarray(softplus_inv(self.init_noise))}
         if cfg.global_basis:
             g["Zg"] = Zg

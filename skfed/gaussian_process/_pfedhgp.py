@@ -66,6 +66,25 @@ def _check_components(components):
     return set(comps)
 
 
+def _check_input_bounds(input_bounds, n_features):
+    """``input_bounds`` as ``(lower, upper)``, each of shape ``(n_features,)``, or None."""
+    if input_bounds is None:
+        return None
+    try:
+        b = np.asarray(input_bounds, dtype=float)
+    except (TypeError, ValueError):
+        b = np.empty(0)
+    if b.ndim == 1 and b.shape[0] == 2:
+        b = np.repeat(b[:, None], n_features, axis=1)
+    if b.shape != (2, n_features) or not np.all(np.isfinite(b)) or not np.all(b[0] <= b[1]):
+        raise ValueError(
+            "input_bounds must be None, (lower, upper) or an array of shape (2, n_features) "
+            f"= (2, {n_features}) of finite values with lower <= upper per feature, got "
+            f"{input_bounds!r}."
+        )
+    return b[0].copy(), b[1].copy()
+
+
 def _check_n_latents(n_latents):
     """``(R_g, R_l)`` from ``n_latents``: an int, or ``(R_g, R_delta, R_l)`` with
     ``R_delta = R_g``."""
@@ -115,10 +134,12 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     (:class:`skfed.federated.flower.FlowerFederation`) with the same fitted
     global model and ``communication_``. In the set-up exchange (ledger round
     -1) each site sends its row and feature counts and its number of outputs.
-    Round 0 is a set-up round in which each client sends its row count, the
-    sum and sum of squares of its targets and of each feature (to normalize
-    ``y`` and ``X`` and to place ``Z_g``; the per-feature range instead with
-    ``normalize_X=False``); ``n_rounds`` training rounds follow.
+    Round 0 is a set-up round in which each client sends its row count and,
+    if it has 3 rows or more, the sum and sum of squares of its targets and
+    of each feature (to normalize ``y`` and ``X`` and to place ``Z_g``; no
+    feature sums with ``normalize_X=False`` and ``input_bounds`` given);
+    ``n_rounds`` training rounds follow. Every released quantity is listed
+    in ``doc/releases.md``.
 
     **Multi-output** ``y`` of shape ``(n_samples, Q)`` with ``Q >= 2`` is
     fitted with the paper's ILMM (sec. 3.9, 4.2; spec 3.6)::
@@ -233,15 +254,34 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         within-client variances plus squared deviations from that centre
         (from the clients' per-feature sums and sums of squares in the set-up
         round, so one client's outlying rows do not set every client's scale;
-        no single row's value is sent, except by a client with one row). The lengthscales and ``Z_g`` then live on the
-        standardized inputs and ``Z_g`` starts on ``[-sqrt(3), sqrt(3)]``
-        per feature (the range of uniform inputs). ``False`` is the paper's
-        protocol: raw inputs and ``Z_g`` on the pooled range, for which each
-        client sends its per-feature minimum and maximum.
+        no single row's value is sent). The lengthscales and ``Z_g`` then
+        live on the standardized inputs and ``Z_g`` starts on ``[-sqrt(3),
+        sqrt(3)]`` per feature (the range of uniform inputs; ``input_bounds``,
+        standardized, if given). ``False`` is the paper's
+        protocol: raw inputs, ``Z_g`` in ``input_bounds`` (the paper's
+        ``[0, 10]``) or, without them, in the pooled centre +- sqrt(3) times
+        the pooled scale per feature (the range of uniform inputs). No client
+        sends a minimum or maximum (they are raw values of single rows), and
+        a client with fewer than 3 rows sends no sums (the sum and the sum of
+        squares of one or two numbers give the numbers): it is left out of
+        the pooled statistics (of ``normalize_y`` too); if no client has 3
+        rows, the centre is 0 and the scale 1, with a warning.
+    input_bounds : array-like of shape (2,) or (2, n_features), default=None
+        The box, in raw input units, where ``Z_g`` starts (an even grid for
+        one feature, a scrambled Halton set otherwise): ``(lower, upper)`` for
+        every feature, or one row of lower and one of upper ends. Pass a
+        public range (the design's, or one known before seeing the data);
+        nothing about the inputs is then needed to place ``Z_g``. ``None``:
+        the box comes from the clients' pooled sums (see ``normalize_X``).
+        It also sets the Adam step scale of the inducing inputs (box width /
+        10, or 0.1 where ``lower == upper``).
     jitter : float, default=1e-6
         Added to the diagonal of every inducing covariance before its
         Cholesky factorization; multiplied by 10 on each failure. The largest
-        jitter used is ``jitter_``.
+        jitter used is ``jitter_``: every round's client message carries the
+        largest jitter that client has needed so far (``jitter`` times a
+        power of 10: it tells how many escalations were needed, no data
+        value).
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction *
         n_clients)``, drawn uniformly without replacement from the
@@ -387,6 +427,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         learn_inducing=True,
         normalize_y=True,
         normalize_X=True,
+        input_bounds=None,
         jitter=1e-6,
         client_fraction=1.0,
         on_client_error="raise",
@@ -418,6 +459,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.learn_inducing = learn_inducing
         self.normalize_y = normalize_y
         self.normalize_X = normalize_X
+        self.input_bounds = input_bounds
         self.jitter = jitter
         self.client_fraction = client_fraction
         self.on_client_error = on_client_error
@@ -514,6 +556,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             n_rounds=int(self.n_rounds),
             release_population=_check_population_local(self.population_local),
             joint_mean=self.mean_update == "joint",
+            input_bounds=_check_input_bounds(self.input_bounds, cfg.n_features),
         )
 
     def _check_client_sizes(self, X, groups, steps):

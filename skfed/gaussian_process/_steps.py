@@ -1,8 +1,10 @@
 """Client and server steps of pFedHGP on :mod:`skfed.federated` (paper Alg. 1).
 
-Round 0 is a set-up round: each client sends its row count, the sum and the
-sum of squares of its targets (for ``normalize_y``) and the per-feature range
-of its inputs (to place the global inducing inputs). The following rounds are
+Round 0 is a set-up round: each client sends its row count and, if it has
+at least ``MIN_ROWS_MOMENTS`` rows, the sum and the sum of squares of its
+targets (for ``normalize_y``) and of each input feature (to scale ``X`` and
+place the global inducing inputs, unless ``input_bounds`` gives their box);
+never a minimum, maximum or single row (``doc/releases.md``). The following rounds are
 the paper's block-coordinate rounds (broadcast ``phase`` 1; ``phase`` 2 marks
 the last round when the clients release their population summaries, see
 ``release_population``):
@@ -37,6 +39,7 @@ from scipy.stats import qmc
 from threadpoolctl import ThreadpoolController
 
 from ..federated import FederatedAlgorithm
+from ..federated._release import MIN_ROWS_MOMENTS, sends_moments, too_few_rows_warning
 from ._closed_form import ClosedFormClient
 from ._elbo import (
     LOG2PI,
@@ -337,16 +340,27 @@ def grid_in_box(lo, hi, m, rng):
 SQRT3 = float(np.sqrt(3.0))
 
 
-def input_summary(X, normalize_X):
-    """A client's set-up summary of its inputs.
+def input_summary(X, wanted=True):
+    """A client's set-up summary of its inputs: per-feature sum and sum of squares.
 
-    ``normalize_X``: the per-feature sum and sum of squares (aggregates:
-    they equal a row's values only for a one-row client); otherwise the
-    per-feature range (the paper's grid on the inputs' range).
+    Sent only if ``wanted`` (the server needs the input moments) and the
+    client has enough rows (:func:`skfed.federated._release.sends_moments`:
+    the sums of one or two rows give the rows); otherwise nothing. Never a
+    minimum, maximum or other single row's value.
     """
-    if normalize_X:
-        return {"sum_x": X.sum(axis=0), "sum_x2": np.einsum("ij,ij->j", X, X)}
-    return {"x_min": X.min(axis=0), "x_max": X.max(axis=0)}
+    if not wanted or not sends_moments(X.shape[0]):
+        return {}
+    return {"sum_x": X.sum(axis=0), "sum_x2": np.einsum("ij,ij->j", X, X)}
+
+
+def target_summary(y):
+    """A client's set-up sums of its targets (none with fewer than ``MIN_ROWS_MOMENTS`` rows)."""
+    y = np.asarray(y, dtype=float)
+    if not sends_moments(y.shape[0]):
+        return {}
+    if y.ndim == 1:
+        return {"sum_y": y.sum(), "sum_y2": y @ y}
+    return {"sum_y": y.sum(axis=0), "yty": tril_pack(y.T @ y)}
 
 
 def weighted_median(values, weights):
@@ -361,23 +375,28 @@ def weighted_median(values, weights):
     return 0.5 * (v[lo, cols] + v[hi, cols])
 
 
-def input_setup(messages, normalize_X, M, init_inducing_global, rng):
+def input_setup(messages, normalize_X, M, init_inducing_global, rng, n_features,
+                input_bounds=None):
     """The server's input scaling and initial ``Z_g`` from the set-up summaries.
 
     Returns ``(Zg, z_scale, x_shift, x_scale)``; the model works on
-    ``(X - x_shift) / x_scale``. With ``normalize_X`` these are a robust
-    pooled mean and standard deviation from the clients' means and variances
-    (their sums): the row-weighted median of the client means, and the
-    square root of the weighted medians of the within-client variance plus
-    the squared deviation of the client means; ``Z_g`` starts
-    on ``[-sqrt(3), sqrt(3)]`` per standardized feature: for uniform inputs
-    that is their range, so the paper's grid on ``[0, 10]`` is reproduced on
-    its uniform inputs. Otherwise the inputs stay raw and the grid covers
-    the pooled range (paper Sec. 4.2). ``z_scale`` scales the Adam steps of
-    the inducing inputs: the paper's ``lr=0.1`` is for a range of 10.
+    ``(X - x_shift) / x_scale``. The pooled centre and scale come from the
+    clients' per-feature sums and sums of squares (clients with fewer than
+    ``MIN_ROWS_MOMENTS`` rows send none and are left out; if none sent any,
+    centre 0 and scale 1, with a warning): the row-weighted median of the
+    client means, and the square root of the weighted medians of the
+    within-client variance plus the squared deviation of the client means.
+    With ``normalize_X`` the model works on the standardized inputs;
+    otherwise on the raw ones (paper Sec. 4.2). ``Z_g`` starts in a box:
+    ``input_bounds`` (raw units) if given, else centre +- sqrt(3) scale per
+    feature (the range of uniform inputs, so the paper's grid on ``[0, 10]``
+    is reproduced on its uniform inputs); never the clients' minima and
+    maxima, which are raw values. ``z_scale`` (box width / 10) scales the
+    Adam steps of the inducing inputs: the paper's ``lr=0.1`` is for a range
+    of 10.
     """
-    msgs = list(messages)
-    if normalize_X:
+    msgs = [m for m in messages if "sum_x" in m]
+    if msgs:
         n = np.array([float(m["n"]) for m in msgs])
         mean = np.array([np.asarray(m["sum_x"], dtype=float) for m in msgs]) / n[:, None]
         check_pooled_scale(sum(np.asarray(m["sum_x2"], dtype=float) for m in msgs), "X")
@@ -389,10 +408,22 @@ def input_setup(messages, normalize_X, M, init_inducing_global, rng):
         shift = weighted_median(mean, n)
         var = weighted_median(var, n) + weighted_median((mean - shift) ** 2, n)
         scale = np.where(var > 0, np.sqrt(var), 1.0)
+    else:
+        shift, scale = np.zeros(int(n_features)), np.ones(int(n_features))
+        if normalize_X or input_bounds is None:
+            too_few_rows_warning(
+                "the pooled input centre and scale", MIN_ROWS_MOMENTS,
+                "the inputs are taken as centred with unit scale"
+                + ("" if input_bounds is not None else "; pass input_bounds"))
+    if input_bounds is not None:
+        lo, hi = (np.asarray(b, dtype=float) for b in input_bounds)
+        if normalize_X:
+            lo, hi = (lo - shift) / scale, (hi - shift) / scale
+    elif normalize_X:
         lo, hi = np.full(shift.shape, -SQRT3), np.full(shift.shape, SQRT3)
     else:
-        lo = np.min([m["x_min"] for m in msgs], axis=0)
-        hi = np.max([m["x_max"] for m in msgs], axis=0)
+        lo, hi = shift - SQRT3 * scale, shift + SQRT3 * scale
+    if not normalize_X:
         shift, scale = np.zeros(lo.shape), np.ones(lo.shape)
     if init_inducing_global is not None:
         Zg = (np.array(init_inducing_global, dtype=float) - shift) / scale
@@ -422,7 +453,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  init_variance_global, init_variance_local, init_phi, init_noise,
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
                  server_iterations=10, n_rounds=None, release_population=False,
-                 normalize_X=False, joint_mean=False):
+                 normalize_X=False, joint_mean=False, input_bounds=None):
         self.cfg = cfg
         self.optimizer = optimizer
         self.M = (n_inducing_global if init_inducing_global is None
@@ -440,6 +471,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
         self.server_lr = server_lr
         self.normalize_y = normalize_y
         self.normalize_X = normalize_X
+        # the box of the initial Z_g in raw input units, (lower, upper) per feature, or None
+        self.input_bounds = input_bounds
         self.share_local_hypers = share_local_hypers
         self.server_iterations = server_iterations
         self.n_rounds = np.inf if n_rounds is None else n_rounds
@@ -562,13 +595,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def client_step(self, data, state, broadcast, rng):
         if int(broadcast["phase"]) == 0:
             check_setup_scale(data.X, data.y, data.label)
-            y = np.asarray(data.y, dtype=float)
-            return state, {
-                "n": np.int64(data.n_samples),
-                "sum_y": y.sum(),
-                "sum_y2": y @ y,
-                **input_summary(data.X, self.normalize_X),
-            }
+            return state, self.setup_message(data)
         g = self.broadcast_globals(broadcast)
         loc = dict(state["loc"])
         X, cache = self.client_inputs(data, state, broadcast, loc)
@@ -600,6 +627,22 @@ class _PFedHGPSteps(FederatedAlgorithm):
         jit = max(jit, jit_l, state["jitter"])
         msg["jitter"] = jit
         return {"loc": loc, "adam": adam, "jitter": jit, "cache": cache}, msg
+
+    def wants_input_moments(self):
+        """Whether the set-up needs the clients' input sums (to scale ``X`` or place ``Z_g``)."""
+        return bool(self.normalize_X) or self.input_bounds is None
+
+    def setup_message(self, data):
+        """A client's set-up message: its row count and, if it has enough rows
+        (see :mod:`skfed.federated._release`), the sums and sums of squares of
+        its targets and (when needed) of its inputs; no single row's value."""
+        return {"n": np.int64(data.n_samples), **target_summary(data.y),
+                **input_summary(data.X, self.wants_input_moments())}
+
+    def setup_inputs(self, msgs, rng):
+        """``(Zg, z_scale, x_shift, x_scale)`` from the set-up messages (:func:`input_setup`)."""
+        return input_setup(msgs, self.normalize_X, self.M, self.init_inducing_global, rng,
+                           self.cfg.n_features, self.input_bounds)
 
     def population_release(self, loc):
         """What a client releases in the last round for the population prediction.
@@ -668,17 +711,21 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def _setup(self, messages, rng):
         cfg = self.cfg
         msgs = list(messages.values())
-        n = sum(float(m["n"]) for m in msgs)
-        s1 = sum(float(m["sum_y"]) for m in msgs)
-        s2 = sum(float(m["sum_y2"]) for m in msgs)
+        # the clients with too few rows sent no sums (skfed.federated._release)
+        sent = [m for m in msgs if "sum_y" in m]
+        n = sum(float(m["n"]) for m in sent)
+        s1 = sum(float(m["sum_y"]) for m in sent)
+        s2 = sum(float(m["sum_y2"]) for m in sent)
         check_pooled_scale(s2, "y")
         shift, scale = 0.0, 1.0
-        if self.normalize_y:
+        if self.normalize_y and not sent:
+            too_few_rows_warning("normalize_y", MIN_ROWS_MOMENTS,
+                                 "y is left as it is (shift 0, scale 1)")
+        elif self.normalize_y:
             shift = s1 / n
             var = max(s2 / n - shift**2, 0.0)
             scale = np.sqrt(var) if var > 0 else 1.0
-        Zg, z_scale, x_shift, x_scale = input_setup(msgs, self.normalize_X, self.M,
-                                                    self.init_inducing_global, rng)
+        Zg, z_scale, x_shift, x_scale = self.setup_inputs(msgs, rng)
         g = {"noise": np.asarray(softplus_inv(self.init_noise))}
         if cfg.global_basis:
             g["Zg"] = Zg

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 from scipy.special import log_softmax
 
+from ..federated._release import MIN_ROWS_MOMENTS, sends_moments, too_few_rows_warning
 from ._admm import DUAL_NORM, DPFedDROAlgorithm, sensitivities, step_sizes
 from ._base import (
     _LinearFederatedClassifier,
@@ -143,7 +144,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         Value of the constant feature.
     standardize : {"auto", True, False}, default="auto"
         Standardize the features with the pooled mean and standard deviation
-        of all sites' rows, formed from per-site moments (non-private only:
+        of the rows of the sites with 3 rows or more, formed from their
+        per-site sums and sums of squared deviations (a smaller site sends
+        none: they would give its rows; non-private only:
         these aggregates are not covered by a privacy guarantee, so ``True``
         with ``epsilon``/``target_epsilon`` is an error). ``"auto"``: ``True``
         without privacy, ``False`` with it. The paper's protocol scales the
@@ -387,24 +390,32 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         return bool(self.standardize)
 
     def _site_summary(self, X, y):
-        """Class labels; when standardizing, also the site's feature means and
-        sums of squared deviations (aggregates of its rows, sent in the clear:
-        non-private mode only)."""
+        """Class labels; when standardizing, also the site's feature sums and
+        sums of squared deviations from its mean (aggregates of its rows, sent
+        in the clear: non-private mode only). Sums, not means, and only from
+        ``MIN_ROWS_MOMENTS`` rows up: the two numbers of a two-row site follow
+        from their sum and squared deviation (:mod:`skfed.federated._release`)."""
         summary = super()._site_summary(X, y)
-        if self._standardizes():
+        if self._standardizes() and sends_moments(X.shape[0]):
             mean = X.mean(axis=0)
-            summary["feature_mean"] = mean
+            summary["feature_sum"] = X.sum(axis=0)
             summary["feature_m2"] = ((X - mean) ** 2).sum(axis=0)
         return summary
 
     def _combine_site_summaries(self, labels, summaries):
         setup = super()._combine_site_summaries(labels, summaries)
         if self._standardizes():
+            sent = [s for s in summaries if "feature_sum" in s]
+            if not sent:
+                too_few_rows_warning("standardize", MIN_ROWS_MOMENTS,
+                                     "the features are not standardized")
+                return setup
             # pooled mean and standard deviation from per-site moments (Chan et al.)
-            n = np.array([float(s["n_samples"]) for s in summaries])
-            means = np.stack([np.asarray(s["feature_mean"], dtype=float) for s in summaries])
+            n = np.array([float(s["n_samples"]) for s in sent])
+            means = np.stack([np.asarray(s["feature_sum"], dtype=float) for s in sent]) \
+                / n[:, None]
             mean = n @ means / n.sum()
-            m2 = sum(np.asarray(s["feature_m2"], dtype=float) for s in summaries)
+            m2 = sum(np.asarray(s["feature_m2"], dtype=float) for s in sent)
             scale = np.sqrt((m2 + n @ (means - mean) ** 2) / n.sum())
             scale[scale <= 1e-12 * np.maximum(1.0, np.abs(mean))] = 1.0  # constant columns
             setup["feature_mean"], setup["feature_scale"] = mean, scale

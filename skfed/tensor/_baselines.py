@@ -8,6 +8,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..base import transactional_fit
 from ..federated import FederatedAlgorithm, Federation, fit_federated
+from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float, check_shape, resolve_shape
 from ._pftr import PersonalizedTensorRegressor
@@ -87,7 +88,10 @@ class _LocalTwoStage(FederatedAlgorithm):
         message = {"n_samples": np.int64(data.n_samples)}
         if self.send_coef:
             message["coef"] = A0 + B
-            message["intercept"] = state["intercept"]
+            # a one-row client's centred rows are zeros, so its intercept is its y:
+            # it sends none (skfed.federated._release)
+            if not self.fit_intercept or sends_sums(data.n_samples):
+                message["intercept"] = state["intercept"]
         return state, message
 
     def server_step(self, state, messages, rng):
@@ -96,7 +100,10 @@ class _LocalTwoStage(FederatedAlgorithm):
         coefs = [np.asarray(messages[k]["coef"]) for k in keys if "coef" in messages[k]]
         intercepts = [np.asarray(messages[k]["intercept"]) for k in keys
                       if "intercept" in messages[k]]
-        return {"sizes": sizes, "coefs": coefs, "intercepts": intercepts}, {}
+        intercept_sizes = np.array([float(messages[k]["n_samples"]) for k in keys
+                                    if "intercept" in messages[k]])
+        return {"sizes": sizes, "coefs": coefs, "intercepts": intercepts,
+                "intercept_sizes": intercept_sizes}, {}
 
 
 class LocalTwoStageTensorRegressor(_TensorRegressorBase):
@@ -355,8 +362,8 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
 
     Every client fits :class:`LocalTwoStageTensorRegressor` on its own rows
     and sends its coefficient tensor ``A_{0,k} + B_k`` (and, with
-    ``fit_intercept``, its intercept) once, unperturbed (not
-    private); the server averages them (uniformly, as in the paper, or by
+    ``fit_intercept``, its intercept, unless it has one row: that would be
+    its ``y``) once, unperturbed (not private); the server averages them (uniformly, as in the paper, or by
     row counts) and every client predicts with the average. This is
     averaging of final local estimates, not FedAvg of gradient iterates.
 
@@ -372,7 +379,8 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
     average_coef_ : ndarray of shape coef_shape_
         The averaged tensor used for every prediction.
     average_intercept_ : float or ndarray of shape output_shape_
-        The same average of the clients' intercepts.
+        The same average of the intercepts of the clients with two rows or
+        more (0, with a warning, if there are none).
 
     Examples
     --------
@@ -457,8 +465,18 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
         w = state["sizes"] / state["sizes"].sum() if self.weights == "n_samples" else \
             np.full(len(state["coefs"]), 1.0 / len(state["coefs"]))
         self.average_coef_ = np.tensordot(w, np.stack(state["coefs"]), axes=1)
-        self.average_intercept_ = self._intercept_layout(
-            np.tensordot(w, np.stack(state["intercepts"]), axes=1))
+        # the intercepts of the clients that sent one (two rows or more with fit_intercept)
+        sizes, intercepts = state.get("intercept_sizes", state["sizes"]), state["intercepts"]
+        if not intercepts:
+            too_few_rows_warning("the average intercept", MIN_ROWS_SUM,
+                                 "the average intercept is taken as 0")
+            q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
+            average = np.zeros(q)
+        else:
+            v = sizes / sizes.sum() if self.weights == "n_samples" else \
+                np.full(len(intercepts), 1.0 / len(intercepts))
+            average = np.tensordot(v, np.stack(intercepts), axes=1)
+        self.average_intercept_ = self._intercept_layout(average)
 
     def _coef_for_client(self, k):
         return self.average_coef_

@@ -10,6 +10,7 @@ from sklearn.base import clone
 
 from ..base import transactional_fit
 from ..federated import Federation, fit_federated, seed_entropy
+from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
 from ..privacy import check_privacy_budget, pftr_privacy_spent
 from ..utils._validation import check_positive_int
 from ._base import _TensorRegressorBase, check_positive_float
@@ -57,13 +58,16 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     With ``fit_intercept=True`` (the default) every client centres its own
     ``X`` and ``y`` on their local means before any step and keeps a personal
     intercept ``mean(Y_k) - <A_k, mean(X_k)>``; the population intercept used
-    for new clients is ``mean(Y) - <A_0, mean(X)>`` over all rows, from the
-    clients' row counts and means sent in the set-up exchange (the ``n_k``
-    weighted mean of the clients' intercepts under ``A_0``). The paper's model
+    for new clients is ``mean(Y) - <A_0, mean(X)>`` over the rows of the
+    clients with two rows or more, from their row counts and their sums of
+    ``X`` and ``y`` sent in the set-up exchange (the ``n_k`` weighted mean of
+    their intercepts under ``A_0``; a one-row client's sums would be its row,
+    so it sends none; if no client has two rows the population intercept is
+    0, with a warning). The paper's model
     has no intercept and centres the data beforehand: ``fit_intercept=False``
     reproduces it. Local centring makes every centred row depend on all rows
     of its client, so the per-row sensitivity of the Stage-I noise no longer
-    holds, and the means are sent unperturbed: private fits (finite
+    holds, and the sums are sent unperturbed: private fits (finite
     ``epsilon``) require ``fit_intercept=False`` with data centred by public
     (or separately protected) means.
 
@@ -425,28 +429,38 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             )
         return bool(self.fit_intercept)
 
-    # -- the set-up exchange: with an intercept, each site's means (not private) --
+    # -- the set-up exchange: with an intercept, each site's sums (not private) --
 
     def _site_summary(self, X, y):
         summary = super()._site_summary(X, y)
         epsilon, _ = check_privacy_budget(self.epsilon, self.delta)
         X = np.asarray(X, dtype=float)
-        if self._check_fit_intercept(epsilon):
-            summary["x_mean"] = X.mean(axis=0)
-            summary["y_mean"] = np.asarray(y, dtype=float).reshape(len(y), -1).mean(axis=0)
+        intercept = self._check_fit_intercept(epsilon)
+        # sums, not means, and only from two rows up: the sum (or mean) of one
+        # row is that row, and the mean of a constant column is its value
+        if intercept and sends_sums(X.shape[0]):
+            summary["x_sum"] = X.sum(axis=0)
+            summary["y_sum"] = np.asarray(y, dtype=float).reshape(len(y), -1).sum(axis=0)
         if isinstance(self.step_size, str) and self.step_size == "auto":
             # ||X_k^T X_k / n_k||_op of the rows the steps see (centred with an intercept)
-            Xs = X - summary["x_mean"] if "x_mean" in summary else X
+            Xs = X - X.mean(axis=0) if intercept else X
             summary["lipschitz"] = np.float64(lipschitz(Xs))
         return summary
 
     def _combine_site_summaries(self, labels, summaries):
         setup = super()._combine_site_summaries(labels, summaries)
-        if all("x_mean" in s for s in summaries):
-            w = np.array([float(s["n_samples"]) for s in summaries])
-            w /= w.sum()
-            setup["x_mean"] = np.tensordot(w, np.stack([s["x_mean"] for s in summaries]), 1)
-            setup["y_mean"] = np.tensordot(w, np.stack([s["y_mean"] for s in summaries]), 1)
+        if self._check_fit_intercept(check_privacy_budget(self.epsilon, self.delta)[0]):
+            # the pooled means of the sites that sent sums (two rows or more)
+            sent = [s for s in summaries if "x_sum" in s]
+            if sent:
+                n = sum(float(s["n_samples"]) for s in sent)
+                setup["x_mean"] = sum(np.asarray(s["x_sum"], dtype=float) for s in sent) / n
+                setup["y_mean"] = sum(np.asarray(s["y_sum"], dtype=float) for s in sent) / n
+            else:
+                too_few_rows_warning("the shared intercept", MIN_ROWS_SUM,
+                                     "the shared intercept is taken as 0")
+                setup["x_mean"] = np.zeros(int(summaries[0]["n_features"]))
+                setup["y_mean"] = np.zeros(int(np.prod(setup["output_shape"], dtype=np.int64)))
         if all("lipschitz" in s for s in summaries):
             # sum_k w_k L_k bounds the curvature of the n_k-weighted Stage-I loss
             w = np.array([float(s["n_samples"]) for s in summaries])

@@ -325,7 +325,7 @@ def test_broadcast_globals_are_unpacked_once_per_broadcast_and_read_only():
                              normalize_X=False)._steps_algorithm(1)
     _, broadcast = steps.server_step(
         {"phase": 0}, {0: {"n": np.int64(5), "sum_y": 1.0, "sum_y2": 2.0,
-                           "x_min": np.zeros(1), "x_max": np.ones(1)}},
+                           "sum_x": np.full(1, 2.5), "sum_x2": np.full(1, 2.0)}},
         np.random.default_rng(0))
     g = steps.broadcast_globals(broadcast)
     assert steps.broadcast_globals(broadcast) is g  # the same object: unpacked once

@@ -543,7 +543,7 @@ def test_non_private_mode_standardizes_raw_units_from_site_moments():
     np.testing.assert_allclose(raw.feature_scale_, (X * units).std(axis=0))
     # only aggregates of rows cross in the set-up exchange
     setup = [r for r in raw.communication_.records if r.round == -1 and r.direction == "up"]
-    assert all(set(r.names) == {"n_samples", "n_features", "classes", "feature_mean",
+    assert all(set(r.names) == {"n_samples", "n_features", "classes", "feature_sum",
                                 "feature_m2"} for r in setup)
     with pytest.raises(ValueError, match="standardize"):
         DPFedDROClassifier(standardize=True).fit(X, y)

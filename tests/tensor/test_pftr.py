@@ -155,14 +155,16 @@ def test_messages_hold_no_raw_rows(small):
     model.fit(X, y, groups=groups)
     records = model.communication_.records
     setup = {name for r in records if r.round < 0 for name in r.names}
-    # with the intercept, each site's means of X and y (not raw rows) go up in the set-up
-    # and, with step_size="auto", each site's L_k (a scalar)
+    # with the intercept, each site's sums of X and y (not raw rows, not means) go up in
+    # the set-up and the pooled means come down; with step_size="auto", each site's L_k
     assert setup == {"n_samples", "n_features", "tensor_shape", "output_shape", "y_layout",
-                     "x_mean", "y_mean", "lipschitz"}
+                     "x_sum", "y_sum", "x_mean", "y_mean", "lipschitz"}
     for r in records:
         if r.round < 0:
             for name, shape in zip(r.names, r.shapes):
-                assert name not in ("x_mean", "y_mean") or shape in ((20,), (3,))
+                assert name not in ("x_sum", "y_sum", "x_mean", "y_mean") or \
+                    shape in ((20,), (3,))
+                assert r.direction == "up" or name not in ("x_sum", "y_sum")
     no_intercept = PersonalizedTensorRegressor(tensor_shape=(5, 4), rank=(2, 2, 2), n_rounds=3,
                                                fit_intercept=False, step_size=0.04).fit(
         X, y, groups=groups)

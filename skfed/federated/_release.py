@@ -1,0 +1,64 @@
+"""Which aggregates of its own rows a client may send in the clear.
+
+No message may carry a raw value of any row (``doc/releases.md``). A sum of
+one row is that row, and from the sum and the sum of squares of two numbers
+both numbers follow (they are the roots of ``t^2 - s t + (s^2 - q) / 2``).
+So a client sends per-column sums only if it has at least
+:data:`MIN_ROWS_SUM` rows, and sums together with sums of squares only if it
+has at least :data:`MIN_ROWS_MOMENTS`; a smaller client sends its row count
+alone and is left out of the pooled statistic. Clients send sums, not means
+(a mean of a constant column is a raw value; the sum of ``n >= 2`` equal
+values is not).
+"""
+
+import warnings
+
+import numpy as np
+
+__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "pooled_moments", "sends_moments", "sends_sums"]
+
+MIN_ROWS_SUM = 2
+MIN_ROWS_MOMENTS = 3
+
+
+def sends_sums(n_rows):
+    """Whether a client of ``n_rows`` rows may send per-column sums."""
+    return int(n_rows) >= MIN_ROWS_SUM
+
+
+def sends_moments(n_rows):
+    """Whether a client of ``n_rows`` rows may send sums and sums of squares."""
+    return int(n_rows) >= MIN_ROWS_MOMENTS
+
+
+def too_few_rows_warning(what, minimum, fallback):
+    """Warn that no client had ``minimum`` rows to contribute to ``what``."""
+    warnings.warn(
+        f"no client has {minimum} or more rows, so none sent the sums {what} needs (a "
+        f"smaller client's sums would be its raw values); {fallback}.",
+        UserWarning, stacklevel=3,
+    )
+
+
+def pooled_moments(counts, sums, squares):
+    """Pooled mean and variance per column from the clients that sent moments.
+
+    Parameters
+    ----------
+    counts : sequence of float
+        Row count of each contributing client.
+    sums, squares : sequence of ndarray
+        Their per-column sums and sums of squares.
+
+    Returns
+    -------
+    n, mean, var : float, ndarray, ndarray
+        ``n = 0`` (and ``mean``, ``var`` ``None``) when no client contributed.
+    """
+    n = float(np.sum(counts)) if len(counts) else 0.0
+    if n == 0:
+        return 0.0, None, None
+    mean = np.sum([np.asarray(s, dtype=float) for s in sums], axis=0) / n
+    var = np.maximum(np.sum([np.asarray(s, dtype=float) for s in squares], axis=0) / n
+                     - mean**2, 0.0)
+    return n, mean, var
