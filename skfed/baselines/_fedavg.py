@@ -5,11 +5,11 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from ..base import FederatedEstimatorMixin, check_on_site, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, fit_federated
-from ..utils._validation import check_positive_int
+from ..utils._validation import check_positive_int, validate_data
 from ._kernels import sgd_squared_epochs
 
 __all__ = ["FedAvgRegressor"]
