@@ -264,8 +264,8 @@ class LocalEstimator(_BaseWrapper):
         if fallback.all():
             errors = [m.error for m in states if m.error is not None]
             raise ValueError(
-                "no client (label of groups) could fit a model of its own on its rows of X "
-                f"and y, so there is no population model to fall back on: "
+                "no client could fit a model of its own (a client: the rows of X and y with "
+                "one label in groups), so there is no population model to fall back on: "
                 f"{'; '.join(reasons[:5])}"
                 + (" ..." if len(reasons) > 5 else "")
             ) from (errors[0] if errors else None)

@@ -319,9 +319,9 @@ def validate_data(estimator, X=_NO_Y, y=_NO_Y, **kwargs):
     ("Expected 2D array, got 1D array instead", "Found array with 0
     sample(s)", "could not convert string to float", "Found input variables
     with inconsistent numbers of samples"); this wrapper prefixes them with
-    the argument (``X`` or ``y``). With ``y_numeric=True`` it also refuses a
-    text ``y`` (scikit-learn converts only object arrays, so strings would
-    reach the estimator's arithmetic).
+    the argument (``X`` or ``y``). With ``y_numeric=True`` a text ``y`` is
+    converted to floats, or refused naming ``y`` (scikit-learn converts only
+    object arrays, so other strings would reach the estimator's arithmetic).
 
     Parameters
     ----------
@@ -349,11 +349,11 @@ def validate_data(estimator, X=_NO_Y, y=_NO_Y, **kwargs):
     X: Expected 2D array, got 1D array instead:
     """
     has_y = not (isinstance(y, str) and y == _NO_Y) and y is not None
-    if has_y and kwargs.get("y_numeric") and np.asarray(y).dtype.kind in "USV":
-        raise ValueError(
-            f"y must hold numbers (this is a regressor), got text of dtype "
-            f"{np.asarray(y).dtype}; convert y to floats (y)."
-        )
+    if has_y and kwargs.get("y_numeric") and np.asarray(y).dtype.kind in "US":
+        try:  # numbers written as text are read like scikit-learn's regressors do
+            y = np.asarray(y).astype(np.float64)
+        except ValueError as exc:
+            raise ValueError(f"y must hold numbers (a regression target): {exc}") from None
     try:
         return _sklearn_validate_data(estimator, X, y, **kwargs)
     except (ValueError, TypeError) as exc:
