@@ -63,7 +63,7 @@ from skfed.utils.discovery import all_estimators
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 settings.register_profile(
-    "ci", derandomize=True, database=None, deadline=None, max_examples=8,
+    "ci", derandomize=True, database=None, deadline=None, max_examples=12,
     suppress_health_check=_SUPPRESS, print_blob=True,
 )
 settings.register_profile(
