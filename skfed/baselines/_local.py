@@ -514,8 +514,9 @@ class PooledEstimator(_BaseWrapper):
         try:
             self.estimator_ = clone(self.estimator).fit(X, y, **fit_params)
         except ValueError as exc:  # say which inputs the wrapped estimator refused
+            weights = "" if sample_weight is None else " (with sample_weight)"
             raise ValueError(
-                f"{type(self.estimator).__name__}.fit refused the pooled X and y: {exc}"
+                f"{type(self.estimator).__name__}.fit refused the pooled X and y{weights}: {exc}"
             ) from exc
         self.clients_ = clients
         if self._wraps_classifier:

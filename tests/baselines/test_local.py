@@ -319,3 +319,9 @@ def test_pooled_names_the_inputs_the_wrapped_estimator_refused(estimator, X, y):
     # 2 classes", "array must not contain infs or NaNs")
     with pytest.raises(ValueError, match=r"\.fit refused the pooled X and y"):
         PooledEstimator(estimator).fit(X, y)
+
+
+def test_pooled_names_sample_weight_when_the_wrapped_estimator_refuses_it():
+    # Ridge fails on a negative weight with "array must not contain infs or NaNs"
+    with pytest.raises(ValueError, match=r"X and y \(with sample_weight\)"):
+        PooledEstimator(Ridge()).fit(np.eye(4, 2), np.ones(4), sample_weight=[1, -1, 1, 1])
