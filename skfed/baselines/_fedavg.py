@@ -5,11 +5,11 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from ..base import FederatedEstimatorMixin, check_on_site, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, fit_federated
-from ..utils._validation import check_positive_int
+from ..utils._validation import check_positive_int, check_scale, validate_data
 from ._kernels import sgd_squared_epochs
 
 __all__ = ["FedAvgRegressor"]
@@ -291,6 +291,8 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
                 y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
             except ValueError as exc:
                 raise ValueError(f"y must hold numbers (a regression target): {exc}") from None
+        check_scale(X, "X")  # else the SGD steps overflow (FloatingPointError "diverged")
+        check_scale(y, "y")
         return X, y
 
     def _set_federated_result(self, result, setup, labels):

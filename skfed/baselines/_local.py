@@ -13,12 +13,11 @@ from sklearn.utils.validation import (
     _check_sample_weight,
     check_is_fitted,
     has_fit_parameter,
-    validate_data,
 )
 
 from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, Federation, run_federation
-from ..utils._validation import check_estimator_param, check_groups, map_clients
+from ..utils._validation import check_estimator_param, check_groups, map_clients, validate_data
 
 __all__ = ["LocalEstimator", "PooledEstimator"]
 
@@ -265,8 +264,9 @@ class LocalEstimator(_BaseWrapper):
         if fallback.all():
             errors = [m.error for m in states if m.error is not None]
             raise ValueError(
-                "no client could fit a model of its own, so there is no population "
-                f"model to fall back on: {'; '.join(reasons[:5])}"
+                "no client could fit a model of its own (a client: the rows of X and y with "
+                "one label in groups), so there is no population model to fall back on: "
+                f"{'; '.join(reasons[:5])}"
                 + (" ..." if len(reasons) > 5 else "")
             ) from (errors[0] if errors else None)
         if fallback.any():
@@ -511,7 +511,13 @@ class PooledEstimator(_BaseWrapper):
         X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
         clients, _ = check_groups(groups, X.shape[0])
         fit_params = {} if sample_weight is None else {"sample_weight": sample_weight}
-        self.estimator_ = clone(self.estimator).fit(X, y, **fit_params)
+        try:
+            self.estimator_ = clone(self.estimator).fit(X, y, **fit_params)
+        except ValueError as exc:  # say which inputs the wrapped estimator refused
+            weights = "" if sample_weight is None else " (with sample_weight)"
+            raise ValueError(
+                f"{type(self.estimator).__name__}.fit refused the pooled X and y{weights}: {exc}"
+            ) from exc
         self.clients_ = clients
         if self._wraps_classifier:
             self.classes_ = self.estimator_.classes_

@@ -6,10 +6,16 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimatorMixin, transactional_fit
-from ..utils._validation import UNKNOWN_CLIENT_OPTIONS, check_groups, check_positive_int
+from ..utils._validation import (
+    UNKNOWN_CLIENT_OPTIONS,
+    check_groups,
+    check_positive_int,
+    check_scale,
+    validate_data,
+)
 from ._mixedlm_core import fit_mixedlm
 
 __all__ = ["MixedLMRegressor"]
@@ -269,6 +275,8 @@ class MixedLMRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         _import_statsmodels()
         methods, max_iter = self._check_params()
         X, y = validate_data(self, X, y, reset=True, y_numeric=True, dtype=np.float64)
+        check_scale(X, "X")  # an overflowing sum of squares would give NaN predictions
+        check_scale(y, "y")
         clients, client_index = check_groups(groups, X.shape[0])
         slopes = self._resolve_slopes(X.shape[1])
         fit = fit_mixedlm(X, y, client_index, len(clients), slopes,

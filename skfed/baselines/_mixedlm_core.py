@@ -198,8 +198,8 @@ def fit_mixedlm(X, y, group_index, n_groups, slopes, *, fit_intercept, reml, met
     rank = Xf.shape[1]
     if n <= rank:
         raise ValueError(
-            f"A mixed model needs more rows than fixed-effect parameters: got "
-            f"n_samples={n} for {rank} independent fixed-effect columns"
+            f"A mixed model needs more rows than fixed-effect parameters: X has "
+            f"n_samples={n} rows for {rank} independent fixed-effect columns"
             + (" (intercept included)." if fit_intercept else ".")
         )
     kept_slopes = slopes[independent_columns(Xs[:, slopes], first=ones)] if len(slopes) else slopes

@@ -5,9 +5,10 @@ from scipy.linalg import cho_solve
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..base import transactional_fit
+from ..utils._validation import check_scale, validate_data
 from ._elbo import chol_jitter
 from ._pfedhgp import PFedHGPRegressor
 
@@ -95,6 +96,7 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         self : PFedHGPClassifier
         """
         X, y = validate_data(self, X, y, dtype=np.float64)
+        check_scale(X, "X")  # X is the inner regressor's y: name it here
         check_classification_targets(y)
         self.classes_, yi = np.unique(y, return_inverse=True)
         grid = self._grid(X.shape[1])

@@ -9,11 +9,11 @@ from scipy.linalg import solve_triangular
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
 from ..federated import fit_federated
-from ..utils._validation import check_groups, check_positive_int
+from ..utils._validation import check_groups, check_positive_int, validate_data
 from ._elbo import ModelConfig, chol_jitter, softplus
 from ._ilmm import IlmmConfig
 from ._ilmm_predict import ilmm_moments

@@ -10,7 +10,7 @@ import numpy as np
 from scipy.optimize import brentq
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimatorMixin, transactional_fit
 from ..federated import ClientData, fit_federated
@@ -23,7 +23,7 @@ from ..privacy import (
     gaussian_event,
     split_round_budget,
 )
-from ..utils._validation import check_positive_int, map_clients
+from ..utils._validation import check_positive_int, check_scale, map_clients, validate_data
 
 PRIVACY_ACCOUNTANTS = ("paper", "rdp", "pld")
 NORM_RTOL = 1e-9  # rows scaled to norm L in floating point may exceed L by a few ulps
@@ -261,6 +261,7 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
         here, on the site, before anything is sent.
         """
         X, y = validate_data(self, X, y, reset=reset, dtype=np.float64)
+        check_scale(X, "X")  # else the local QP solvers fail deep inside (LocalSolveError)
         check_classification_targets(y)
         self._check_params()
         if self._is_private():

@@ -16,11 +16,10 @@ import math
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import validate_data
 
 from ..base import transactional_fit
 from ..federated import FederatedAlgorithm
-from ..utils._validation import check_groups
+from ..utils._validation import check_groups, check_scale, validate_data
 from ._admm import (
     DUAL_NORM,
     _ConsensusServer,
@@ -619,6 +618,7 @@ class CentralizedDROClassifier(_LinearFederatedClassifier):
             The fitted estimator.
         """
         X, y = validate_data(self, X, y, reset=True, dtype=np.float64)
+        check_scale(X, "X")  # else the QP solver fails deep inside (LocalSolveError)
         check_classification_targets(y)
         check_real(self.kappa, "kappa", 0.0, low_open=True)
         radius = check_real(self.radius, "radius", 0.0)

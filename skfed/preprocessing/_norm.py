@@ -6,7 +6,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
+
+from ..utils._validation import validate_data
 
 __all__ = ["NormClipper", "make_minmax_l2_pipeline"]
 

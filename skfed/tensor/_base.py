@@ -4,9 +4,10 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimatorMixin, scatter_rows
+from ..utils._validation import validate_data
 from ._tucker import check_tucker_rank
 
 __all__ = ["_TensorRegressorBase", "check_shape", "check_positive_float"]
@@ -94,7 +95,8 @@ class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimato
     def _flatten_X(self, X):
         """n-D ``X`` (n, p_1, ..., p_d) -> 2-D, remembering the tensor shape."""
         if isinstance(X, np.ndarray) and X.ndim > 2:
-            return X.reshape(X.shape[0], -1), tuple(X.shape[1:])
+            # explicit width: -1 cannot be inferred for zero rows
+            return X.reshape(X.shape[0], int(np.prod(X.shape[1:]))), tuple(X.shape[1:])
         return X, None
 
     def _validate_fit_data(self, X, y, reset=True):

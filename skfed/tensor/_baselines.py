@@ -4,12 +4,12 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..base import transactional_fit
 from ..federated import FederatedAlgorithm, Federation, fit_federated
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
-from ..utils._validation import check_positive_int
+from ..utils._validation import check_positive_int, check_scale, validate_data
 from ._base import _TensorRegressorBase, check_positive_float, check_shape, resolve_shape
 from ._pftr import PersonalizedTensorRegressor
 from ._rank import make_feasible, ratio_rank
@@ -575,6 +575,7 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
         self.n_iter_max = n_iter_max
         self.random_state = random_state
 
+    @transactional_fit
     def fit(self, X, y):
         """Fit the Tucker-rank weight tensor.
 
@@ -593,6 +594,8 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
         from tensorly.regression import TuckerRegressor
 
         X, y = validate_data(self, X, y, y_numeric=True)
+        check_scale(X, "X")  # overflowing sums of squares: NaN weights otherwise
+        check_scale(y, "y")
         shape = check_shape(self.tensor_shape, "tensor_shape")
         shape = (X.shape[1],) if shape is None else resolve_shape(shape, X.shape[1],
                                                                   "tensor_shape", "X")
@@ -625,6 +628,11 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
             n_iter_max=self.n_iter_max, random_state=self.random_state, verbose=0,
         ).fit(X.reshape(X.shape[0], *shape), y)
         self.coef_ = np.asarray(self.estimator_.weight_tensor_).reshape(self.tensor_shape_)
+        if not np.all(np.isfinite(self.coef_)):  # never a silent NaN prediction
+            raise ValueError(
+                "tensorly's Tucker regression gave non-finite weights; rescale X and y "
+                "(e.g. with StandardScaler) or increase reg_W."
+            )
         self.intercept_ = float(y_mean - x_mean @ self.coef_.reshape(-1))
         return self
 

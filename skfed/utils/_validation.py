@@ -1,11 +1,15 @@
 """Validation of client labels (``groups``) and of wrapped estimators."""
 
+import math
 import numbers
+import re
 import sys
 import warnings
 
 import numpy as np
 import sklearn
+from sklearn.utils.validation import check_array
+from sklearn.utils.validation import validate_data as _sklearn_validate_data
 
 UNKNOWN_CLIENT_OPTIONS = ("global", "error")
 
@@ -303,3 +307,119 @@ def check_positive_int(value, name, minimum=1):
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
     return int(value)
+
+
+_NO_Y = "no_validation"
+
+
+def validate_data(estimator, X=_NO_Y, y=_NO_Y, **kwargs):
+    """:func:`sklearn.utils.validation.validate_data` whose errors name the bad argument.
+
+    Some of scikit-learn's messages do not say which argument they are about
+    ("Expected 2D array, got 1D array instead", "Found array with 0
+    sample(s)", "could not convert string to float", "Found input variables
+    with inconsistent numbers of samples"); this wrapper prefixes them with
+    the argument (``X`` or ``y``). With ``y_numeric=True`` a text ``y`` is
+    converted to floats, or refused naming ``y`` (scikit-learn converts only
+    object arrays, so other strings would reach the estimator's arithmetic).
+
+    Parameters
+    ----------
+    estimator : estimator instance
+        Passed to scikit-learn's ``validate_data``.
+    X, y : array-like or "no_validation"
+        The inputs.
+    **kwargs : dict
+        Passed to scikit-learn's ``validate_data``.
+
+    Returns
+    -------
+    out : ndarray or tuple of ndarray
+        As scikit-learn's ``validate_data``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import Ridge
+    >>> from skfed.utils._validation import validate_data
+    >>> try:
+    ...     validate_data(Ridge(), np.ones(3), np.ones(3))
+    ... except ValueError as exc:
+    ...     print(str(exc).splitlines()[0])
+    X: Expected 2D array, got 1D array instead:
+    """
+    has_y = not (isinstance(y, str) and y == _NO_Y) and y is not None
+    if has_y and kwargs.get("y_numeric") and np.asarray(y).dtype.kind in "US":
+        try:  # numbers written as text are read like scikit-learn's regressors do
+            y = np.asarray(y).astype(np.float64)
+        except ValueError as exc:
+            raise ValueError(f"y must hold numbers (a regression target): {exc}") from None
+    try:
+        return _sklearn_validate_data(estimator, X, y, **kwargs)
+    except (ValueError, TypeError) as exc:
+        if type(exc) not in (ValueError, TypeError) or _names_argument(str(exc)):
+            raise
+        raise type(exc)(f"{_culprit(X, y, has_y, kwargs)}: {exc}") from exc
+
+
+def _names_argument(message):
+    return re.search(r"(?<![A-Za-z0-9_])(X|y)(?![A-Za-z0-9_])", message) is not None
+
+
+def _culprit(X, y, has_y, kwargs):
+    """Which of ``X`` and ``y`` scikit-learn refused (``X`` is checked first)."""
+    if not has_y or (isinstance(X, str) and X == _NO_Y):
+        return "X" if not (isinstance(X, str) and X == _NO_Y) else "y"
+    try:
+        check_array(
+            X, accept_sparse=kwargs.get("accept_sparse", False),
+            dtype=kwargs.get("dtype", "numeric"), ensure_2d=kwargs.get("ensure_2d", True),
+            allow_nd=kwargs.get("allow_nd", False),
+            ensure_min_samples=kwargs.get("ensure_min_samples", 1),
+            ensure_min_features=kwargs.get("ensure_min_features", 1),
+            ensure_all_finite=kwargs.get("ensure_all_finite", True),
+        )
+    except (ValueError, TypeError):
+        return "X"
+    if hasattr(X, "shape") and hasattr(y, "__len__") and len(y) != X.shape[0]:
+        return f"X and y (X has {X.shape[0]} rows, y has {len(y)})"
+    return "y"
+
+
+def check_scale(A, name, label=None):
+    """Refuse an array whose sum of squares overflows float64 (|values| near 1e154 or more).
+
+    Such values pass scikit-learn's finiteness checks, but every Gram matrix,
+    norm or residual computed from them is ``inf`` or ``nan`` (a silent NaN
+    prediction or a deep solver error).
+
+    Parameters
+    ----------
+    A : ndarray
+        Float array (``X`` or ``y``).
+    name : str
+        Argument name used in the error message.
+    label : object, default=None
+        Client label, named in the message when given.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.utils._validation import check_scale
+    >>> check_scale(np.array([[1e300, 0.0]]), "X")
+    Traceback (most recent call last):
+    ...
+    ValueError: X is out of range: its largest absolute value is 1e+300 and ...
+    """
+    A = np.asarray(A, dtype=float)
+    peak = float(np.max(np.abs(A))) if A.size else 0.0
+    if peak == 0.0 or not math.isfinite(peak):
+        return  # empty, all zero, or non-finite (refused by the finiteness checks)
+    scaled = A / peak  # no overflow: the sum of squares is peak**2 * sum(scaled**2)
+    if not math.isfinite(peak * peak * float(np.vdot(scaled, scaled))):
+        where = "" if label is None else f" of client {label!r}"
+        raise ValueError(
+            f"{name}{where} is out of range: its largest absolute value is {peak:.3g} and "
+            f"the sum of its squares overflows float64; rescale {name} (e.g. divide it by "
+            "a constant or use StandardScaler)."
+        )

@@ -174,3 +174,11 @@ def test_numeric_string_targets_are_converted_like_sklearn_regressors():
     bad[3] = "n/a"
     with pytest.raises(ValueError, match="could not convert string to float"):
         FedAvgRegressor(**kw).fit(X, bad, groups=groups)
+
+
+def test_overflowing_X_is_refused_by_name():
+    # found by tests/test_properties.py: before, a FloatingPointError ("FedAvg diverged")
+    X, y, groups = make_federated_regression(n_clients=2, n_samples=6, random_state=0)
+    X[0, 0] = 1e300
+    with pytest.raises(ValueError, match="X is out of range"):
+        FedAvgRegressor(n_rounds=2, random_state=0).fit(X, y, groups=groups)

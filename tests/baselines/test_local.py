@@ -301,3 +301,27 @@ def test_no_fallback_no_warning(data):
         model = LocalEstimator(Ridge()).fit(X, y, groups=groups)
     assert model.fallback_clients_.size == 0
     assert model.fallback_clients_.dtype == model.clients_.dtype
+
+
+# -- found by tests/test_properties.py ------------------------------------------------------
+
+def test_no_client_model_message_names_the_inputs():
+    with pytest.raises(ValueError, match=r"no client could fit.*rows of X and y.*groups"):
+        LocalEstimator(Ridge()).fit(np.ones((1, 2)), np.ones(1), groups=[0])
+
+
+@pytest.mark.parametrize("estimator, X, y", [
+    (LogisticRegression(), np.ones((4, 2)), np.zeros(4)),  # one class
+    (Ridge(), np.array([[1e300, 0.0], [1.0, 1.0], [0.0, 2.0]]), np.ones(3)),  # overflow in Ridge
+])
+def test_pooled_names_the_inputs_the_wrapped_estimator_refused(estimator, X, y):
+    # before: the wrapped estimator's message alone ("This solver needs samples of at least
+    # 2 classes", "array must not contain infs or NaNs")
+    with pytest.raises(ValueError, match=r"\.fit refused the pooled X and y"):
+        PooledEstimator(estimator).fit(X, y)
+
+
+def test_pooled_names_sample_weight_when_the_wrapped_estimator_refuses_it():
+    # Ridge fails on a negative weight with "array must not contain infs or NaNs"
+    with pytest.raises(ValueError, match=r"X and y \(with sample_weight\)"):
+        PooledEstimator(Ridge()).fit(np.eye(4, 2), np.ones(4), sample_weight=[1, -1, 1, 1])

@@ -313,3 +313,20 @@ def test_independent_columns_keeps_first_of_each_dependent_set():
     ones = np.ones(30)
     C = np.column_stack([ones * 2, A[:, 0]])
     assert independent_columns(C, first=ones).tolist() == [1]
+
+
+# -- found by tests/test_properties.py ------------------------------------------------------
+
+def test_overflowing_y_is_refused_instead_of_nan_predictions():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((12, 1)), rng.standard_normal(12)
+    y[0] = 1e300  # finite, but its square overflows: NaN predictions before
+    with pytest.raises(ValueError, match="y is out of range"):
+        MixedLMRegressor().fit(X, y, groups=np.repeat([0, 1], 6))
+
+
+def test_too_few_rows_names_X():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"X has n_samples=3 rows"):
+        MixedLMRegressor().fit(rng.standard_normal((3, 2)), rng.standard_normal(3),
+                               groups=[0, 0, 1])

@@ -192,3 +192,12 @@ def test_ilmm_clients_with_block_structure_cluster(ilmm_fit):
     m, X, groups, block = ilmm_fit
     labels = cluster_clients(client_dissimilarity(m, X, groups), 2, random_state=0)
     assert adjusted_rand_score(block, labels) == 1.0
+
+
+def test_classifier_names_X_for_overflowing_curves():
+    # found by tests/test_properties.py: before, the inner regressor's message blamed "y"
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (6, 3))
+    X[:, 0] *= 1e300
+    with pytest.raises(ValueError, match="X is out of range"):
+        PFedHGPClassifier().fit(X, np.arange(6) % 2)

@@ -92,3 +92,15 @@ def test_same_api_string_labels():
         pred = est.fit(X, y).predict(X)
         assert set(pred) <= {"a", "b", "c"}
         assert est.decision_function(X).shape == (60, 3)
+
+
+# -- found by tests/test_properties.py ------------------------------------------------------
+
+@pytest.mark.parametrize("make", [lambda: FedOvADROClassifier(n_rounds=2),
+                                  CentralizedDROClassifier])
+def test_overflowing_X_is_refused_by_name(make):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (12, 2))
+    X[:, 0] *= 1e300  # before: LocalSolveError (a RuntimeError) from the QP solver
+    with pytest.raises(ValueError, match="X is out of range"):
+        make().fit(X, np.arange(12) % 2, groups=np.repeat([0, 1], 6))

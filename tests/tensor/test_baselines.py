@@ -102,3 +102,38 @@ def test_admm_initializer_unfolding_for_scalar_response():
     # the nuclear norm of the 8 x 6 unfolding shrinks the spurious singular values
     assert sv_mode[1] / sv_mode[0] < 0.05
     assert sv_mode[1] / sv_mode[0] < sv_resp[1] / sv_resp[0]
+
+
+# -- found by tests/test_properties.py ------------------------------------------------------
+
+def test_tensorly_failed_fit_leaves_the_model_unchanged():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((20, 4)), rng.standard_normal(20)
+    model = TensorlyTuckerRegressor(tensor_shape=(2, 2), n_iter_max=5, random_state=0).fit(X, y)
+    model.set_params(weight_ranks=(3, 3))  # more than the mode size 2: refused in fit
+    before = dict(model.__dict__)
+    with pytest.raises(ValueError, match="weight_ranks"):
+        model.fit(rng.standard_normal((20, 4)), y)
+    assert model.__dict__.keys() == before.keys()
+    assert all(model.__dict__[k] is v for k, v in before.items())  # was: tensor_shape_ changed
+
+
+def test_tensorly_refuses_overflowing_values_instead_of_nan_predictions():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((20, 4)), rng.standard_normal(20)
+    X[3, 1] = 1e300  # finite, but its square overflows: NaN weights before
+    with pytest.raises(ValueError, match=r"X is out of range"):
+        TensorlyTuckerRegressor(tensor_shape=(2, 2), random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match=r"y is out of range"):
+        TensorlyTuckerRegressor(random_state=0).fit(X[:, :1] * 0 + 1, y * 1e300)
+
+
+@pytest.mark.parametrize("cls", [PersonalizedTensorRegressor, FedAvgTensorRegressor,
+                                 FedCommonTensorRegressor, LocalTwoStageTensorRegressor])
+def test_predict_on_zero_tensor_rows_names_X(cls):
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((24, 2, 2)), rng.standard_normal(24)
+    model = cls(rank=(1, 1)).fit(X, y, groups=np.repeat([0, 1, 2], 8))
+    # before: "cannot reshape array of size 0 into shape (0,newaxis)"
+    with pytest.raises(ValueError, match=r"^X: Found array with 0 sample"):
+        model.predict(X[:0])

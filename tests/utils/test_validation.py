@@ -149,3 +149,63 @@ def test_mixin_client_index_refuses_labels_of_another_kind():
         model.predict(X, groups=np.repeat([0, 1, 2], 10).astype(np.int32)),
         model.predict(X, groups=np.repeat([0, 1, 2], 10)),
     )
+
+
+# -- found by tests/test_properties.py: scikit-learn messages that name no argument ------------
+
+@pytest.mark.parametrize("make, X, y, name", [
+    ("local", np.ones(6), np.ones(6), "X"),  # "Expected 2D array, got 1D array instead"
+    ("local", np.ones((6, 2, 1)), np.ones(6), "X"),  # "Found array with dim 3"
+    ("local", np.ones((0, 2)), np.ones(0), "X"),  # "Found array with 0 sample(s)"
+    ("local", np.array([[1.0, "a"]] * 6, dtype=object), np.ones(6), "X"),  # string to float
+    ("local", np.ones((6, 2)), np.ones(5), "y"),  # "inconsistent numbers of samples"
+    ("fedavg", np.ones(6), np.ones(6), "X"),
+    ("fedavg", np.ones((6, 2)), np.ones(5), "y"),
+])
+def test_fit_errors_name_the_argument(make, X, y, name):
+    from sklearn.linear_model import Ridge
+
+    from skfed.baselines import FedAvgRegressor, LocalEstimator
+
+    est = LocalEstimator(Ridge()) if make == "local" else FedAvgRegressor(n_rounds=2)
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        est.fit(X, y, groups=np.repeat([0, 1], len(y) // 2 + len(y) % 2)[:len(X)])
+
+
+@pytest.mark.parametrize("X", [np.ones(2), np.ones((2, 2, 1)), np.array([[1.0, "a"]] * 2,
+                                                                          dtype=object)])
+def test_predict_errors_name_X(X):
+    from skfed.linear_model import CentralizedDROClassifier
+
+    rng = np.random.default_rng(0)
+    model = CentralizedDROClassifier().fit(rng.uniform(-1, 1, (20, 2)), np.arange(20) % 2)
+    with pytest.raises(ValueError, match=r"\bX\b"):
+        model.predict(X)
+
+
+@pytest.mark.parametrize("cls", ["MixedLMRegressor", "TensorlyTuckerRegressor",
+                                 "FedAvgRegressor", "PFedGPRegressor"])
+def test_regressors_refuse_text_y_by_name(cls):
+    # before: a TypeError deep in numpy ("not compatible with add.reduce") or
+    # "could not convert string to float" without the argument's name
+    import skfed.baselines
+    import skfed.gaussian_process
+    import skfed.tensor
+
+    est = next(getattr(m, cls) for m in (skfed.baselines, skfed.gaussian_process, skfed.tensor)
+               if hasattr(m, cls))()
+    X = np.random.default_rng(0).uniform(-1, 1, (8, 2))
+    y = np.array([f"v{i}" for i in range(8)])
+    kw = {} if cls == "TensorlyTuckerRegressor" else {"groups": np.repeat([0, 1], 4)}
+    with pytest.raises(ValueError, match=r"y must hold numbers"):
+        est.fit(X, y, **kw)
+
+
+def test_check_scale():
+    from skfed.utils._validation import check_scale
+
+    check_scale(np.array([1e150, -1e150]), "X")  # the sum of squares is finite
+    check_scale(np.zeros(3), "X")
+    check_scale(np.array([np.nan, 1.0]), "X")  # left to the finiteness checks
+    with pytest.raises(ValueError, match="y of client 'a' is out of range"):
+        check_scale(np.array([1e300, 1.0]), "y", label="a")
