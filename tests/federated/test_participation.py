@@ -244,7 +244,9 @@ def _flower_grid(make, params, X, y, groups, **grid_kwargs):
         rows = groups == node_config["client-id"]
         return X[rows], y[rows]
 
-    app = FlowerFederation(lambda run_config: make(**params), load_data, round_timeout=60)
+    # a site that left is reported offline at once (no grace, no round timeout)
+    app = FlowerFederation(lambda run_config: make(**params), load_data, round_timeout=5,
+                           offline_grace=0.0)
     labels = np.unique(groups)
     return InMemoryGrid(app, [{"client-id": int(c)} for c in labels],
                         {"min-nodes": len(labels)}, **grid_kwargs)
