@@ -292,6 +292,7 @@ register(Experiment(
     run=run_accountant,
     metrics={"eps_bar": "lower"},
     n_seeds={"quick": 1, "full": 1},
+    paper_modes=("quick", "full"),  # deterministic: the paper's settings in both modes
     paper={(s, "paper closed form (Thm 2)", "eps_bar"): v
            for s, (*_, v) in ACCOUNTANT_SETTINGS.items()},
     description=(

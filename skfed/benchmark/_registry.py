@@ -31,7 +31,12 @@ class Experiment:
         Repetitions per mode.
     paper : dict, default={}
         Published values, ``{(setting, method, metric): value}``, printed
-        beside ours (``setting`` is ``""`` when ``run`` reports none).
+        beside ours (``setting`` is ``""`` when ``run`` reports none) only in
+        ``paper_modes``.
+    paper_modes : tuple of str, default=("full",)
+        The modes whose runs follow the paper's protocol; in any other mode
+        the published values are not printed (they would sit beside a run
+        of other settings).
     description : str, default=""
         What is compared, on what data; shown in the report.
     reference : str, default=""
@@ -53,6 +58,7 @@ class Experiment:
     reference: str = ""
     group: str = ""
     modes: tuple = MODES
+    paper_modes: tuple = ("full",)
 
 
 def register(experiment):

@@ -177,8 +177,13 @@ def _better(direction):
     return f"closer to {direction:g} is better"
 
 
-def _tables(experiment, summary):
-    """Per setting: header and rows (method x metric) of formatted cells."""
+def _tables(experiment, summary, mode=None):
+    """Per setting: header and rows (method x metric) of formatted cells.
+
+    The published values are shown only for a run of the paper's protocol
+    (``mode in experiment.paper_modes``).
+    """
+    published = experiment.paper if mode in experiment.paper_modes else {}
     mine = [s for s in summary if s["experiment"] == experiment.name]
     settings = list(dict.fromkeys(s["setting"] for s in mine))
     metrics = [m for m in experiment.metrics if any(s["metric"] == m for s in mine)]
@@ -192,7 +197,7 @@ def _tables(experiment, summary):
             row = [method]
             for m in metrics:
                 s = cells.get((method, m))
-                paper = experiment.paper.get((setting, method, m))
+                paper = published.get((setting, method, m))
                 row.append(_cell(s, paper) if s is not None else "")
             body.append(row)
         tables.append((setting, header, body))
@@ -212,12 +217,12 @@ def _markdown_table(header, body):
     return "\n".join(out)
 
 
-def print_results(experiments, summary, stream=None):
-    """Print one table per experiment and setting."""
+def print_results(experiments, summary, stream=None, mode=None):
+    """Print one table per experiment and setting (published values only in the paper's mode)."""
     stream = sys.stdout if stream is None else stream
     for exp in experiments:
         print(f"\n== {exp.title} [{exp.name}] ==", file=stream)
-        for setting, header, body in _tables(exp, summary):
+        for setting, header, body in _tables(exp, summary, mode):
             if setting:
                 print(f"-- {setting}", file=stream)
             print(format_table(header, body), file=stream)
@@ -241,7 +246,8 @@ def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None, w
         + (f", {wall:.1f} s wall-clock in all." if wall is not None else "."),
         f"Cells: mean ± standard deviation over seeds below {MIN_SEEDS_FOR_INTERVAL} seeds, "
         f"mean [95% t-interval, clipped to the metric's range] from {MIN_SEEDS_FOR_INTERVAL} "
-        "seeds on; `(paper x)`: the published value.",
+        "seeds on; `(paper x)`: the published value, shown only in a run of the paper's "
+        "protocol.",
         "",
     ]
     for exp in experiments:
@@ -251,7 +257,11 @@ def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None, w
             lines += ["", f"Reproduces: {exp.reference}."]
         if exp.description:
             lines += ["", exp.description]
-        for setting, header, body in _tables(exp, summary):
+        if exp.paper and mode not in exp.paper_modes:
+            shown = " or ".join(f"`--mode {m}`" for m in exp.paper_modes)
+            lines += ["", f"Published values are shown with {shown} (the paper's protocol) "
+                      "only."]
+        for setting, header, body in _tables(exp, summary, mode):
             heading = [f"**{setting}**", ""] if setting else []
             lines += [""] + heading + [_markdown_table(header, body)]
         if exp.name in figures:
@@ -279,6 +289,9 @@ def _error_bar(cell):
     return cell["mean"] - cell["low"], cell["high"] - cell["mean"]
 
 
+FIG_COLUMNS, FIG_DPI, FIG_MAX_PX = 3, 110, 1600
+
+
 def _write_figures(experiments, summary, folder):
     """One PNG per experiment: a panel per metric, bars per setting and method."""
     try:
@@ -299,27 +312,43 @@ def _write_figures(experiments, summary, folder):
             continue
         settings = list(dict.fromkeys(s["setting"] for s in mine))
         methods = list(dict.fromkeys(s["method"] for s in mine))
-        fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
-        width = 0.8 / max(len(methods), 1)
-        for ax, metric in zip(axes[0], metrics):
+        # a grid of at most FIG_COLUMNS panels a row, one metric each, and one
+        # legend below the panels (never over the bars); at most FIG_MAX_PX wide
+        ncols = min(len(metrics), FIG_COLUMNS)
+        nrows = -(-len(metrics) // ncols)
+        width = min(4.4 * ncols, FIG_MAX_PX / FIG_DPI)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, 3.1 * nrows + 0.9),
+                                 squeeze=False, layout="constrained")
+        bar = 0.8 / max(len(methods), 1)
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for ax, metric in zip(axes.flat, metrics):
             for j, method in enumerate(methods):
                 cells = {
                     s["setting"]: s
                     for s in mine
                     if s["method"] == method and s["metric"] == metric
                 }
-                x = [i + j * width for i, st in enumerate(settings) if st in cells]
+                x = [i + j * bar for i, st in enumerate(settings) if st in cells]
                 means = [cells[st]["mean"] for st in settings if st in cells]
                 err = np.array([_error_bar(cells[st]) for st in settings if st in cells]).T
-                ax.bar(x, means, width, yerr=err.reshape(2, -1), capsize=2, label=method)
-            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(settings))])
+                ax.bar(x, means, bar, yerr=err.reshape(2, -1), capsize=2, label=method,
+                       color=colors[j % len(colors)])
+            ax.set_xticks([i + 0.4 - bar / 2 for i in range(len(settings))])
             ax.set_xticklabels([s or "all" for s in settings], rotation=20, ha="right", fontsize=8)
             ax.set_title(f"{metric} ({_better(exp.metrics[metric])})", fontsize=9)
-        axes[0][0].legend(fontsize=7)
+            ax.grid(axis="y", alpha=0.3)
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        spare = list(axes.flat)[len(metrics):]
+        for ax in spare:
+            ax.axis("off")
+        if spare:  # the legend fills the first empty panel
+            spare[0].legend(handles, labels, loc="center", fontsize=9, frameon=False)
+        else:
+            fig.legend(handles, labels, loc="outside lower center", fontsize=8,
+                       ncol=min(len(methods), 4), frameon=False)
         fig.suptitle(exp.title, fontsize=10)
-        fig.tight_layout()
         path = os.path.join(folder, f"{exp.name}.png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=FIG_DPI)
         plt.close(fig)
         written[exp.name] = path
     return written
@@ -340,7 +369,7 @@ def main_benchmark(names=None, mode="quick", out="skfed-report", n_seeds=None, p
     rows = run_benchmark(experiments, mode=mode, n_seeds=n_seeds, progress=progress)
     elapsed = time.perf_counter() - tic
     summary = summarize(rows)
-    print_results(experiments, summary)
+    print_results(experiments, summary, mode=mode)
     wall = time.perf_counter() - started
     path = write_report(experiments, rows, summary, out, mode, elapsed, n_seeds, wall=wall)
     wall = time.perf_counter() - started

@@ -128,3 +128,37 @@ def test_real_data_splits_hold_out_sites_and_rows():
     # fewer sites than folds: leave one site out
     four = np.repeat(["a", "b", "c", "d"], 6)
     assert len(_splits(X, y, four, seed=100)["new-site"]) == 4
+
+
+def _fake_summary(experiment, settings=("A", "B"), methods=("m1", "m2", "m3")):
+    rows = []
+    for st in settings:
+        for m in methods:
+            for k in experiment.metrics:
+                rows.append(dict(experiment=experiment.name, setting=st, method=m, metric=k,
+                                 n=3, mean=0.5, sd=0.05, low=0.4, high=0.6))
+    return rows
+
+
+def test_published_values_only_beside_a_run_of_the_papers_protocol():
+    from skfed.benchmark._runner import _tables
+
+    exp = Experiment(name="tmp-paper", title="t", run=None, metrics={"rmse": "lower"},
+                     paper={("A", "m1", "rmse"): 0.25})
+    summary = _fake_summary(exp)
+    quick = "\n".join(str(r) for _, _, body in _tables(exp, summary, "quick") for r in body)
+    full = "\n".join(str(r) for _, _, body in _tables(exp, summary, "full") for r in body)
+    assert "paper" not in quick and "(paper 0.2500)" in full
+
+
+def test_figures_are_a_grid_at_most_1600_px_wide_with_the_legend_off_the_bars(tmp_path):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from skfed.benchmark._runner import _write_figures
+
+    exp = Experiment(name="tmp-fig", title="seven metrics", run=None,
+                     metrics={f"m{i}": "lower" for i in range(7)})
+    (path,) = _write_figures([exp], _fake_summary(exp), str(tmp_path)).values()
+    width, height = Image.open(path).size
+    assert width <= 1600 and height < 1.2 * width  # three rows of three, not one long row
