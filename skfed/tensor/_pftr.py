@@ -154,8 +154,9 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     init : {"auto", "admm", "moment"} or array-like, default="auto"
         Starting ``A_0``. ``"admm"``: the largest client's ADMM estimate, sent
         without noise (the paper's; outside any guarantee). ``"moment"``: the
-        private initializer, ``step_size`` times the ``n_k``-weighted mean of
-        the clients' noisy clipped moments, one more release of the Stage-I
+        private initializer, the ``n_k``-weighted mean of the clients' noisy
+        clipped moments (which estimates ``A_0`` for standardized, roughly
+        uncorrelated covariates), one more release of the Stage-I
         Gaussian mechanism (the noise of every release is calibrated to
         ``n_rounds + 1`` releases, so the total stays ``(epsilon, delta)``).
         ``"auto"``: ``"moment"`` for a strict private fit, else ``"admm"``.
@@ -235,7 +236,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     clients_ : ndarray of shape (n_clients,)
         Sorted client labels.
     init_client_ : int
-        Index of the client whose estimate started ``A_0``.
+        Index of the client whose estimate started ``A_0`` (-1 when the
+        private moment initializer or a given ``init`` started it).
     penalty_ : ndarray of shape (n_clients,)
         Stage-II l1 weights ``omega_k``.
     noise_std_ : ndarray of shape (n_clients, n_rounds)

@@ -411,17 +411,17 @@ class MomentInit(FederatedAlgorithm):
     (minus its truncated Stage-I gradient at ``A_0 = 0``, L2 sensitivity
     ``2 tau_e tau_x / n_k``) plus Gaussian noise of the Stage-I noise
     multiplier, i.e. one more release of the same Gaussian mechanism. The
-    server takes the ``n_k``-weighted mean ``M`` and starts ``A_0`` at
-    ``step_size * M`` (one Stage-I step from zero, before the retraction);
-    with ``rank="auto"`` it picks the Tucker rank of that tensor by the ratio
+    server takes the ``n_k``-weighted mean ``M`` and starts ``A_0`` at ``M``
+    (before the retraction): ``E[Y o X] = <A, Cov(X)>``, so for standardized,
+    roughly uncorrelated covariates ``M`` estimates ``A`` (the moment or
+    spectral initializer of tensor regression); with ``rank="auto"`` it picks the Tucker rank of that tensor by the ratio
     criterion, which is post-processing of the noisy releases (no vote).
     """
 
-    def __init__(self, coef_shape, rank, *, step_size, n_releases, epsilon, delta,
+    def __init__(self, coef_shape, rank, *, n_releases, epsilon, delta,
                  tau_x=None, tau_e=None, clip_quantile=0.9, rank_scale=1.0, max_rank=None):
         self.coef_shape = tuple(coef_shape)
         self.rank = rank
-        self.step_size = step_size
         self.n_releases = n_releases
         self.epsilon = epsilon
         self.delta = delta
@@ -453,7 +453,7 @@ class MomentInit(FederatedAlgorithm):
         sizes = np.array([float(messages[k]["n_samples"]) for k in keys])
         moment = sum(w * np.reshape(messages[k]["moment"], -1)
                      for w, k in zip(sizes / sizes.sum(), keys))
-        A = (float(self.step_size) * moment).reshape(self.coef_shape)
+        A = np.asarray(moment, dtype=float).reshape(self.coef_shape)
         if isinstance(self.rank, str):
             rank = make_feasible(
                 ratio_rank(A, int(sizes.sum()), self.rank_scale, self.max_rank),
@@ -720,8 +720,7 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         if name == "init" and self.moment_init:
             one = self.stage_one
             return MomentInit(
-                self.coef_shape, self.rank, step_size=one["step_size"],
-                n_releases=one.get("n_releases", one["n_rounds"]), epsilon=one["epsilon"],
+                self.coef_shape, self.rank, n_releases=one.get("n_releases", one["n_rounds"]), epsilon=one["epsilon"],
                 delta=one["delta"], tau_x=one.get("tau_x"), tau_e=one.get("tau_e"),
                 clip_quantile=one.get("clip_quantile", 0.9),
                 rank_scale=self.init_params.get("rank_scale", 1.0),

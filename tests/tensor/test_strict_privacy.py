@@ -57,12 +57,12 @@ def test_initial_moment_change_is_within_the_sensitivity(seed):
     assert 0 < change <= sensitivity * (1 + 1e-12)
     # the noisy release of MomentInit is this moment plus Gaussian noise (none without
     # privacy), the noise scale a function of tau_x, tau_e, n_k and the budget only
-    init = MomentInit((2, 12), (2, 2), step_size=1.0, n_releases=5, epsilon=None,
+    init = MomentInit((2, 12), (2, 2), n_releases=5, epsilon=None,
                       delta=None, tau_x=tau_x, tau_e=tau_e)
     fed = Federation.from_arrays(X, Y)
     _, msg = init.client_step(fed.clients[0], None, {}, rng)
     np.testing.assert_allclose(msg["moment"], m1)
-    private = MomentInit((2, 12), (2, 2), step_size=1.0, n_releases=5, epsilon=2.0,
+    private = MomentInit((2, 12), (2, 2), n_releases=5, epsilon=2.0,
                          delta=1e-5, tau_x=tau_x, tau_e=tau_e)
     state, _ = private.client_step(fed.clients[0], None, {}, rng)
     assert state["sigma"] == pytest.approx(sensitivity * pftr_noise_multiplier(2.0, 1e-5, 5))
