@@ -589,8 +589,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         init = np.asarray(self.init, dtype=float)
         if init.shape != coef_shape or not np.all(np.isfinite(init)):
             raise ValueError(
-                f"init must be 'auto', 'admm', 'moment' or a finite array of the coefficient shape "
-                f"{coef_shape}, got shape {init.shape}."
+                "init must be 'auto', 'admm', 'moment' or a finite array of the coefficient "
+                f"shape {coef_shape}, got shape {init.shape}."
             )
         return init
 

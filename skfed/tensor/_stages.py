@@ -414,8 +414,9 @@ class MomentInit(FederatedAlgorithm):
     server takes the ``n_k``-weighted mean ``M`` and starts ``A_0`` at ``M``
     (before the retraction): ``E[Y o X] = <A, Cov(X)>``, so for standardized,
     roughly uncorrelated covariates ``M`` estimates ``A`` (the moment or
-    spectral initializer of tensor regression); with ``rank="auto"`` it picks the Tucker rank of that tensor by the ratio
-    criterion, which is post-processing of the noisy releases (no vote).
+    spectral initializer of tensor regression); with ``rank="auto"`` it picks
+    the Tucker rank of that tensor by the ratio criterion, which is
+    post-processing of the noisy releases (no vote).
     """
 
     def __init__(self, coef_shape, rank, *, n_releases, epsilon, delta,
@@ -720,7 +721,8 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         if name == "init" and self.moment_init:
             one = self.stage_one
             return MomentInit(
-                self.coef_shape, self.rank, n_releases=one.get("n_releases", one["n_rounds"]), epsilon=one["epsilon"],
+                self.coef_shape, self.rank,
+                n_releases=one.get("n_releases", one["n_rounds"]), epsilon=one["epsilon"],
                 delta=one["delta"], tau_x=one.get("tau_x"), tau_e=one.get("tau_e"),
                 clip_quantile=one.get("clip_quantile", 0.9),
                 rank_scale=self.init_params.get("rank_scale", 1.0),
