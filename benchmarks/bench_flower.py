@@ -38,7 +38,7 @@ ESTIMATORS = {
     "PersonalizedTensorRegressor": (
         "PersonalizedTensorRegressor(tensor_shape=(10, 5), output_shape=(5, 5), "
         "rank=(3, 3, 3, 3), n_rounds=R, epsilon=20, delta=0.1, fit_intercept=False, "
-        "random_state=0)"),
+        "privacy_mode='paper', random_state=0)"),
 }
 IMPORTS = """
 from skfed import PersonalizedTensorRegressor, PFedHGPRegressor

@@ -181,7 +181,7 @@ def versus_tensorly(seed=0):
             **flat),
         "PersonalizedTensorRegressor (eps=20, delta=0.1)": PersonalizedTensorRegressor(
             tensor_shape=(10, 5), rank=(3, 3), step_size=0.5, n_rounds=20, epsilon=20.0,
-            delta=0.1, random_state=seed, **flat),
+            delta=0.1, privacy_mode="paper", random_state=seed, **flat),
         "LocalTwoStageTensorRegressor": LocalTwoStageTensorRegressor(
             tensor_shape=(10, 5), rank=(3, 3), **flat),
         "tensorly TuckerRegressor, pooled": PooledEstimator(

@@ -3,6 +3,7 @@
 import copy
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from ._tucker import RETRACTIONS, TANGENTS, check_tucker_rank
 __all__ = ["PersonalizedTensorRegressor"]
 
 CV_PARAMS = ("step_size", "alpha")
+PRIVACY_MODES = ("strict", "paper")
+INIT_MODES = ("auto", "admm", "moment")
 DEFAULT_GRID = {"step_size": (0.01, 0.02, 0.04, 0.1), "alpha": (0.01, 0.035, 0.1)}
 
 
@@ -33,10 +36,14 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     "Personalized Federated Learning for Tensor Regression"). Training runs
     on :mod:`skfed.federated` in three parts:
 
-    1. *Initialization*: each client computes a preliminary low-rank + sparse
-       estimate by ADMM; the largest client sends its low-rank part, which
-       starts ``A_0`` (with ``rank="auto"`` the clients first send their
-       ratio-criterion ranks and the server takes the mode per tensor mode).
+    1. *Initialization*: without privacy (and with ``privacy_mode="paper"``)
+       each client computes a preliminary low-rank + sparse estimate by ADMM;
+       the largest client sends its low-rank part, which starts ``A_0`` (with
+       ``rank="auto"`` the clients first send their ratio-criterion ranks and
+       the server takes the mode per tensor mode). A strict private fit
+       instead starts from one extra noisy release of the Stage-I mechanism,
+       each client's clipped moment ``(1/n_k) sum T(Y_i) o T(X_i)`` (minus its
+       clipped gradient at 0), and chooses ``rank="auto"`` from their mean.
     2. *Stage I* (``n_rounds`` rounds, differentially private): each client
        clips its covariate and residual tensors to Frobenius norms ``tau_x``
        and ``tau_e``, forms its gradient, adds Gaussian noise with the paper's
@@ -114,22 +121,47 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     delta : float, default=1e-5
         Per-client delta of Stage I (the paper's experiments use 0.1).
     tau_x, tau_e : float or None, default=None
-        Truncation levels of the covariate and residual tensors. Fixed values
-        give the strict guarantee; ``None`` uses the ``clip_quantile``
-        empirical quantile of the client's norms (recomputed every round for
-        residuals), the paper's convenience, which is *outside* the strict
-        guarantee because the levels depend on the data.
+        Truncation levels (Frobenius norms) of the covariate and residual
+        tensors; public constants, chosen without looking at the private data
+        (e.g. for standardized ``X``, a few times ``sqrt(n_features)``).
+        A private fit with ``privacy_mode="strict"`` requires both.
+        ``None`` uses the ``clip_quantile`` empirical quantile of the
+        client's norms (recomputed every round for residuals): the paper's
+        convenience, only with ``privacy_mode="paper"`` or without privacy,
+        because levels that depend on the data void the guarantee.
     clip_quantile : float in (0, 1], default=0.9
         Quantile for data-dependent truncation levels (1: the maximum).
+    privacy_mode : {"strict", "paper"}, default="strict"
+        What a private fit (finite ``epsilon``) may release. ``"strict"``:
+        only the noisy releases of the Gaussian mechanism, with a
+        data-independent sensitivity, so ``privacy_spent_`` is a guarantee; a
+        parameter that would release anything else (``tau_x`` or ``tau_e``
+        ``None``, ``init="admm"`` and its rank vote, ``step_size="auto"``,
+        ``cv``) is refused with a ``ValueError`` naming it. ``"paper"``: the
+        paper's protocol (data-dependent truncation levels, the largest
+        client's unperturbed initial estimate, the rank vote), which
+        reproduces its experiments but carries no guarantee: ``fit`` warns
+        (``UserWarning``) and ``privacy_spent_["epsilon"]`` is ``inf`` (the
+        calibrated budget is ``"epsilon_nominal"``). With settings that release
+        nothing else, ``"paper"`` gives the strict guarantee too. Ignored
+        without privacy.
     tangent : {"exact", "retract_gradient"}, default="exact"
         ``"exact"``: the orthogonal tangent-space projection at ``A_0``;
         ``"retract_gradient"``: the authors' cheaper surrogate (the gradient's
         own rank-``r`` truncation), for reproducing their numbers.
     retraction : {"st_hosvd", "t_hosvd"}, default="st_hosvd"
         Sequentially truncated or truncated HOSVD.
-    init : "admm" or array-like, default="admm"
-        Starting ``A_0``: the largest client's ADMM estimate, or a given
-        tensor of the coefficient shape (public information).
+    init : {"auto", "admm", "moment"} or array-like, default="auto"
+        Starting ``A_0``. ``"admm"``: the largest client's ADMM estimate, sent
+        without noise (the paper's; outside any guarantee). ``"moment"``: the
+        private initializer, the ``n_k``-weighted mean of the clients' noisy
+        clipped moments (which estimates ``A_0`` for standardized, roughly
+        uncorrelated covariates), one more release of the Stage-I
+        Gaussian mechanism (the noise of every release is calibrated to
+        ``n_rounds + 1`` releases, so the total stays ``(epsilon, delta)``).
+        ``"auto"``: ``"moment"`` for a strict private fit, else ``"admm"``.
+        An array: a given tensor of the coefficient shape (public
+        information, nothing sent).
     init_lambda, init_alpha, init_zeta, init_rho : float, default=0.02, 0.005, 0.5, 1.0
         ADMM nuclear-norm weight, l1 weight, operator-norm bound of the
         sparse part and penalty parameter.
@@ -204,7 +236,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     clients_ : ndarray of shape (n_clients,)
         Sorted client labels.
     init_client_ : int
-        Index of the client whose estimate started ``A_0``.
+        Index of the client whose estimate started ``A_0`` (-1 when the
+        private moment initializer or a given ``init`` started it).
     penalty_ : ndarray of shape (n_clients,)
         Stage-II l1 weights ``omega_k``.
     noise_std_ : ndarray of shape (n_clients, n_rounds)
@@ -215,12 +248,19 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     tau_e_ : ndarray of shape (n_clients, n_rounds)
         Residual truncation levels (NaN as in ``noise_std_``).
     privacy_spent_ : dict
-        Per-client guarantee of the Stage-I releases: ``epsilon``/``delta``
-        by the paper's basic composition, ``epsilon_rdp`` by dp-accounting's
-        RDP accountant at the same ``delta``, ``noise_multiplier``,
-        ``classical_valid`` (per-round ``epsilon / T_g < 1``), ``strict``
-        (both truncation levels fixed), ``covers``. Without privacy
-        (``epsilon=None`` or ``inf``) no guarantee: ``epsilon`` and
+        Per-client guarantee of everything the client released:
+        ``epsilon``/``delta`` by the paper's basic composition over the
+        ``n_releases`` Gaussian releases (``n_rounds``, plus 1 with
+        ``init="moment"``), ``epsilon_rdp`` by dp-accounting's RDP accountant
+        at the same ``delta``, ``noise_multiplier``, ``classical_valid``
+        (per-release ``epsilon / n_releases < 1``), ``strict`` (whether the
+        guarantee holds), ``mode`` (``privacy_mode``), ``covers`` (what the
+        guarantee covers) and ``outside`` (the releases that void it, empty
+        when strict). Not strict (``privacy_mode="paper"`` with releases
+        outside): no guarantee, so ``epsilon`` and ``epsilon_rdp`` are ``inf``
+        and ``delta`` 0; ``epsilon_nominal``, ``delta_nominal`` and
+        ``epsilon_rdp_nominal`` give the budget the noise was calibrated for.
+        Without privacy (``epsilon=None`` or ``inf``): ``epsilon`` and
         ``epsilon_rdp`` are ``inf``, ``noise_multiplier`` 0, ``strict``
         false.
     grad_norm_ : ndarray of shape (n_rounds,)
@@ -238,21 +278,22 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     Notes
     -----
-    Caveats of the privacy guarantee (spec section 2.1):
+    The privacy guarantee (Definition 1 of the paper: one pair of a client
+    replaced) and its caveats (Sec. 4.3):
 
     (a) quantile-based truncation levels depend on the private data, so
-        the sensitivity bound is not data-independent; pass ``tau_x`` and
-        ``tau_e`` for the strict guarantee (``privacy_spent_["strict"]``);
-    (b) the classical Gaussian calibration is proven only for a per-round
-        ``epsilon / T_g < 1`` (``privacy_spent_["classical_valid"]``);
+        the sensitivity bound ``2 tau_e tau_x / n_k`` is not data-independent;
+        a strict private fit takes fixed ``tau_x`` and ``tau_e``;
+    (b) the classical Gaussian calibration is proven only for a per-release
+        ``epsilon / T < 1`` (``privacy_spent_["classical_valid"]``);
         ``epsilon_rdp`` is a valid bound for the same releases in any case;
-    (c) the initial ``A_0`` is the largest client's estimate, sent without
-        noise (and with ``rank="auto"`` every client's selected ranks, with
-        ``step_size="auto"`` every client's ``L_k``): outside the guarantee
-        unless ``init`` is a public tensor and ``rank`` and ``step_size`` are
-        given;
+    (c) the paper's initial ``A_0`` is the largest client's estimate, sent
+        without noise (and with ``rank="auto"`` every client's selected
+        ranks; with ``step_size="auto"`` every client sends its ``L_k``):
+        only with ``privacy_mode="paper"``; a strict fit uses the noisy
+        moment initializer (or a public ``init``) and a given ``step_size``;
     (d) ``cv`` tuning releases validation errors and reruns the procedure; it
-        is not privacy-accounted;
+        is not privacy-accounted (only with ``privacy_mode="paper"``);
     (e) the loss is scaled by ``1 / (2 n_k)``, for which the sensitivity
         ``2 tau_e tau_x / n_k`` is exact (the authors' code doubles the
         gradient without doubling the noise);
@@ -266,11 +307,14 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     ...     n_clients=3, n_samples=60, tensor_shape=(4, 3), output_shape=None,
     ...     rank=(2, 2), n_nonzero=2, random_state=0)
     >>> model = PersonalizedTensorRegressor(tensor_shape=(4, 3), rank=(2, 2),
-    ...     step_size=0.5, epsilon=20.0, delta=0.1, fit_intercept=False, random_state=0)
+    ...     step_size=0.5, epsilon=20.0, delta=0.1, tau_x=4.0, tau_e=2.0,
+    ...     fit_intercept=False, random_state=0)
     >>> model.fit(X, y, groups=groups).shared_coef_.shape
     (4, 3)
     >>> model.predict(X[:2], groups=groups[:2]).shape
     (2,)
+    >>> model.privacy_spent_["strict"], model.privacy_spent_["n_releases"]
+    (True, 21)
 
     Without privacy, raw ``y`` (here shifted by 100) gets per-client intercepts:
 
@@ -297,9 +341,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tau_x=None,
         tau_e=None,
         clip_quantile=0.9,
+        privacy_mode="strict",
         tangent="exact",
         retraction="st_hosvd",
-        init="admm",
+        init="auto",
         init_lambda=0.02,
         init_alpha=0.005,
         init_zeta=0.5,
@@ -331,6 +376,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.tau_x = tau_x
         self.tau_e = tau_e
         self.clip_quantile = clip_quantile
+        self.privacy_mode = privacy_mode
         self.tangent = tangent
         self.retraction = retraction
         self.init = init
@@ -357,7 +403,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         return [
             cls(),
             cls(tensor_shape=(-1, 1), step_size=0.2, epsilon=50.0, delta=0.1,
-                fit_intercept=False, random_state=0),
+                tau_x=3.0, tau_e=3.0, fit_intercept=False, random_state=0),
         ]
 
     # -- validation ---------------------------------------------------------------
@@ -382,6 +428,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         cq = self.clip_quantile
         if isinstance(cq, bool) or not isinstance(cq, numbers.Real) or not 0 < cq <= 1:
             raise ValueError(f"clip_quantile must be in (0, 1], got {cq!r}.")
+        if not isinstance(self.privacy_mode, str) or self.privacy_mode not in PRIVACY_MODES:
+            raise ValueError(
+                f"privacy_mode must be one of {PRIVACY_MODES}, got {self.privacy_mode!r}."
+            )
+        if isinstance(self.init, str) and self.init not in INIT_MODES:
+            raise ValueError(f"init must be one of {INIT_MODES} or an array, got {self.init!r}.")
         if self.tangent not in TANGENTS:
             raise ValueError(f"tangent must be one of {TANGENTS}, got {self.tangent!r}.")
         if self.retraction not in RETRACTIONS:
@@ -413,7 +465,67 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             raise ValueError(
                 f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
             )
+        p["init_mode"] = self._init_mode(p["epsilon"])
+        p["n_releases"] = p["n_rounds"] + (p["init_mode"] == "moment")
+        p["outside"] = self._outside_guarantee(p)
+        if p["epsilon"] is not None and self.privacy_mode == "strict" and p["outside"]:
+            raise ValueError(self._strict_message(p))
         return p
+
+    def _init_mode(self, epsilon):
+        """``"array"``, ``"admm"`` or ``"moment"``: how ``A_0`` starts."""
+        if not isinstance(self.init, str):
+            return "array"
+        if self.init == "auto":
+            private_strict = epsilon is not None and self.privacy_mode == "strict"
+            return "moment" if private_strict else "admm"
+        return self.init
+
+    def _outside_guarantee(self, p):
+        """What a private fit with these parameters releases outside its guarantee."""
+        if p["epsilon"] is None:
+            return []
+        out = []
+        if p["tau_x"] is None:
+            out.append("tau_x: covariate truncation levels taken from the data "
+                       "(clip_quantile quantile of each client's row norms)")
+        if p["tau_e"] is None:
+            out.append("tau_e: residual truncation levels taken from the data every round")
+        if p["init_mode"] == "admm":
+            out.append("init: the largest client's ADMM estimate, sent without noise")
+            if isinstance(self.rank, str):
+                out.append("rank: every client's locally selected Tucker rank (the vote), "
+                           "sent without noise")
+        if p["step_size"] == "auto":
+            out.append("step_size: every client's L_k = ||X_k^T X_k / n_k||_op, sent "
+                       "without noise")
+        if self.cv is not None:
+            out.append("cv: validation errors of refits on folds, not accounted")
+        return out
+
+    def _strict_message(self, p):
+        fixes = {
+            "tau_x": "pass a fixed tau_x (a public bound on the Frobenius norm of a covariate "
+                     "tensor, e.g. sqrt(n_features) times a few for standardized X)",
+            "tau_e": "pass a fixed tau_e (a public bound on the norm of a residual, e.g. a "
+                     "few standard deviations of a standardized y)",
+            "init": "use init='auto' or 'moment' (the private moment initializer) or a public "
+                    "array",
+            "rank": "use init='auto' (the rank is then chosen from the noisy moment) or give "
+                    "rank",
+            "step_size": "give step_size (a number; 1 / ||X^T X / n||_op of public or "
+                         "standardized data)",
+            "cv": "set cv=None and pass tuned step_size and alpha",
+        }
+        names = [item.split(":")[0] for item in p["outside"]]
+        return (
+            f"privacy_mode='strict' (the default) with epsilon={self.epsilon!r} needs every "
+            "release to be covered by the guarantee, but these would not be: "
+            + "; ".join(p["outside"]) + ". To fix: "
+            + "; ".join(fixes[n] for n in names)
+            + ". Or pass privacy_mode='paper' for the paper's protocol, which carries no "
+            "differential-privacy guarantee (" + ", ".join(names) + ")."
+        )
 
     def _check_fit_intercept(self, epsilon):
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
@@ -470,14 +582,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _init_tensor(self, coef_shape):
         if isinstance(self.init, str):
-            if self.init != "admm":
-                raise ValueError(f"init must be 'admm' or an array, got {self.init!r}.")
+            if self.init not in INIT_MODES:
+                raise ValueError(
+                    f"init must be one of {INIT_MODES} or an array, got {self.init!r}.")
             return None
         init = np.asarray(self.init, dtype=float)
         if init.shape != coef_shape or not np.all(np.isfinite(init)):
             raise ValueError(
-                f"init must be 'admm' or a finite array of the coefficient shape "
-                f"{coef_shape}, got shape {init.shape}."
+                "init must be 'auto', 'admm', 'moment' or a finite array of the coefficient "
+                f"shape {coef_shape}, got shape {init.shape}."
             )
         return init
 
@@ -491,10 +604,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 "pass the tuned step_size and alpha (e.g. best_params_ of an in-process "
                 "fit) (cv)."
             )
-        n_rounds = check_positive_int(self.n_rounds, "n_rounds")
-        # the initializer (and rank vote) takes 2 rounds before Stage I
-        initializer = isinstance(self.init, str)
-        return dict(n_rounds=n_rounds + 2 * initializer,
+        p = self._validate_params_pftr()
+        # the ADMM initializer (and rank vote) takes 2 rounds before Stage I, the
+        # private moment initializer 1
+        init_rounds = {"array": 0, "admm": 2, "moment": 1}[p["init_mode"]]
+        return dict(n_rounds=p["n_rounds"] + init_rounds,
                     client_fraction=self.client_fraction,
                     on_client_error=self.on_client_error, random_state=self.random_state,
                     n_jobs=self.n_jobs, verbose=self.verbose)
@@ -531,10 +645,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                            epsilon=params["epsilon"], delta=params["delta"],
                            tau_x=params["tau_x"], tau_e=params["tau_e"],
                            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
-                           retraction=self.retraction),
+                           retraction=self.retraction, n_releases=params["n_releases"]),
             stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
                            scaling=self.penalty_scaling),
             fit_intercept=params["fit_intercept"],
+            moment_init=params["init_mode"] == "moment",
         )
 
     def _set_federated_result(self, result, setup, labels):
@@ -564,17 +679,40 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.local_ranks_ = {} if init is None else init["local_ranks"]
         self.init_client_ = -1 if init is None else int(init["k_star"])
         self._set_client_attributes(result.client_states, result.participation)
-        spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_rounds"])
-        spent["strict"] = params["epsilon"] is not None and (
-            params["tau_x"] is not None and params["tau_e"] is not None
-        )
-        spent["covers"] = (
-            "Stage-I gradient releases of each client; not the initialization, the rank "
-            "vote, the L_k of step_size='auto' or CV tuning"
-        )
-        self.privacy_spent_ = spent
+        self.privacy_spent_ = self._privacy_report(params)
         self.clients_ = labels
         self.communication_ = result.ledger
+
+    def _privacy_report(self, params):
+        """``privacy_spent_``: the guarantee of everything released, or none."""
+        spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_releases"])
+        spent["mode"] = self.privacy_mode
+        if params["epsilon"] is None:
+            spent.update(strict=False, covers="nothing: no noise was added", outside=[])
+            return spent
+        moment = params["init_mode"] == "moment"
+        released = (f"each client's {params['n_rounds']} Stage-I gradients"
+                    + (" and its initial clipped moment" if moment else ""))
+        outside = list(params["outside"])
+        spent["outside"] = outside
+        spent["strict"] = not outside
+        if not outside:
+            spent["covers"] = (
+                f"everything a client releases: {released} (Gaussian mechanism, "
+                "L2 sensitivity 2 tau_e tau_x / n_k each); its row count is public")
+            return spent
+        warnings.warn(
+            f"privacy_mode='paper' with epsilon={self.epsilon!r}: no differential-privacy "
+            "guarantee holds, because " + "; ".join(outside)
+            + ". privacy_spent_['epsilon'] is inf; the budget the noise was calibrated "
+            "for is privacy_spent_['epsilon_nominal'].", UserWarning, stacklevel=3)
+        for key in ("epsilon", "delta", f"epsilon_{'rdp'}"):
+            spent[f"{key}_nominal"] = spent[key]
+        spent.update(epsilon=math.inf, delta=0.0, epsilon_rdp=math.inf)
+        spent["covers"] = (
+            f"nothing: the noise of {released} is calibrated to the nominal budget, but "
+            "the releases listed in 'outside' void the guarantee")
+        return spent
 
     def _set_client_attributes(self, states, participation=None):
         """Per-client attributes from the clients' final states (``None``: off the sites).
@@ -638,6 +776,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             The fitted estimator.
         """
         Xm, Ym = self._validate_site_data(X, y, reset=True)
+        self._validate_params_pftr()  # a refused private setting, before anything is sent
         self.cv_results_, self.best_params_ = None, None
         tuned = self
         # each client's range, named, before the set-up exchange and any step

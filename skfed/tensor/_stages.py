@@ -36,6 +36,8 @@ __all__ = [
     "local_stage_one",
     "clip_rows",
     "InitAlgorithm",
+    "MomentInit",
+    "clipped_moment",
     "StageOne",
     "StageTwo",
     "PersonalizedTensorPhases",
@@ -385,6 +387,83 @@ class InitAlgorithm(FederatedAlgorithm):
         return {**state, "init": np.array(coef[0])}, {}
 
 
+def clipped_moment(X, Y, tau_x, tau_e, clip_quantile=0.9):
+    """``(1/n) sum_i T_tau_e(Y_i) o T_tau_x(X_i)`` as a flat ``(q p,)`` array, and the levels.
+
+    Minus the Stage-I gradient at ``A_0 = 0`` (the residuals are then the
+    responses), with the same row-wise truncations: replacing one row changes
+    it by at most ``2 tau_e tau_x / n`` in Frobenius norm. ``None`` levels
+    are the ``clip_quantile`` quantile of the client's norms (outside the
+    strict guarantee, as in Stage I).
+    """
+    norms = np.linalg.norm(X, axis=1)
+    tau_x = float(np.quantile(norms, clip_quantile)) if tau_x is None else float(tau_x)
+    Yc = np.array(Y, dtype=float, order="C")
+    tau_e = clip_residuals(Yc, float(clip_quantile), np.nan if tau_e is None else float(tau_e))
+    m = (Yc.T @ clip_rows(X, tau_x)).reshape(-1) / X.shape[0]
+    return m, tau_x, float(tau_e)
+
+
+class MomentInit(FederatedAlgorithm):
+    """Private initialization: one noisy clipped moment per client (one round).
+
+    Each client sends ``M_k = (1/n_k) sum_i T_tau_e(Y_i) o T_tau_x(X_i)``
+    (minus its truncated Stage-I gradient at ``A_0 = 0``, L2 sensitivity
+    ``2 tau_e tau_x / n_k``) plus Gaussian noise of the Stage-I noise
+    multiplier, i.e. one more release of the same Gaussian mechanism. The
+    server takes the ``n_k``-weighted mean ``M`` and starts ``A_0`` at ``M``
+    (before the retraction): ``E[Y o X] = <A, Cov(X)>``, so for standardized,
+    roughly uncorrelated covariates ``M`` estimates ``A`` (the moment or
+    spectral initializer of tensor regression); with ``rank="auto"`` it picks
+    the Tucker rank of that tensor by the ratio criterion, which is
+    post-processing of the noisy releases (no vote).
+    """
+
+    def __init__(self, coef_shape, rank, *, n_releases, epsilon, delta,
+                 tau_x=None, tau_e=None, clip_quantile=0.9, rank_scale=1.0, max_rank=None):
+        self.coef_shape = tuple(coef_shape)
+        self.rank = rank
+        self.n_releases = n_releases
+        self.epsilon = epsilon
+        self.delta = delta
+        self.tau_x = tau_x
+        self.tau_e = tau_e
+        self.clip_quantile = clip_quantile
+        self.rank_scale = rank_scale
+        self.max_rank = max_rank
+
+    def asks_every_client(self, server_state):
+        return True
+
+    def client_step(self, data, state, broadcast, rng):
+        m, tau_x, tau_e = clipped_moment(data.X, data.y, self.tau_x, self.tau_e,
+                                         self.clip_quantile)
+        n = data.n_samples
+        z = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases)
+        sigma = 2.0 * tau_e * tau_x / n * z
+        if not (sigma >= 0 and math.isfinite(sigma)):
+            raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
+        if sigma:
+            m = m + sigma * rng.standard_normal(m.shape)
+        check_finite_step("the clipped moment", m)
+        state = {"tau_x": tau_x, "tau_e": tau_e, "sigma": sigma}
+        return state, {"moment": m, "n_samples": np.int64(n)}
+
+    def server_step(self, state, messages, rng):
+        keys = sorted(messages)
+        sizes = np.array([float(messages[k]["n_samples"]) for k in keys])
+        moment = sum(w * np.reshape(messages[k]["moment"], -1)
+                     for w, k in zip(sizes / sizes.sum(), keys))
+        A = np.asarray(moment, dtype=float).reshape(self.coef_shape)
+        if isinstance(self.rank, str):
+            rank = make_feasible(
+                ratio_rank(A, int(sizes.sum()), self.rank_scale, self.max_rank),
+                self.coef_shape)
+        else:
+            rank = tuple(self.rank)
+        return {"k_star": -1, "rank": rank, "local_ranks": {}, "init": A}, {}
+
+
 class StageOne(FederatedAlgorithm):
     """Stage I (spec 2.1): DP Riemannian gradient rounds for the shared part ``A_0``.
 
@@ -397,12 +476,15 @@ class StageOne(FederatedAlgorithm):
 
     def __init__(self, coef_shape, rank, init, *, step_size, n_rounds, epsilon, delta,
                  tau_x=None, tau_e=None, clip_quantile=0.9, tangent="exact",
-                 retraction="st_hosvd"):
+                 retraction="st_hosvd", n_releases=None):
         self.coef_shape = tuple(coef_shape)
         self.rank = tuple(rank)
         self.init = init
         self.step_size = step_size
         self.n_rounds = n_rounds
+        # T of the noise formula: every Gaussian release of the fit (the rounds, plus
+        # the private initializer's moment), so that they compose to (epsilon, delta)
+        self.n_releases = n_rounds if n_releases is None else n_releases
         self.epsilon = epsilon
         self.delta = delta
         self.tau_x = tau_x
@@ -466,7 +548,7 @@ class StageOne(FederatedAlgorithm):
         """
         multiplier = self._noise_multiplier
         if multiplier is None:
-            multiplier = pftr_noise_multiplier(self.epsilon, self.delta, self.n_rounds)
+            multiplier = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases)
             self._noise_multiplier = multiplier
         if tau_e < 0 or tau_x < 0 or not (math.isfinite(tau_e) and math.isfinite(tau_x)):
             raise ValueError(
@@ -559,9 +641,10 @@ class StageTwo(FederatedAlgorithm):
 class PersonalizedTensorPhases(PhasedAlgorithm):
     """The whole fit as one run: initializer (if needed), Stage I, Stage II.
 
-    Phases, by name (``phases``): ``"init"`` (2 rounds, only when no starting
-    tensor is given: :class:`InitAlgorithm`, with the rank vote for
-    ``rank="auto"``), ``"stage_one"`` (``stage_one["n_rounds"]`` rounds,
+    Phases, by name (``phases``): ``"init"`` (only when no starting tensor is
+    given: :class:`InitAlgorithm`, 2 rounds, with the rank vote for
+    ``rank="auto"``, or with ``moment_init`` :class:`MomentInit`, 1 private
+    round), ``"stage_one"`` (``stage_one["n_rounds"]`` rounds,
     :class:`StageOne`) and ``"stage_two"`` (local, :class:`StageTwo`). Stage I
     starts from the initializer's estimate and rank; its spec is the Tucker
     rank (a few integers in every broadcast). Stage II starts from Stage I's
@@ -584,6 +667,9 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
     fit_intercept : bool, default=False
         Every client centres its rows on its own means (:func:`prepare_site`)
         and Stage II keeps its intercept in its state.
+    moment_init : bool, default=False
+        Start from the noisy clipped moment (:class:`MomentInit`) instead of
+        the largest client's unperturbed ADMM estimate.
 
     A numerical failure of a client step (non-convergence, a non-finite
     value) is raised as a ``FloatingPointError`` naming the client, the phase
@@ -591,10 +677,12 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
     """
 
     def __init__(self, coef_shape, rank, init, init_params, stage_one, stage_two,
-                 fit_intercept=False):
+                 fit_intercept=False, moment_init=False):
         self.phases = ("stage_one", "stage_two") if init is not None else (
             "init", "stage_one", "stage_two")
-        rounds = {"init": 2, "stage_one": int(stage_one["n_rounds"]), "stage_two": 0}
+        self.moment_init = bool(moment_init) and init is None
+        rounds = {"init": 1 if self.moment_init else 2,
+                  "stage_one": int(stage_one["n_rounds"]), "stage_two": 0}
         super().__init__([rounds[name] for name in self.phases])
         self.coef_shape = tuple(coef_shape)
         self.rank = rank
@@ -630,6 +718,15 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
 
     def build_phase(self, phase, spec, previous=None):
         name = self.phases[phase]
+        if name == "init" and self.moment_init:
+            one = self.stage_one
+            return MomentInit(
+                self.coef_shape, self.rank,
+                n_releases=one.get("n_releases", one["n_rounds"]), epsilon=one["epsilon"],
+                delta=one["delta"], tau_x=one.get("tau_x"), tau_e=one.get("tau_e"),
+                clip_quantile=one.get("clip_quantile", 0.9),
+                rank_scale=self.init_params.get("rank_scale", 1.0),
+                max_rank=self.init_params.get("max_rank"))
         if name == "init":
             return InitAlgorithm(self.coef_shape, self.rank, **self.init_params)
         if name == "stage_one":

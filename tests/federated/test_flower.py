@@ -48,7 +48,8 @@ def load_data(node_config, run_config):
 
 
 TENSOR = dict(tensor_shape=(3, 4), output_shape=(2, 2), rank="auto", step_size=0.2,
-              epsilon=20.0, delta=0.1, fit_intercept=False, init_max_iter=60, random_state=0)
+              epsilon=20.0, delta=0.1, fit_intercept=False, init_max_iter=60, random_state=0,
+              privacy_mode="paper")  # the paper's protocol: ADMM start and rank vote
 
 
 def load_test_data(node_config, run_config):
@@ -75,7 +76,8 @@ def _classification_data():
 
 
 TENSOR = dict(tensor_shape=(3, 4), output_shape=(2, 2), rank="auto", step_size=0.2,
-              epsilon=20.0, delta=0.1, fit_intercept=False, init_max_iter=60, random_state=0)
+              epsilon=20.0, delta=0.1, fit_intercept=False, init_max_iter=60, random_state=0,
+              privacy_mode="paper")  # the paper's protocol: ADMM start and rank vote
 
 
 def _tensor_data():

@@ -53,7 +53,8 @@ def _regression_data():
 
 GP = dict(n_inducing_global=6, n_inducing_local=4, n_rounds=5, random_state=0)
 TENSOR = dict(tensor_shape=(4, 3), rank=(2, 2), n_rounds=5, random_state=0)
-PRIVATE_TENSOR = dict(TENSOR, fit_intercept=False, epsilon=20.0, delta=0.1, tau_x=3.0, tau_e=3.0)
+PRIVATE_TENSOR = dict(TENSOR, fit_intercept=False, epsilon=20.0, delta=0.1, tau_x=3.0, tau_e=3.0,
+                      step_size=0.2)
 
 # (id, make estimator from extra params, data, rounds that ask every client:
 #  indices counted from the first round, negative from the last)
@@ -64,8 +65,9 @@ CASES = [
     ("pfedgp", lambda **kw: PFedGPRegressor(n_inducing=4, n_rounds=5, optimizer="cavi",
                                             random_state=0, **kw), _gp_data, (0, -1)),
     ("pftr", lambda **kw: PersonalizedTensorRegressor(**TENSOR, **kw), _tensor_data, (0, 1)),
+    # strict: one round of the private moment initializer asks every client
     ("pftr-private", lambda **kw: PersonalizedTensorRegressor(**PRIVATE_TENSOR, **kw),
-     _tensor_data, (0, 1)),
+     _tensor_data, (0,)),
     ("fedcommon", lambda **kw: FedCommonTensorRegressor(**TENSOR, **kw), _tensor_data, (0, 1)),
     ("dpfeddro", lambda **kw: DPFedDROClassifier(n_rounds=5, random_state=0, **kw),
      _class_data, ()),

@@ -89,7 +89,8 @@ def test_private_fit_requires_fit_intercept_false(data):
     with pytest.raises(ValueError, match="fit_intercept=True is not covered by the privacy"):
         model.fit(X, y, groups=groups)
     assert not hasattr(model, "coef_")
-    model.set_params(fit_intercept=False).fit(X, y, groups=groups)
+    model.set_params(fit_intercept=False, tau_x=4.0, tau_e=2.0, step_size=0.5).fit(
+        X, y, groups=groups)
     # epsilon=inf is no privacy: the intercept is allowed
     PersonalizedTensorRegressor(epsilon=float("inf"), **KW).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="fit_intercept must be True or False"):

@@ -125,23 +125,29 @@ def test_infinite_epsilon_is_bitwise_the_non_private_fit(small):
 def test_private_fit_noise_and_privacy_report(small):
     X, y, groups, _ = small
     kw = dict(tensor_shape=(5, 4), rank=(2, 2, 2), n_rounds=10, epsilon=20.0, delta=0.1,
-              fit_intercept=False)
+              fit_intercept=False, step_size=0.5)
     model = PersonalizedTensorRegressor(tau_x=5.0, tau_e=1.0, random_state=0, **kw)
     model.fit(X, y, groups=groups)
     n_k = np.array([60, 80, 100])
-    expected = 2 * 1.0 * 5.0 / n_k * 10 * np.sqrt(2 * np.log(1.25 * 10 / 0.1)) / 20.0
+    # 11 releases: the 10 rounds and the private initializer's moment
+    expected = 2 * 1.0 * 5.0 / n_k * 11 * np.sqrt(2 * np.log(1.25 * 11 / 0.1)) / 20.0
     np.testing.assert_allclose(model.noise_std_, np.repeat(expected[:, None], 10, axis=1))
     spent = model.privacy_spent_
     assert spent["strict"] and spent["epsilon"] == 20.0 and spent["delta"] == 0.1
+    assert spent["n_releases"] == 11 and spent["outside"] == []
     assert 0 < spent["epsilon_rdp"] < 20.0
-    assert not spent["classical_valid"]  # per-round epsilon 2 >= 1
-    # quantile truncation: data-dependent levels, outside the strict guarantee
-    q = PersonalizedTensorRegressor(random_state=0, **kw).fit(X, y, groups=groups)
-    assert not q.privacy_spent_["strict"]
+    assert not spent["classical_valid"]  # per-release epsilon 20/11 >= 1
+    # quantile truncation: data-dependent levels, only in the paper's mode, no guarantee
+    kw["privacy_mode"] = "paper"
+    with pytest.warns(UserWarning, match="no differential-privacy guarantee"):
+        q = PersonalizedTensorRegressor(random_state=0, **kw).fit(X, y, groups=groups)
+    assert not q.privacy_spent_["strict"] and q.privacy_spent_["epsilon"] == np.inf
+    assert q.privacy_spent_["epsilon_nominal"] == 20.0
     norms = np.linalg.norm(X[groups == 0], axis=1)
     assert q.tau_x_[0] == pytest.approx(np.quantile(norms, 0.9))
     # same seed, same noise; another seed, other noise
-    again = PersonalizedTensorRegressor(random_state=0, **kw).fit(X, y, groups=groups)
+    with pytest.warns(UserWarning):
+        again = PersonalizedTensorRegressor(random_state=0, **kw).fit(X, y, groups=groups)
     np.testing.assert_array_equal(q.coef_, again.coef_)
     threads = PersonalizedTensorRegressor(random_state=0, n_jobs=2, **kw).fit(X, y, groups=groups)
     np.testing.assert_array_equal(q.coef_, threads.coef_)

@@ -65,7 +65,8 @@ def test_flower_fit_equals_in_process_fit(params):
 
 
 def test_private_flower_fit_draws_the_same_noise():
-    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1, fit_intercept=False)
+    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1, fit_intercept=False,
+                  tau_x=4.0, tau_e=2.0)  # strict: the noisy moment starts A_0
     local = PersonalizedTensorRegressor(**params).fit(X, Y, groups=GROUPS)
     remote = flower_fit(lambda: PersonalizedTensorRegressor(**params))
     assert np.all(local.noise_std_ > 0)
@@ -128,7 +129,8 @@ def test_site_model_gives_each_site_its_personalized_tensor(tmp_path):
     """A site's kept state + the released fit: the in-process personalized prediction."""
     from skfed.federated.flower import site_model
 
-    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1, fit_intercept=False)
+    params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1, fit_intercept=False,
+                  tau_x=4.0, tau_e=2.0)  # strict: the noisy moment starts A_0
     configs = [{"client-id": k, "model-path": str(tmp_path / f"site{k}.pkl")} for k in range(3)]
     app = FlowerFederation(lambda run_config: PersonalizedTensorRegressor(**params), load_data)
     remote = InMemoryGrid(app, configs, {"min-nodes": 3}).run()

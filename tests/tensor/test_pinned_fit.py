@@ -89,7 +89,10 @@ def test_private_fit_is_pinned(name):
     )
     model = PersonalizedTensorRegressor(
         tensor_shape=(3, 4), output_shape=(2, 2), rank=(2, 2, 2, 2), step_size=0.2,
-        n_rounds=6, epsilon=20.0, delta=0.1, fit_intercept=False, random_state=0, **kw,
-    ).fit(X, y, groups=groups)
+        n_rounds=6, epsilon=20.0, delta=0.1, fit_intercept=False, random_state=0,
+        privacy_mode="paper", **kw,  # the paper's protocol, as pinned
+    )
+    with pytest.warns(UserWarning, match="no differential-privacy guarantee"):
+        model.fit(X, y, groups=groups)
     np.testing.assert_allclose(model.shared_coef_.ravel(), expected, rtol=0, atol=1e-10)
     assert np.all(model.noise_std_ > 0)
