@@ -59,6 +59,22 @@ CANDIDATES = {
         "kappa 2, r 1e-2, rho 0.1, T 20": dict(kappa=2.0, radius=1e-2, rho=0.1, n_rounds=20),
         "kappa 2, r 1e-2, intercept, T 20": dict(kappa=2.0, radius=1e-2, rho=0.8,
                                                  n_rounds=20, fit_intercept=True),
+        # with an intercept (centred features without one make M = 0 optimal on WVS)
+        "kappa 2, r 1e-2, intercept, T 50": dict(kappa=2.0, radius=1e-2, rho=0.8,
+                                                 n_rounds=50, fit_intercept=True),
+        "kappa 0.5, r 0.1, intercept, T 20": dict(kappa=0.5, radius=0.1, rho=0.8,
+                                                  n_rounds=20, fit_intercept=True),
+        "kappa 2, r 1e-3, intercept, T 20": dict(kappa=2.0, radius=1e-3, rho=0.8,
+                                                 n_rounds=20, fit_intercept=True),
+        "kappa 8, r 1e-2, intercept, T 20": dict(kappa=8.0, radius=1e-2, rho=0.8,
+                                                 n_rounds=20, fit_intercept=True),
+        "kappa 2, r 1e-2, intercept, rho 0.1, T 20": dict(kappa=2.0, radius=1e-2, rho=0.1,
+                                                          n_rounds=20, fit_intercept=True),
+        "kappa 2, r 0.1, T 20": dict(kappa=2.0, radius=0.1, rho=0.8, n_rounds=20),
+        "kappa 2, r 1e-2, linf, T 20": dict(kappa=2.0, radius=1e-2, rho=0.8, n_rounds=20,
+                                            feature_norm="linf"),
+        "kappa 2, r 1e-2, average, T 20": dict(kappa=2.0, radius=1e-2, rho=0.8,
+                                               n_rounds=20, output_model="average"),
     },
 }
 BASELINES = {

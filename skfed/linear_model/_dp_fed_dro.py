@@ -23,7 +23,9 @@ OUTPUT_MODELS = ("last", "average")
 BETA = 0.4  # weight of the consensus violation in the paper's convergence metric
 # "auto" values: (private, non-private). Private: the paper's DP-Fed DRO values (Sec. 7.1);
 # non-private: chosen by benchmarks/dro_nonprivate_defaults.py (doc/results/real_data.md)
-AUTO_PARAMS = {"kappa": (0.5, 2.0), "radius": (0.1, 1e-2)}
+AUTO_PARAMS = {"kappa": (0.5, 2.0), "radius": (0.1, 1e-2), "fit_intercept": (False, True)}
+# a non-private released model below this Frobenius norm is the zero model plus round-off
+ZERO_MODEL = 1e-6
 
 
 class DPFedDROClassifier(_LinearFederatedClassifier):
@@ -57,7 +59,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     exchange (aggregates, not rows), the server pools them, the sites train
     on standardized rows and ``coef_``/``intercept_`` are mapped back to raw
     units. One extra round after training fits the temperature of
-    :meth:`predict_proba`.
+    :meth:`predict_proba`. The defaults of ``kappa``, ``radius`` and
+    ``fit_intercept`` are ``"auto"``: the paper's DP-Fed DRO values with
+    privacy, ``kappa=2``, ``radius=1e-2`` and an intercept without it.
 
     **Privacy.** Record-level ("replace one row of one client") differential
     privacy of everything a client sends, per client, composed over
@@ -110,11 +114,12 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     kappa : float or "auto", default="auto"
         Label transport cost. ``"auto"``: 0.5 with privacy (the paper's DP-Fed
         DRO value, Sec. 7.1), 2.0 without (its non-private Fed DRO value).
-        With ``kappa=0.5`` and ``radius=0.1`` the exact non-private problem has
-        the zero model as its solution on the real data sets we tried (the
-        adversary may flip labels too cheaply), so ``predict`` would rest on
-        solver round-off; ``benchmarks/dro_nonprivate_defaults.py`` chose the
-        non-private values (``doc/results/real_data.md``).
+        The non-private ``"auto"`` values of ``kappa``, ``radius`` and
+        ``fit_intercept`` were chosen by
+        ``benchmarks/dro_nonprivate_defaults.py`` (``doc/results/real_data.md``):
+        with the private values, and on WVS with any ``kappa`` and ``radius``
+        but no intercept, the exact non-private problem is solved by the zero
+        model (``fit`` then warns: ``predict`` would rest on solver round-off).
     radius : float, array-like of shape (n_clients,) or "auto", default="auto"
         Wasserstein radius, one value or one per client (in the order of
         ``clients_``). ``"auto"``: 0.1 with privacy, 1e-2 without (the
@@ -145,10 +150,12 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     project_lambda : bool, default=False
         Project ``lambda_g`` on ``[0, inf)`` before adding noise (1-Lipschitz,
         so the sensitivity is unchanged). The paper does not project.
-    fit_intercept : bool, default=False
+    fit_intercept : bool or "auto", default="auto"
         Append the constant feature ``intercept_scaling`` (the paper has no
         intercept). The constant counts towards the norm bound: the
         sensitivities use ``sqrt(norm_bound^2 + intercept_scaling^2)``.
+        ``"auto"``: ``False`` with privacy (the paper), ``True`` without (see
+        ``kappa``).
     intercept_scaling : float, default=1.0
         Value of the constant feature.
     standardize : {"auto", True, False}, default="auto"
@@ -243,7 +250,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                  budget_split=0.95, accountant="paper", n_rounds=50, rho=0.8, gamma=0.1,
                  kappa="auto", radius="auto", c_M=1.0, c_lambda=1.0, C=0.4, V=1.0,
                  norm_bound=1.0, feature_norm="l1", alpha="uniform", output_model="last",
-                 project_lambda=False, fit_intercept=False, intercept_scaling=1.0,
+                 project_lambda=False, fit_intercept="auto", intercept_scaling=1.0,
                  standardize="auto", unknown_client="global", n_jobs=None, random_state=None,
                  verbose=0):
         self.epsilon = epsilon
@@ -298,6 +305,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         check_real(self.rho, "rho", 0.0, low_open=True)
         check_real(self.gamma, "gamma", 0.0, low_open=True)
         check_real(self._resolved("kappa"), "kappa", 0.0, low_open=True)
+        if self.fit_intercept not in ("auto", True, False):
+            raise ValueError(
+                f"fit_intercept must be 'auto', True or False, got {self.fit_intercept!r}."
+            )
         if isinstance(self.radius, str) and self.radius != "auto":
             raise ValueError(
                 f"radius must be 'auto', a number >= 0 or one per client, got {self.radius!r}."
@@ -333,12 +344,15 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     # ------------------------------------------------------------------
 
     def _resolved(self, name):
-        """``kappa`` or ``radius`` with ``"auto"`` resolved (see ``AUTO_PARAMS``)."""
+        """``kappa``, ``radius`` or ``fit_intercept`` with ``"auto"`` resolved."""
         value = getattr(self, name)
         if isinstance(value, str) and value == "auto":
             private, non_private = AUTO_PARAMS[name]
             return private if self._is_private() else non_private
         return value
+
+    def _fits_intercept(self):
+        return bool(self._resolved("fit_intercept"))
 
     def _privacy_plan(self):
         return privacy_plan(self, float(self.budget_split))
@@ -440,6 +454,15 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         server = result.server_state
         self.n_iter_ = int(server["round"])
         self.temperature_ = float(server.get("temperature", 1.0))
+        norm = float(np.linalg.norm(self._server_model(server)))
+        if not self._is_private() and norm < ZERO_MODEL:
+            # the exact problem's solution is M = 0: predictions would rest on round-off
+            warnings.warn(
+                f"the fitted model is numerically zero (||M||_F = {norm:.2g} in the units "
+                "the clients trained in): the zero model solves this DRO problem, so "
+                "predict() is arbitrary. Lower radius, raise kappa or set "
+                "fit_intercept=True.", UserWarning,
+            )
         if "feature_mean" in setup:
             # back to raw units: M ((x - m) / s) + b = (M / s) x + (b - (M / s) m)
             mean = np.asarray(setup["feature_mean"], dtype=float)
@@ -517,7 +540,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             self.history_ = {"consensus_violation": violation}
             return
         client_M = np.stack([s["coef"] for s in states])
-        if self.fit_intercept:
+        if self._fits_intercept():
             self.client_coefs_ = client_M[:, :, :-1].copy()
             self.client_intercepts_ = client_M[:, :, -1] * float(self.intercept_scaling)
         else:

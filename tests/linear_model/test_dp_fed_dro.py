@@ -1,4 +1,5 @@
 import math
+import warnings
 
 import dp_accounting
 import numpy as np
@@ -339,7 +340,8 @@ def test_non_private_admm_reaches_consensus():
     rng = np.random.default_rng(8)
     X, y = _blobs(rng, n=36, noise=0.4)
     groups = np.repeat([0, 1, 2], 12)
-    clf = DPFedDROClassifier(epsilon=None, n_rounds=8, rho=0.5, radius=1e-2, kappa=0.5)
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=8, rho=0.5, radius=1e-2, kappa=0.5,
+                             fit_intercept=False)
     clf.fit(X, y, groups=groups)
     spread = np.abs(clf.client_coefs_ - clf.coef_[None]).max()
     assert spread < 0.05 * max(1.0, np.abs(clf.coef_).max())
@@ -604,12 +606,14 @@ def test_auto_kappa_radius_resolve_by_privacy():
     X, y, groups = _overlapping_classes()
     npv = DPFedDROClassifier(epsilon=None, n_rounds=3).fit(X, y, groups=groups)
     assert npv.kappa_ == 2.0 and np.array_equal(npv.radius_, np.full(3, 1e-2))
+    assert npv.client_intercepts_.shape == (3, 3) and np.any(npv.intercept_ != 0)
     Xs = X / np.linalg.norm(X, axis=1).max()
     dp = DPFedDROClassifier(n_rounds=3, random_state=0).fit(Xs, y, groups=groups)
     assert dp.kappa_ == 0.5 and np.array_equal(dp.radius_, np.full(3, 0.1))
+    assert np.array_equal(dp.client_intercepts_, np.zeros((3, 3)))
     # the private default is the paper's DP-Fed DRO setting, bit for bit
-    ref = DPFedDROClassifier(n_rounds=3, random_state=0, kappa=0.5, radius=0.1).fit(
-        Xs, y, groups=groups)
+    ref = DPFedDROClassifier(n_rounds=3, random_state=0, kappa=0.5, radius=0.1,
+                             fit_intercept=False).fit(Xs, y, groups=groups)
     assert np.array_equal(dp.coef_, ref.coef_)
     assert dp.noise_sigma_lambda_.tolist() == ref.noise_sigma_lambda_.tolist()
     # explicit values win over "auto"
@@ -623,15 +627,18 @@ def test_non_private_default_is_not_the_zero_model():
     # overlapping classes (coef ~ 1e-8: predictions from solver round-off)
     X, y, groups = _overlapping_classes()
     old = DPFedDROClassifier(epsilon=None, kappa=0.5, radius=0.1, n_rounds=5)
-    old.fit(X, y, groups=groups)
+    with pytest.warns(UserWarning, match="numerically zero"):
+        old.fit(X, y, groups=groups)
     assert np.linalg.norm(old.coef_ * old.feature_scale_) < 1e-4
-    new = DPFedDROClassifier(epsilon=None, n_rounds=5).fit(X, y, groups=groups)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        new = DPFedDROClassifier(epsilon=None, n_rounds=5).fit(X, y, groups=groups)
     assert np.linalg.norm(new.coef_ * new.feature_scale_) > 0.1
     assert new.score(X, y) > 0.6
 
 
 @pytest.mark.parametrize("name, value", [("kappa", "big"), ("radius", "large"),
-                                         ("kappa", None)])
+                                         ("kappa", None), ("fit_intercept", "yes")])
 def test_bad_auto_parameters(name, value):
     X, y, groups = _overlapping_classes()
     with pytest.raises(ValueError, match=name):
