@@ -68,6 +68,10 @@ CANDIDATES = {
                                                  n_rounds=20, fit_intercept=True),
         "kappa 8, r 1e-2, intercept, T 20": dict(kappa=8.0, radius=1e-2, rho=0.8,
                                                  n_rounds=20, fit_intercept=True),
+        "kappa 2, r 1e-3, intercept, T 50": dict(kappa=2.0, radius=1e-3, rho=0.8,
+                                                 n_rounds=50, fit_intercept=True),
+        "kappa 8, r 1e-2, intercept, T 50": dict(kappa=8.0, radius=1e-2, rho=0.8,
+                                                 n_rounds=50, fit_intercept=True),
         "kappa 2, r 1e-2, intercept, rho 0.1, T 20": dict(kappa=2.0, radius=1e-2, rho=0.1,
                                                           n_rounds=20, fit_intercept=True),
         "kappa 2, r 0.1, T 20": dict(kappa=2.0, radius=0.1, rho=0.8, n_rounds=20),
@@ -221,6 +225,7 @@ def main():
     if args.out:
         with open(args.out, encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh]
+        rows = [r for r in rows if r["seed"] in args.seeds]
     summarize(rows, candidates)
 
 

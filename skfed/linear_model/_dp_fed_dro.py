@@ -23,7 +23,7 @@ OUTPUT_MODELS = ("last", "average")
 BETA = 0.4  # weight of the consensus violation in the paper's convergence metric
 # "auto" values: (private, non-private). Private: the paper's DP-Fed DRO values (Sec. 7.1);
 # non-private: chosen by benchmarks/dro_nonprivate_defaults.py (doc/results/real_data.md)
-AUTO_PARAMS = {"kappa": (0.5, 2.0), "radius": (0.1, 1e-2), "fit_intercept": (False, True)}
+AUTO_PARAMS = {"kappa": (0.5, 2.0), "radius": (0.1, 1e-3), "fit_intercept": (False, True)}
 # a non-private released model below this Frobenius norm is the zero model plus round-off
 ZERO_MODEL = 1e-6
 
@@ -61,7 +61,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     units. One extra round after training fits the temperature of
     :meth:`predict_proba`. The defaults of ``kappa``, ``radius`` and
     ``fit_intercept`` are ``"auto"``: the paper's DP-Fed DRO values with
-    privacy, ``kappa=2``, ``radius=1e-2`` and an intercept without it.
+    privacy, ``kappa=2``, ``radius=1e-3`` and an intercept without it.
 
     **Privacy.** Record-level ("replace one row of one client") differential
     privacy of everything a client sends, per client, composed over
@@ -122,8 +122,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         model (``fit`` then warns: ``predict`` would rest on solver round-off).
     radius : float, array-like of shape (n_clients,) or "auto", default="auto"
         Wasserstein radius, one value or one per client (in the order of
-        ``clients_``). ``"auto"``: 0.1 with privacy, 1e-2 without (the
-        paper's Sec. 7.1 values, see ``kappa``).
+        ``clients_``). ``"auto"``: 0.1 with privacy (the paper's Sec. 7.1
+        value), 1e-3 without (see ``kappa``; the paper's App. B.4 grid value).
     c_M, c_lambda : float, default=1.0
         Step-size constants of Theorem 3 (``c_M >= ||M*||_F``,
         ``c_lambda >= lambda*`` in theory; tuned in practice).
