@@ -219,8 +219,12 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
         tags.input_tags.allow_nan = False
         return tags
 
+    def _fits_intercept(self):
+        """Whether the constant feature is appended (estimators may resolve "auto")."""
+        return bool(self.fit_intercept)
+
     def _set_model(self, M):
-        if self.fit_intercept:
+        if self._fits_intercept():
             self.coef_ = np.ascontiguousarray(M[:, :-1])
             self.intercept_ = M[:, -1] * float(self.intercept_scaling)
         else:
@@ -307,7 +311,7 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
         sizes = np.asarray(setup["n_samples"], dtype=float)
         L = check_real(getattr(self, "norm_bound", 1.0), "norm_bound", 0.0, low_open=True)
         scaling = None
-        if self.fit_intercept:  # the constant feature counts towards the norm bound
+        if self._fits_intercept():  # the constant feature counts towards the norm bound
             scaling = check_real(self.intercept_scaling, "intercept_scaling", 0.0,
                                  low_open=True)
             L = math.sqrt(L * L + scaling * scaling)

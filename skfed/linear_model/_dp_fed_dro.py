@@ -22,6 +22,11 @@ __all__ = ["DPFedDROClassifier"]
 FEATURE_NORMS = tuple(DUAL_NORM)
 OUTPUT_MODELS = ("last", "average")
 BETA = 0.4  # weight of the consensus violation in the paper's convergence metric
+# "auto" values: (private, non-private). Private: the paper's DP-Fed DRO values (Sec. 7.1);
+# non-private: chosen by benchmarks/dro_nonprivate_defaults.py (doc/results/real_data.md)
+AUTO_PARAMS = {"kappa": (0.5, 2.0), "radius": (0.1, 1e-3), "fit_intercept": (False, True)}
+# a non-private released model below this Frobenius norm is the zero model plus round-off
+ZERO_MODEL = 1e-6
 
 
 class DPFedDROClassifier(_LinearFederatedClassifier):
@@ -55,7 +60,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     exchange (aggregates, not rows), the server pools them, the sites train
     on standardized rows and ``coef_``/``intercept_`` are mapped back to raw
     units. One extra round after training fits the temperature of
-    :meth:`predict_proba`.
+    :meth:`predict_proba`. The defaults of ``kappa``, ``radius`` and
+    ``fit_intercept`` are ``"auto"``: the paper's DP-Fed DRO values with
+    privacy, ``kappa=2``, ``radius=1e-3`` and an intercept without it.
 
     **Privacy.** Record-level ("replace one row of one client") differential
     privacy of everything a client sends, per client, composed over
@@ -105,11 +112,19 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         ADMM consensus penalty.
     gamma : float, default=0.1
         Penalty parameter of the norm constraint ``phi(M_g) <= lambda_g``.
-    kappa : float, default=0.5
-        Label transport cost.
-    radius : float or array-like of shape (n_clients,), default=0.1
+    kappa : float or "auto", default="auto"
+        Label transport cost. ``"auto"``: 0.5 with privacy (the paper's DP-Fed
+        DRO value, Sec. 7.1), 2.0 without (its non-private Fed DRO value).
+        The non-private ``"auto"`` values of ``kappa``, ``radius`` and
+        ``fit_intercept`` were chosen by
+        ``benchmarks/dro_nonprivate_defaults.py`` (``doc/results/real_data.md``):
+        with the private values, and on WVS with any ``kappa`` and ``radius``
+        but no intercept, the exact non-private problem is solved by the zero
+        model (``fit`` then warns: ``predict`` would rest on solver round-off).
+    radius : float, array-like of shape (n_clients,) or "auto", default="auto"
         Wasserstein radius, one value or one per client (in the order of
-        ``clients_``).
+        ``clients_``). ``"auto"``: 0.1 with privacy (the paper's Sec. 7.1
+        value), 1e-3 without (see ``kappa``; the paper's App. B.4 grid value).
     c_M, c_lambda : float, default=1.0
         Step-size constants of Theorem 3 (``c_M >= ||M*||_F``,
         ``c_lambda >= lambda*`` in theory; tuned in practice).
@@ -136,10 +151,12 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     project_lambda : bool, default=False
         Project ``lambda_g`` on ``[0, inf)`` before adding noise (1-Lipschitz,
         so the sensitivity is unchanged). The paper does not project.
-    fit_intercept : bool, default=False
+    fit_intercept : bool or "auto", default="auto"
         Append the constant feature ``intercept_scaling`` (the paper has no
         intercept). The constant counts towards the norm bound: the
         sensitivities use ``sqrt(norm_bound^2 + intercept_scaling^2)``.
+        ``"auto"``: ``False`` with privacy (the paper), ``True`` without (see
+        ``kappa``).
     intercept_scaling : float, default=1.0
         Value of the constant feature.
     standardize : {"auto", True, False}, default="auto"
@@ -222,6 +239,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         Every message sent: only ``coef`` (the noisy local model) goes up;
         without privacy also the set-up moments and the last round's
         ``log_loss`` sums.
+    kappa_ : float
+        The label transport cost used (``kappa`` with ``"auto"`` resolved).
+    radius_ : ndarray of shape (n_clients,)
+        The Wasserstein radius of each client (``"auto"`` resolved).
     n_features_in_ : int
         Number of features.
 
@@ -244,9 +265,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
 
     def __init__(self, *, epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
                  budget_split=0.95, accountant="paper", n_rounds=50, rho=0.8, gamma=0.1,
-                 kappa=0.5, radius=0.1, c_M=1.0, c_lambda=1.0, C=0.4, V=1.0,
+                 kappa="auto", radius="auto", c_M=1.0, c_lambda=1.0, C=0.4, V=1.0,
                  norm_bound=1.0, feature_norm="l1", alpha="uniform", output_model="last",
-                 project_lambda=False, fit_intercept=False, intercept_scaling=1.0,
+                 project_lambda=False, fit_intercept="auto", intercept_scaling=1.0,
                  standardize="auto", client_fraction=1.0, on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None,
                  verbose=0):
@@ -303,7 +324,15 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             )
         check_real(self.rho, "rho", 0.0, low_open=True)
         check_real(self.gamma, "gamma", 0.0, low_open=True)
-        check_real(self.kappa, "kappa", 0.0, low_open=True)
+        check_real(self._resolved("kappa"), "kappa", 0.0, low_open=True)
+        if self.fit_intercept not in ("auto", True, False):
+            raise ValueError(
+                f"fit_intercept must be 'auto', True or False, got {self.fit_intercept!r}."
+            )
+        if isinstance(self.radius, str) and self.radius != "auto":
+            raise ValueError(
+                f"radius must be 'auto', a number >= 0 or one per client, got {self.radius!r}."
+            )
         check_real(self.c_M, "c_M", 0.0, low_open=True)
         check_real(self.c_lambda, "c_lambda", 0.0, low_open=True)
         check_real(self.C, "C", 0.0)
@@ -334,6 +363,17 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     # the federated fit (fit() itself is shared, see _LinearFederatedClassifier)
     # ------------------------------------------------------------------
 
+    def _resolved(self, name):
+        """``kappa``, ``radius`` or ``fit_intercept`` with ``"auto"`` resolved."""
+        value = getattr(self, name)
+        if isinstance(value, str) and value == "auto":
+            private, non_private = AUTO_PARAMS[name]
+            return private if self._is_private() else non_private
+        return value
+
+    def _fits_intercept(self):
+        return bool(self._resolved("fit_intercept"))
+
     def _privacy_plan(self):
         return privacy_plan(self, float(self.budget_split))
 
@@ -351,14 +391,16 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         """Algorithm 2 (private) or 1 with the paper's step sizes and noise per client."""
         n_clients = sizes.size
         n_classes, n_cols = shape
-        radius = per_client(self.radius, n_clients, "radius")
+        radius = per_client(self._resolved("radius"), n_clients, "radius")
+        kappa = float(self._resolved("kappa"))
         kwargs = dict(n_classes=n_classes, n_features=n_cols, alpha=alpha, radius=radius,
-                      kappa=float(self.kappa), rho=float(self.rho), gamma=float(self.gamma),
+                      kappa=kappa, rho=float(self.rho), gamma=float(self.gamma),
                       dual=DUAL_NORM[self.feature_norm], project_lambda=bool(self.project_lambda))
         if plan is None:
             zeros = np.zeros(n_clients)
-            attrs = dict(noise_sigma_M_=zeros, noise_sigma_lambda_=zeros.copy(),
-                         sensitivity_M_=None, sensitivity_lambda_=None, eta_=None, nu_=None)
+            attrs = dict(kappa_=kappa, radius_=radius, noise_sigma_M_=zeros,
+                         noise_sigma_lambda_=zeros.copy(), sensitivity_M_=None,
+                         sensitivity_lambda_=None, eta_=None, nu_=None)
             algorithm = DPFedDROAlgorithm(private=False, calibrate_round=int(self.n_rounds),
                                           output_model=self.output_model, **kwargs)
             return algorithm, attrs
@@ -369,18 +411,19 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             eta[g], nu[g] = step_sizes(
                 n_g, n_rounds=self.n_rounds, n_classes=n_classes, n_features=n_cols,
                 norm_bound=L, C=float(self.C), V=float(self.V), radius=radius[g],
-                kappa=float(self.kappa), epsilon_M=eps_M, epsilon_lambda=eps_l,
+                kappa=kappa, epsilon_M=eps_M, epsilon_lambda=eps_l,
                 delta=delta, c_M=float(self.c_M), c_lambda=float(self.c_lambda),
             )
             sens_M[g], sens_l[g] = sensitivities(
                 n_g, norm_bound=L, rho=float(self.rho), eta=eta[g],
-                kappa=float(self.kappa), nu=nu[g],
+                kappa=kappa, nu=nu[g],
             )
         sigma_M = sens_M * classical_multiplier(eps_M, delta)
         sigma_l = sens_l * classical_multiplier(eps_l, delta)
         algorithm = DPFedDROAlgorithm(private=True, eta=eta, nu=nu, sigma_M=sigma_M,
                                       sigma_lambda=sigma_l, **kwargs)
-        attrs = dict(noise_sigma_M_=sigma_M, noise_sigma_lambda_=sigma_l,
+        attrs = dict(kappa_=kappa, radius_=radius, noise_sigma_M_=sigma_M,
+                     noise_sigma_lambda_=sigma_l,
                      sensitivity_M_=sens_M, sensitivity_lambda_=sens_l, eta_=eta, nu_=nu)
         return algorithm, attrs
 
@@ -439,6 +482,15 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         server = result.server_state
         self.n_iter_ = int(server["round"])
         self.temperature_ = float(server.get("temperature", 1.0))
+        norm = float(np.linalg.norm(self._server_model(server)))
+        if not self._is_private() and norm < ZERO_MODEL:
+            # the exact problem's solution is M = 0: predictions would rest on round-off
+            warnings.warn(
+                f"the fitted model is numerically zero (||M||_F = {norm:.2g} in the units "
+                "the clients trained in): the zero model solves this DRO problem, so "
+                "predict() is arbitrary. Lower radius, raise kappa or set "
+                "fit_intercept=True.", UserWarning,
+            )
         if "feature_mean" in setup:
             # back to raw units: M ((x - m) / s) + b = (M / s) x + (b - (M / s) m)
             mean = np.asarray(setup["feature_mean"], dtype=float)
@@ -516,7 +568,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             self.history_ = {"consensus_violation": violation}
             return
         client_M = np.stack([s["coef"] for s in states])
-        if self.fit_intercept:
+        if self._fits_intercept():
             self.client_coefs_ = client_M[:, :, :-1].copy()
             self.client_intercepts_ = client_M[:, :, -1] * float(self.intercept_scaling)
         else:

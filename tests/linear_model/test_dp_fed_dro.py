@@ -1,4 +1,5 @@
 import math
+import warnings
 
 import dp_accounting
 import numpy as np
@@ -339,7 +340,8 @@ def test_non_private_admm_reaches_consensus():
     rng = np.random.default_rng(8)
     X, y = _blobs(rng, n=36, noise=0.4)
     groups = np.repeat([0, 1, 2], 12)
-    clf = DPFedDROClassifier(epsilon=None, n_rounds=8, rho=0.5, radius=1e-2, kappa=0.5)
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=8, rho=0.5, radius=1e-2, kappa=0.5,
+                             fit_intercept=False)
     clf.fit(X, y, groups=groups)
     spread = np.abs(clf.client_coefs_ - clf.coef_[None]).max()
     assert spread < 0.05 * max(1.0, np.abs(clf.coef_).max())
@@ -588,3 +590,56 @@ def test_neg_log_loss_in_cross_validate_with_routing():
     assert np.all(np.isfinite(res["test_neg_log_loss"]))
     assert np.all(res["test_roc_auc_ovr"] > 0.9)
     assert clf.get_metadata_routing().decision_function.requests["groups"] is True
+
+
+# ---------------------------------------------------------------- "auto" kappa and radius
+
+
+def _overlapping_classes(seed=0, n=200):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    X = np.eye(3)[y] @ rng.standard_normal((3, 5)) * 0.7 + rng.standard_normal((n, 5))
+    return X, y, rng.integers(0, 3, n)
+
+
+def test_auto_kappa_radius_resolve_by_privacy():
+    X, y, groups = _overlapping_classes()
+    npv = DPFedDROClassifier(epsilon=None, n_rounds=3).fit(X, y, groups=groups)
+    assert npv.kappa_ == 2.0 and np.array_equal(npv.radius_, np.full(3, 1e-3))
+    assert npv.client_intercepts_.shape == (3, 3) and np.any(npv.intercept_ != 0)
+    Xs = X / np.linalg.norm(X, axis=1).max()
+    dp = DPFedDROClassifier(n_rounds=3, random_state=0).fit(Xs, y, groups=groups)
+    assert dp.kappa_ == 0.5 and np.array_equal(dp.radius_, np.full(3, 0.1))
+    assert np.array_equal(dp.client_intercepts_, np.zeros((3, 3)))
+    # the private default is the paper's DP-Fed DRO setting, bit for bit
+    ref = DPFedDROClassifier(n_rounds=3, random_state=0, kappa=0.5, radius=0.1,
+                             fit_intercept=False).fit(Xs, y, groups=groups)
+    assert np.array_equal(dp.coef_, ref.coef_)
+    assert dp.noise_sigma_lambda_.tolist() == ref.noise_sigma_lambda_.tolist()
+    # explicit values win over "auto"
+    own = DPFedDROClassifier(epsilon=None, kappa=1.0, radius=[0.0, 0.1, 0.2], n_rounds=2)
+    own.fit(X, y, groups=groups)
+    assert own.kappa_ == 1.0 and own.radius_.tolist() == [0.0, 0.1, 0.2]
+
+
+def test_non_private_default_is_not_the_zero_model():
+    # with the private values (kappa 0.5, r 0.1) the exact problem's solution is M = 0 on
+    # overlapping classes (coef ~ 1e-8: predictions from solver round-off)
+    X, y, groups = _overlapping_classes()
+    old = DPFedDROClassifier(epsilon=None, kappa=0.5, radius=0.1, n_rounds=5)
+    with pytest.warns(UserWarning, match="numerically zero"):
+        old.fit(X, y, groups=groups)
+    assert np.linalg.norm(old.coef_ * old.feature_scale_) < 1e-4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        new = DPFedDROClassifier(epsilon=None, n_rounds=5).fit(X, y, groups=groups)
+    assert np.linalg.norm(new.coef_ * new.feature_scale_) > 0.1
+    assert new.score(X, y) > 0.6
+
+
+@pytest.mark.parametrize("name, value", [("kappa", "big"), ("radius", "large"),
+                                         ("kappa", None), ("fit_intercept", "yes")])
+def test_bad_auto_parameters(name, value):
+    X, y, groups = _overlapping_classes()
+    with pytest.raises(ValueError, match=name):
+        DPFedDROClassifier(epsilon=None, n_rounds=2, **{name: value}).fit(X, y, groups=groups)
