@@ -27,6 +27,7 @@ COMPONENTS = ("global", "deviation", "local")
 OPTIMIZERS = ("paper", "cavi")
 MEAN_UPDATES = ("joint", "blockwise")
 DEFAULT_LOCAL_STEPS = {"paper": 80, "cavi": 10}
+DEFAULT_SERVER_LR = {"paper": 0.1, "cavi": 0.1}
 POPULATION_LOCAL = ("median", "none")
 
 
@@ -39,6 +40,13 @@ def _check_positive(value, name):
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value)
             or value <= 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    return float(value)
+
+
+def _check_nonnegative(value, name):
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value)
+            or value < 0):
+        raise ValueError(f"{name} must be None or a finite number >= 0, got {value!r}.")
     return float(value)
 
 
@@ -421,9 +429,10 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         optimizer="cavi",
         mean_update="joint",
         n_rounds=60,
+        tol=None,
         local_steps=None,
         local_lr=0.1,
-        server_lr=0.1,
+        server_lr=None,
         learn_inducing=True,
         normalize_y=True,
         normalize_X=True,
@@ -453,6 +462,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.optimizer = optimizer
         self.mean_update = mean_update
         self.n_rounds = n_rounds
+        self.tol = tol
         self.local_steps = local_steps
         self.local_lr = local_lr
         self.server_lr = server_lr
@@ -508,9 +518,12 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
         for name in ("init_lengthscale_global", "init_lengthscale_local", "init_variance_global",
-                     "init_variance_local", "init_phi", "init_noise", "local_lr", "server_lr",
-                     "jitter"):
+                     "init_variance_local", "init_phi", "init_noise", "local_lr", "jitter"):
             _check_positive(getattr(self, name), name)
+        if self.server_lr is not None:
+            _check_positive(self.server_lr, "server_lr")
+        if self.tol is not None:
+            _check_nonnegative(self.tol, "tol")
         check_positive_int(self.n_rounds, "n_rounds")
         Mi = check_positive_int(self.n_inducing_local, "n_inducing_local")
         local_steps = DEFAULT_LOCAL_STEPS[self.optimizer] if self.local_steps is None else \
@@ -551,12 +564,15 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             init_variance_global=self.init_variance_global,
             init_variance_local=self.init_variance_local, init_phi=self.init_phi,
             init_noise=self.init_noise, local_steps=local_steps, local_lr=self.local_lr,
-            server_lr=self.server_lr, normalize_y=bool(self.normalize_y),
+            server_lr=(DEFAULT_SERVER_LR[self.optimizer] if self.server_lr is None
+                       else float(self.server_lr)),
+            normalize_y=bool(self.normalize_y),
             normalize_X=bool(self.normalize_X), share_local_hypers=share_local_hypers,
             n_rounds=int(self.n_rounds),
             release_population=_check_population_local(self.population_local),
             joint_mean=self.mean_update == "joint",
             input_bounds=_check_input_bounds(self.input_bounds, cfg.n_features),
+            tol=None if self.tol is None else float(self.tol),
         )
 
     def _check_client_sizes(self, X, groups, steps):
@@ -696,6 +712,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.n_features_in_ = int(setup["n_features"])
         self.communication_ = result.ledger
         self.elbo_ = np.asarray(server["elbo"], dtype=float)
+        self.n_iter_ = int(self.elbo_.shape[0])
         self.jitter_ = max(float(server["jitter"]), float(self.jitter))
         self.phi_ = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
         self.x_mean_ = np.asarray(server["x_shift"], dtype=float)
