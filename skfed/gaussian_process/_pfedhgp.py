@@ -27,7 +27,7 @@ COMPONENTS = ("global", "deviation", "local")
 OPTIMIZERS = ("paper", "cavi")
 MEAN_UPDATES = ("joint", "blockwise")
 DEFAULT_LOCAL_STEPS = {"paper": 80, "cavi": 10}
-DEFAULT_SERVER_LR = {"paper": 0.1, "cavi": 0.1}
+DEFAULT_SERVER_LR = {"paper": 0.1, "cavi": 0.3}
 POPULATION_LOCAL = ("median", "none")
 
 
@@ -220,8 +220,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         (``benchmarks/pfedhgp_defaults.py``). ``"paper"``: the paper's
         protocol (Sec. 3.6, Alg. 1): Adam on every parameter with analytic
         gradients (``local_steps`` client steps, one server step per round);
-        about 15 times slower. The paper's protocol is
-        ``optimizer="paper", normalize_y=False, normalize_X=False``.
+        about 15 times slower. The paper's protocol is ``optimizer="paper",
+        n_rounds=20, tol=None, normalize_y=False, normalize_X=False``.
     mean_update : {"joint", "blockwise"}, default="joint"
         How ``optimizer="cavi"`` sets the global mean ``m_g`` (scalar ``y``
         with deviation or local components; ignored otherwise). The means
@@ -239,16 +239,30 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         population prediction stays nearly flat for many rounds
         (``benchmarks/pfedhgp_mixing.py``). Both maximize the same ELBO over
         the same mean-field family (paper Assumption 2).
-    n_rounds : int, default=60
-        Training rounds (after the set-up round). Chosen on real data
-        (``benchmarks/pfedhgp_mixing.py``, selection split seed): the kernel
-        hyperparameters need more rounds than the means; the paper's
-        protocol uses 20 (Sec. 4.2).
+    n_rounds : int, default=200
+        Maximum number of training rounds (after the set-up round); the fit
+        stops earlier once the ELBO converges (``tol``). ``n_iter_`` is the
+        number run. The paper's protocol uses 20 rounds (Sec. 4.2).
+    tol : float or None, default=1e-3
+        Stop when the ELBO per training row (on the normalized scale) changed
+        by at most ``tol`` over the last 5 rounds; the round after is run as
+        the last one (the population release, the blockwise ``m_g``, no kernel
+        step), so a fit that stops after ``k`` rounds is the fit with
+        ``n_rounds=k``. ``None`` (or 0) runs all ``n_rounds``. The defaults
+        ``tol``, ``n_rounds`` and ``server_lr`` were chosen on real grouped
+        data (``benchmarks/pfedhgp_convergence.py``, selection split seeds,
+        see ``doc/results/real_data.md``).
     local_steps : int or None, default=None
         Client Adam steps per round (``None``: 80 for ``"paper"``, 10 for
         ``"cavi"``).
-    local_lr, server_lr : float, default=0.1
-        Adam learning rates of the clients and of the server.
+    local_lr : float, default=0.1
+        Adam learning rate of the clients.
+    server_lr : float or None, default=None
+        Adam learning rate of the server: on the whole global block for
+        ``"paper"``, on the global kernel hyperparameters and ``Z_g`` for
+        ``"cavi"`` (stepped every other round). ``None``: 0.1 for ``"paper"``
+        (the paper's), 0.3 for ``"cavi"`` (the global lengthscale reaches
+        its optimum in fewer rounds).
     learn_inducing : bool, default=True
         Learn ``Z_g`` and ``Z_i``.
     normalize_y : bool, default=True
@@ -373,7 +387,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         distributed engine: the personalized parts stay on the sites, and
         ``predict`` for a seen client raises a ``ValueError`` (the
         population prediction works).
-    elbo_ : ndarray of shape (n_rounds,)
+    n_iter_ : int
+        Training rounds run (at most ``n_rounds``; fewer if ``tol`` stopped the fit).
+    elbo_ : ndarray of shape (n_iter_,)
         ELBO (on the normalized scale) reached in each training round: the
         sum of the clients' terms after their local step, minus ``KL_g``
         (``"paper"``), or after the server's closed-form update (``"cavi"``).
@@ -428,8 +444,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         init_noise=0.05**2,
         optimizer="cavi",
         mean_update="joint",
-        n_rounds=60,
-        tol=None,
+        n_rounds=200,
+        tol=1e-3,
         local_steps=None,
         local_lr=0.1,
         server_lr=None,
