@@ -52,6 +52,7 @@ OLD = dict(n_rounds=60, tol=None, server_lr=0.1, local_steps=10)
 CANDIDATES = {
     "old default (60 rounds, lr 0.1, 10 steps)": OLD,
     "lr 0.3, 60 rounds": dict(OLD, server_lr=0.3),
+    "lr 0.3, tol 1e-3, max 60": dict(OLD, server_lr=0.3, tol=1e-3),
     "lr 0.3, tol 1e-3, max 200": dict(OLD, server_lr=0.3, n_rounds=200, tol=1e-3),
     "lr 0.3, tol 1e-3, max 200, 5 steps": dict(OLD, server_lr=0.3, n_rounds=200, tol=1e-3,
                                                local_steps=5),
