@@ -53,6 +53,8 @@ def _models(size, input_bounds):
     common = dict(n_inducing_global=size["M"], n_inducing_local=size["Mi"],
                   optimizer=size["optimizer"], n_latents=size["R"], n_rounds=size["n_rounds"],
                   local_steps=size["local_steps"], random_state=0,
+                  # every round of n_rounds, the paper's server learning rate (Sec. 4.2)
+                  tol=None, server_lr=0.1,
                   # the paper's protocol: raw targets and inputs, grid on the inputs' range
                   normalize_y=False, normalize_X=False, input_bounds=input_bounds)
     models = {name: (lambda comps=comps: PFedHGPRegressor(components=comps, **common))

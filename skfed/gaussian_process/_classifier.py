@@ -36,7 +36,7 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
     ----------
     estimator : PFedHGPRegressor or None, default=None
         The regressor to clone. ``None`` uses ``PFedHGPRegressor(optimizer=
-        "cavi", n_rounds=10, normalize_y=True)`` with ``min(40, n_features)``
+        "cavi", n_rounds=10, tol=None, server_lr=0.1, normalize_y=True)`` with ``min(40, n_features)``
         global and ``min(20, n_features)`` local inducing inputs and initial
         lengthscales 0.1 (global) and 0.05 (local) times the grid's range.
         With ``normalize_X=False`` and no ``input_bounds`` (the default
@@ -103,7 +103,9 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         if self.estimator is None:
             m = X.shape[1]
             span = float(np.mean(np.ptp(grid, axis=0))) or 1.0
-            est = PFedHGPRegressor(optimizer="cavi", n_rounds=10, normalize_y=True,
+            # tol and server_lr as before the real-data defaults (not measured here)
+            est = PFedHGPRegressor(optimizer="cavi", n_rounds=10, tol=None, server_lr=0.1,
+                                   normalize_y=True,
                                    n_inducing_global=min(40, m), n_inducing_local=min(20, m),
                                    init_lengthscale_global=0.1 * span,
                                    init_lengthscale_local=0.05 * span, random_state=0,

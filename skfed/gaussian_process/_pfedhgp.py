@@ -27,6 +27,7 @@ COMPONENTS = ("global", "deviation", "local")
 OPTIMIZERS = ("paper", "cavi")
 MEAN_UPDATES = ("joint", "blockwise")
 DEFAULT_LOCAL_STEPS = {"paper": 80, "cavi": 10}
+DEFAULT_SERVER_LR = {"paper": 0.1, "cavi": 0.3}
 POPULATION_LOCAL = ("median", "none")
 
 
@@ -39,6 +40,13 @@ def _check_positive(value, name):
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value)
             or value <= 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    return float(value)
+
+
+def _check_nonnegative(value, name):
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value)
+            or value < 0):
+        raise ValueError(f"{name} must be None or a finite number >= 0, got {value!r}.")
     return float(value)
 
 
@@ -212,8 +220,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         (``benchmarks/pfedhgp_defaults.py``). ``"paper"``: the paper's
         protocol (Sec. 3.6, Alg. 1): Adam on every parameter with analytic
         gradients (``local_steps`` client steps, one server step per round);
-        about 15 times slower. The paper's protocol is
-        ``optimizer="paper", normalize_y=False, normalize_X=False``.
+        about 15 times slower. The paper's protocol is ``optimizer="paper",
+        n_rounds=20, tol=None, normalize_y=False, normalize_X=False``.
     mean_update : {"joint", "blockwise"}, default="joint"
         How ``optimizer="cavi"`` sets the global mean ``m_g`` (scalar ``y``
         with deviation or local components; ignored otherwise). The means
@@ -232,15 +240,30 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         (``benchmarks/pfedhgp_mixing.py``). Both maximize the same ELBO over
         the same mean-field family (paper Assumption 2).
     n_rounds : int, default=60
-        Training rounds (after the set-up round). Chosen on real data
-        (``benchmarks/pfedhgp_mixing.py``, selection split seed): the kernel
-        hyperparameters need more rounds than the means; the paper's
-        protocol uses 20 (Sec. 4.2).
+        Maximum number of training rounds (after the set-up round); the fit
+        stops earlier once the ELBO converges (``tol``). ``n_iter_`` is the
+        number run. The paper's protocol uses 20 rounds (Sec. 4.2).
+    tol : float or None, default=None
+        Stop when the ELBO per training row (on the normalized scale) changed
+        by at most ``tol`` over the last 5 rounds; the round after is run as
+        the last one (the population release, the blockwise ``m_g``, no kernel
+        step), so a fit that stops after ``k`` rounds is the fit with
+        ``n_rounds=k``. ``None`` (or 0) runs all ``n_rounds``. The defaults
+        ``tol``, ``n_rounds`` and ``server_lr`` were chosen on real grouped
+        data (``benchmarks/pfedhgp_convergence.py``, selection split seeds,
+        see ``doc/results/real_data.md``): ``tol=1e-3`` with 60 rounds at most
+        stopped some fits before their kernel converged and predicted worse.
     local_steps : int or None, default=None
         Client Adam steps per round (``None``: 80 for ``"paper"``, 10 for
         ``"cavi"``).
-    local_lr, server_lr : float, default=0.1
-        Adam learning rates of the clients and of the server.
+    local_lr : float, default=0.1
+        Adam learning rate of the clients.
+    server_lr : float or None, default=None
+        Adam learning rate of the server: on the whole global block for
+        ``"paper"``, on the global kernel hyperparameters and ``Z_g`` for
+        ``"cavi"`` (stepped every other round). ``None``: 0.1 for ``"paper"``
+        (the paper's), 0.3 for ``"cavi"`` (the global lengthscale reaches
+        its optimum in fewer rounds).
     learn_inducing : bool, default=True
         Learn ``Z_g`` and ``Z_i``.
     normalize_y : bool, default=True
@@ -365,7 +388,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         distributed engine: the personalized parts stay on the sites, and
         ``predict`` for a seen client raises a ``ValueError`` (the
         population prediction works).
-    elbo_ : ndarray of shape (n_rounds,)
+    n_iter_ : int
+        Training rounds run (at most ``n_rounds``; fewer if ``tol`` stopped the fit).
+    elbo_ : ndarray of shape (n_iter_,)
         ELBO (on the normalized scale) reached in each training round: the
         sum of the clients' terms after their local step, minus ``KL_g``
         (``"paper"``), or after the server's closed-form update (``"cavi"``).
@@ -421,9 +446,10 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         optimizer="cavi",
         mean_update="joint",
         n_rounds=60,
+        tol=None,
         local_steps=None,
         local_lr=0.1,
-        server_lr=0.1,
+        server_lr=None,
         learn_inducing=True,
         normalize_y=True,
         normalize_X=True,
@@ -453,6 +479,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.optimizer = optimizer
         self.mean_update = mean_update
         self.n_rounds = n_rounds
+        self.tol = tol
         self.local_steps = local_steps
         self.local_lr = local_lr
         self.server_lr = server_lr
@@ -508,9 +535,12 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
         for name in ("init_lengthscale_global", "init_lengthscale_local", "init_variance_global",
-                     "init_variance_local", "init_phi", "init_noise", "local_lr", "server_lr",
-                     "jitter"):
+                     "init_variance_local", "init_phi", "init_noise", "local_lr", "jitter"):
             _check_positive(getattr(self, name), name)
+        if self.server_lr is not None:
+            _check_positive(self.server_lr, "server_lr")
+        if self.tol is not None:
+            _check_nonnegative(self.tol, "tol")
         check_positive_int(self.n_rounds, "n_rounds")
         Mi = check_positive_int(self.n_inducing_local, "n_inducing_local")
         local_steps = DEFAULT_LOCAL_STEPS[self.optimizer] if self.local_steps is None else \
@@ -551,12 +581,15 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             init_variance_global=self.init_variance_global,
             init_variance_local=self.init_variance_local, init_phi=self.init_phi,
             init_noise=self.init_noise, local_steps=local_steps, local_lr=self.local_lr,
-            server_lr=self.server_lr, normalize_y=bool(self.normalize_y),
+            server_lr=(DEFAULT_SERVER_LR[self.optimizer] if self.server_lr is None
+                       else float(self.server_lr)),
+            normalize_y=bool(self.normalize_y),
             normalize_X=bool(self.normalize_X), share_local_hypers=share_local_hypers,
             n_rounds=int(self.n_rounds),
             release_population=_check_population_local(self.population_local),
             joint_mean=self.mean_update == "joint",
             input_bounds=_check_input_bounds(self.input_bounds, cfg.n_features),
+            tol=None if self.tol is None else float(self.tol),
         )
 
     def _check_client_sizes(self, X, groups, steps):
@@ -696,6 +729,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.n_features_in_ = int(setup["n_features"])
         self.communication_ = result.ledger
         self.elbo_ = np.asarray(server["elbo"], dtype=float)
+        self.n_iter_ = int(self.elbo_.shape[0])
         self.jitter_ = max(float(server["jitter"]), float(self.jitter))
         self.phi_ = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
         self.x_mean_ = np.asarray(server["x_shift"], dtype=float)

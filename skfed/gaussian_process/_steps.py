@@ -65,6 +65,9 @@ BROADCAST_SCALARS = ("phase", "y_shift", "y_scale", "z_scale", "x_shift", "x_sca
                      "joint_mean")
 TRIL_KEYS = ("Lg",)
 GLOBAL_KERNEL = ("Zg", "ls_g", "var_g")  # the parameters a global basis depends on
+# rounds over which the ELBO change is measured for ``tol``: in optimizer="cavi" the
+# global kernel moves every other round, so a window of one round could see a still round
+CONVERGENCE_WINDOW = 5
 
 
 def _param_key(p):
@@ -453,7 +456,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  init_variance_global, init_variance_local, init_phi, init_noise,
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
                  server_iterations=10, n_rounds=None, release_population=False,
-                 normalize_X=False, joint_mean=False, input_bounds=None):
+                 normalize_X=False, joint_mean=False, input_bounds=None, tol=None):
         self.cfg = cfg
         self.optimizer = optimizer
         self.M = (n_inducing_global if init_inducing_global is None
@@ -476,6 +479,9 @@ class _PFedHGPSteps(FederatedAlgorithm):
         self.share_local_hypers = share_local_hypers
         self.server_iterations = server_iterations
         self.n_rounds = np.inf if n_rounds is None else n_rounds
+        # stop once the ELBO per row changed by at most tol over CONVERGENCE_WINDOW
+        # rounds (None: run n_rounds); see _converging
+        self.tol = tol
         # in the last round each client adds the summaries a new client's prior needs
         # (population_release); the server keeps them (state["released"])
         self.release_population = release_population
@@ -743,9 +749,33 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  "y_shift": shift, "y_scale": scale, "shared": None, "released": None}
         return state
 
+    def _last_round(self, state):
+        """Whether the round after ``state`` is the last one: the ``n_rounds``-th, or
+        the one after the ELBO converged (:meth:`_converging`)."""
+        return state["round"] + 1 >= self.n_rounds or bool(state.get("final", False))
+
     def _release_round(self, state):
         """Whether the round after ``state`` is the last one and the clients release."""
-        return self.release_population and state["round"] + 1 == self.n_rounds
+        return self.release_population and self._last_round(state)
+
+    def _converging(self, state):
+        """Whether the ELBO per training row changed by at most ``tol`` over the last
+        ``CONVERGENCE_WINDOW`` rounds (never with ``tol=None``).
+
+        The ELBO is that of the normalized targets, so per row it is
+        scale-free. The round after is then the last one (population release,
+        blockwise ``m_g``, kernel kept), as the ``n_rounds``-th would be.
+        """
+        elbo = state.get("elbo") or []
+        if self.tol is None or len(elbo) <= CONVERGENCE_WINDOW:
+            return False
+        n = float(state.get("n_rows", 1.0))
+        change = abs(elbo[-1] - elbo[-1 - CONVERGENCE_WINDOW])
+        return bool(np.isfinite(change) and change <= self.tol * max(n, 1.0))
+
+    def converged(self, server_state):
+        # the last round (see _last_round) has been run
+        return bool(server_state.get("done", False))
 
     def _broadcast(self, state):
         b = self.pack_global(state["g"])
@@ -766,7 +796,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
 
     def _joint_round(self, state):
         """Whether the next closed-form server step sets ``m_g`` jointly (all but the last)."""
-        return self.joint_mean and state["round"] + 1 < self.n_rounds
+        return self.joint_mean and not self._last_round(state)
 
     def kernel_keys(self):
         """The global kernel's parameters among the global keys."""
@@ -784,7 +814,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
         and send the kernel gradient only in the rounds that use it.
         """
         return (bool(self.kernel_keys()) and bool(state.get("elbo"))
-                and not state.get("moved", False) and state["round"] + 1 < self.n_rounds)
+                and not state.get("moved", False) and not self._last_round(state))
 
     def _kernel_step(self, state, g, msgs, elbo):
         """The closed-form server's end of round: one Adam step on the global kernel
@@ -807,8 +837,11 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def server_step(self, state, messages, rng):
         if state["phase"] == 0:
             state = self._setup(messages, rng)
+            # every client's row count (the scale of the ELBO, for tol)
+            state["n_rows"] = sum(float(m["n"]) for m in messages.values())
             return state, self._broadcast(state)
         state = dict(state)
+        last = self._last_round(state)
         if self._release_round(state):
             # per-client arrays in client-index order (the engine's message order)
             keys = self.population_release_keys()
@@ -829,6 +862,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         else:
             state = self._cavi_server(state, replies)
         state["round"] += 1
+        if last:
+            state["done"] = True
+        elif self._converging(state):
+            state["final"] = True
         if self.share_local_hypers:
             state["shared"] = self._shared_hypers(replies)
         return state, self._broadcast(state)
