@@ -1,9 +1,10 @@
 """Personalized federated tensor regression: Figures 2 and 3 protocols and an image setting.
 
 Chen, Wei and Zhu, "Personalized Federated Learning for Tensor Regression".
-The paper's figure values are not in our copy of the paper; the spec's
-reference magnitudes come from an independent prototype, not the paper, so
-no ``paper`` values are attached (see ``doc/results/tensor_regression.md``).
+The paper's figure values are not in our copy of the paper (its Section 6
+is missing); the only reference magnitudes we have come from an independent
+prototype, not the paper, so no ``paper`` values are attached (see
+``doc/results/tensor_regression.md``).
 """
 
 import functools
@@ -24,7 +25,8 @@ from ..tensor._stages import admm_init
 from ._registry import Experiment, register
 
 PAPER = "Chen, Wei and Zhu, Personalized Federated Learning for Tensor Regression"
-# the seed number of the authors' fixed truth (spec 5.1); our generator draws another tensor from
+# the seed number of the authors' fixed truth (from the authors' simulation code; the paper's
+# Section 6 is not in our copy); our generator draws another tensor from
 # it (another random generator and draw order): doc/results/tensor_regression.md, rank selection
 TRUTH_SEED = 2026
 SHAPE = dict(tensor_shape=(10, 5), output_shape=(5, 5))
@@ -51,7 +53,10 @@ FIG3_DELTA = {"quick": (0.01,), "full": (0.5, 0.05, 0.01, 0.005, 0.001)}
 
 
 def _errors(shared, deviations, truth):
-    """A0, B and A errors of spec 5.1 (``shared`` may be one tensor or one per client)."""
+    """A0, B and A errors of the authors' Fig. 2, as their code defines them.
+
+    ``shared`` may be one tensor or one per client.
+    """
     K = truth.deviations.shape[0]
     shared = np.broadcast_to(shared, truth.deviations.shape)
     return {
@@ -116,8 +121,9 @@ def run_fig2(seed, mode):
             for name, privacy in (
                 ("Fed non-private", dict(epsilon=None)),
                 ("Fed private eps=20", dict(epsilon=20.0, delta=0.1, privacy_mode="paper")),
-                # the authors' code adds half the noise its nominal budget needs (spec
-                # 2.1 e): its eps=20 runs carry the noise of our eps=40
+                # the authors' code adds half the noise its nominal budget needs (its gradient
+                # carries the factor 2 of its doubled loss, its sigma, the paper's Sec. 4.3
+                # formula, does not): its eps=20 runs carry the noise of our eps=40
                 ("Fed private eps=40", dict(epsilon=40.0, delta=0.1, privacy_mode="paper")),
             ):
                 m = _federated(init, n_k, seed, tangent, **privacy).fit(X, y, groups=groups)
@@ -279,7 +285,7 @@ register(
         n_seeds={"quick": 1, "full": 20},
         reference=PAPER + ", Fig. 2",
         description=(
-            "Spec 5.1 design: K=5 clients of n_k rows, X 10x5, Y 5x5, A_0 of Tucker rank "
+            "Authors' design: K=5 clients of n_k rows, X 10x5, Y 5x5, A_0 of Tucker rank "
             "(3,3,3,3) with ||A_0||=1 (fixed truth, seed 2026), B_k with 50 nonzeros and "
             "||B_k||=0.5, noise 0.1. Federated two-stage (exact tangent projection; authors' "
             "step sizes, T_g=20, T_l=30, c_q=0.9) non-private and at (eps, delta)=(20, 0.1); "
@@ -300,7 +306,7 @@ register(
         n_seeds={"quick": 1, "full": 10},
         reference=PAPER + ", Fig. 3",
         description=(
-            "Spec 5.1 design at n_k=250; one ADMM initialization per replication, then the "
+            "Authors' design at n_k=250; one ADMM initialization per replication, then the "
             "private federated two-stage fit for eps in {inf,100,50,20,10,5,2} (delta=0.1) and "
             "delta in {0.5,0.05,0.01,0.005,0.001} (eps=20); quick mode: eps in {inf,20,5}, "
             "delta 0.01. noise_std_mean is the mean of sigma_k^(t); epsilon_rdp the RDP "

@@ -73,7 +73,8 @@ def make_tensor_regression(
     """The simulation design of personalized federated tensor regression.
 
     Client ``k`` holds rows ``Y_i = <A_0 + B_k, X_i> + E_i`` (Chen, Wei and
-    Zhu; design of the authors' simulation, spec section 5.1):
+    Zhu; design of the authors' simulation study, reconstructed from the
+    authors' code since the paper's Section 6 is not in our copy):
 
     * ``A_0`` (shape ``output_shape + tensor_shape``, response modes first)
       is ``core x_1 U_1 ... x_N U_N`` with a Gaussian core rescaled to

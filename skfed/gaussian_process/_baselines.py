@@ -1,4 +1,4 @@
-"""The paper's pFedGP baseline (adapted, spec 5.4): client GPs with FedAvg'd kernels."""
+"""The paper's pFedGP baseline (adapted, Sec. 4.4): client GPs with FedAvg'd kernels."""
 
 
 from ..utils._validation import check_positive_int
@@ -26,7 +26,7 @@ class PFedGPRegressor(PFedHGPRegressor):
     round each client runs ``local_steps`` optimizer steps on its ELBO and
     sends only its kernel hyperparameters (softplus pre-images); the server
     averages them (FedAvg) and broadcasts the average, which every client
-    adopts at the start of the next round (paper sec. 4.4, spec 5.4). This is
+    adopts at the start of the next round (paper Sec. 4.2, 4.4). This is
     NOT the deep-kernel pFedGP of Achituve et al. (2021).
 
     Multi-output ``y`` (``Q >= 2`` columns) gives each client an ILMM of its

@@ -1,6 +1,7 @@
 """One client's closed-form (``optimizer="cavi"``) round from Gram statistics.
 
-The round (spec 4.2, see ``_steps``) sets ``q(delta_i)`` and ``q(u_i)`` to
+The round (derived here, not the paper's Alg. 1; see ``_steps``) sets
+``q(delta_i)`` and ``q(u_i)`` to
 their optimum, takes Adam steps on the local kernel and sends sufficient
 statistics. With the bases ``W = L_g^{-1} K_g(Z_g, X)`` and ``V = L_l^{-1}
 K_l(Z_l, X)`` every quantity of the round is an ``M x M`` expression in
@@ -103,7 +104,7 @@ class ClosedFormClient:
 
     # --- q(delta_i), q(u_i) ---------------------------------------------------
     def solve(self, loc):
-        """Optimal ``q(delta_i)`` and ``q(u_i)`` given the global block (spec 4.2).
+        """Optimal ``q(delta_i)`` and ``q(u_i)`` given the global block (derived here).
 
         Covariances in closed form, the two means by one joint linear solve
         of ``(B B^T / s2 + prior^{-1}) m = B r / s2`` with ``B = [W; V]`` and
@@ -282,7 +283,7 @@ class ClosedFormClient:
 
     # --- the message ------------------------------------------------------------
     def message(self, loc):
-        """The sufficient statistics of the closed-form server (spec 4.2).
+        """The sufficient statistics of the closed-form server (derived here).
 
         With ``r = y - W^T m_delta - V^T m_u``: ``rr = |r|^2``, ``b = W r``,
         ``Phi = W W^T`` (the server packs it), ``c`` the trace terms of

@@ -99,9 +99,10 @@ def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel
 
     What the operators can tell apart: with the same ``X_i`` for every
     client (shared timestamps) and one shared ``sigma^2``, ``A_delta_i`` is
-    identical for all clients (spec 3.4(b)); the signal comes from the local
-    kernels (lengthscale, variance, ``Z_i``), the deviation block only
-    weighting them through the trace normalization. The local blocks are
+    identical for all clients (derived here from the operators of the
+    paper's Sec. 3.8.2); the signal comes from the local kernels
+    (lengthscale, variance, ``Z_i``), the deviation block only weighting
+    them through the trace normalization. The local blocks are
     comparable only if the clients' ``Z_i`` are aligned (all clients start
     from the same grid in the same order and have the same ``M_i``).
 
@@ -194,8 +195,9 @@ def cluster_clients(rho, n_clusters=3, *, bandwidth=None, random_state=None):
     """Spectral clustering of clients from a dissimilarity matrix.
 
     The affinity is ``exp(-rho / h)`` with ``h`` the median off-diagonal
-    dissimilarity unless ``bandwidth`` is given (spec 3.4; the paper uses
-    spectral clustering with 3 clusters for its monitoring stations).
+    dissimilarity unless ``bandwidth`` is given (our choice; the paper,
+    Sec. 3.8.2 and 5.2, gives no affinity and uses spectral clustering with
+    3 clusters for its monitoring stations).
 
     Parameters
     ----------

@@ -1,6 +1,7 @@
 """The pFedHGP evidence lower bound: closed forms and analytic gradients.
 
-Notation follows the spec (``/shared/specs/pfedhgp.md``, sections 1-4).
+Notation follows the paper (Sec. 3); the closed forms and analytic gradients
+are derived here (the paper uses automatic differentiation, Sec. 3.7).
 Everything is in whitened coordinates: the global block ``u_g = L_g v_g``
 (``K_gg = L_g L_g^T``), the deviation block under "W2" (``delta_i = L_g
 v_delta`` with prior ``v_delta ~ N(0, phi I)``) and the local block ``u_i =
@@ -22,7 +23,7 @@ with ``W = L_g^{-1} K_g(Z_g, X_i)`` and ``V = L_l^{-1} K_l(Z_i, X_i)``::
     ELBO = sum_i (ELL_i - KL_delta_i - KL_u_i) - KL_g      (paper eq. 19)
 
 Gradients with respect to kernel hyperparameters and inducing inputs go
-through ``W`` by the adjoint method (spec 4.5, step 3): ``W = L^{-1} C``
+through ``W`` by the adjoint method (derived here): ``W = L^{-1} C``
 gives ``C_bar = L^{-T} W_bar`` and ``L_bar = -L^{-T} W_bar W^T``, then the
 Cholesky reverse mode gives ``K_zz_bar`` and :func:`kernel_adjoint` the
 kernel parameters.
@@ -57,7 +58,7 @@ def softplus(x):
 
 
 def softplus_inv(y):
-    """Inverse of :func:`softplus` for ``y > 0`` (stable form of the spec, 1.5)."""
+    """Inverse of :func:`softplus` (paper Sec. 3.7) for ``y > 0``, in a stable form."""
     y = np.asarray(y, dtype=float)
     return y + np.log(-np.expm1(-y))
 
@@ -532,7 +533,7 @@ def server_kl(g, cfg):
 
 
 # ----------------------------------------------------------------------------
-# closed forms (CAVI mode, spec 4.2-4.4)
+# closed forms (CAVI mode, derived here; not in the paper)
 # ----------------------------------------------------------------------------
 def _inv_chol_spd(P):
     """``(S, chol(S))`` for ``S = P^{-1}`` with ``P`` SPD (eigenvalues >= 1 here)."""
@@ -543,7 +544,10 @@ def _inv_chol_spd(P):
 
 
 def optimal_phi(D, t_g, n_clients, M, s2):
-    """Closed-form deviation scale, the positive root of spec 4.4."""
+    """Closed-form deviation scale: the positive zero of eq. 28 summed over clients.
+
+    Derived here; the paper takes gradient steps on ``phi``.
+    """
     a = t_g / s2
     if D <= 0:
         return 1e-8

@@ -1,4 +1,4 @@
-"""Multi-output pFedHGP (ILMM, spec 3.6): ELBO, analytic gradients, closed forms.
+"""Multi-output pFedHGP (ILMM, paper Sec. 3.9, 4.2): ELBO, analytic gradients, closed forms.
 
 Client ``i`` observes ``Y_i`` of shape ``(n_i, Q)``::
 
@@ -9,15 +9,15 @@ with its own kernel hyperparameters: global latent ``r`` has kernel
 ``k_g^(r)`` on the shared inducing inputs ``Z_g``, deviation latent ``r`` has
 ``phi k_g^(r)`` on the same ``Z_g`` (so ``R_delta = R_g``) and local latent
 ``r`` has ``k_l^(r)`` on the client's ``Z_i``. The latent output variances
-are fixed (the loadings carry the scale; spec 3.6 removes the redundancy
-this way). Variational blocks are whitened as in :mod:`._elbo` (W2 for the
+are fixed (the loadings carry the scale; the paper learns both, which is
+redundant). Variational blocks are whitened as in :mod:`._elbo` (W2 for the
 deviations) and stored stacked over latents: ``mg`` of shape ``(R_g, M)``,
 ``Lg`` of shape ``(R_g, M, M)`` and so on.
 
 With ``H_c[:, r] = W_r^T m_c^(r)`` (latent means at the data) and
 ``V_c[:, r]`` the latent variances (``diag(W^T S W)`` plus ``kappa_c`` times
 the residual ``k(x, x) - q(x, x)``; ``kappa = 1, phi, 1``), the expected
-squared error is (spec 3.6)::
+squared error is (derived here; the paper only says "federated ELBO")::
 
     E = |Y - H_g B_g^T - H_d B_d^T - H_l B_l^T|_F^2 + sum_c sum_r |B_c[:, r]|^2 1^T V_c[:, r]
 
@@ -25,7 +25,7 @@ since the latents are independent under ``q``; ``ELL = -nQ/2 log(2 pi s2) -
 E / (2 s2)`` and the KL terms are those of the scalar model, one per latent.
 Gradients with respect to kernel hyperparameters and inducing inputs are the
 scalar adjoints per latent with ``e -> (Y - Y_hat) b`` and ``S -> |b|^2 S``
-(spec 4.5).
+(derived here; the paper uses automatic differentiation).
 """
 
 from dataclasses import dataclass
@@ -279,7 +279,7 @@ def block_cov_gram(Phi, beta, s2, prior_prec=1.0):
 
 
 def ridge_loadings(R, H, v):
-    """Optimal loadings ``R^T H (H^T H + diag(v))^{-1}`` (spec 3.6)."""
+    """Optimal loadings ``R^T H (H^T H + diag(v))^{-1}`` (derived here, not in the paper)."""
     A = H.T @ H
     A[np.diag_indices_from(A)] += v
     return np.linalg.solve(A, H.T @ R).T

@@ -1,4 +1,4 @@
-"""Multi-output (ILMM) predictive moments (paper eqs. 38-39, spec 3.6).
+"""Multi-output (ILMM) predictive moments (paper Sec. 4.2, eqs. 38-39).
 
 For client ``i`` at a test input ``x``::
 

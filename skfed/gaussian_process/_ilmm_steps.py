@@ -17,7 +17,7 @@ with the ILMM blocks of :mod:`._ilmm`:
   Adam steps on its local kernel), which sends the Gram matrix of its stacked
   global bases, their product with its partial residual, the residual's
   squared norm and a few scalars; the server alternates the closed-form
-  ``q(u_g^(r))`` (jointly over latents), ``B_g`` (spec 3.6), ``sigma^2`` and
+  ``q(u_g^(r))`` (jointly over latents), ``B_g`` (closed form derived here), ``sigma^2`` and
   ``phi``, and takes an Adam step on the global lengthscales and ``Z_g``.
 
 Raw rows, client posteriors, client loadings and local kernels stay on the

@@ -414,7 +414,7 @@ def factor_stats(L):
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
-    """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (spec 4.2).
+    """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (derived here).
 
     The joint precision is ``P = [[Gw, C], [C^T, Gv]] / s2 + diag(inv_prior_w
     I, I)`` (either block may be empty); the means solve ``P m = [rw; rv] /

@@ -150,7 +150,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     in ``doc/releases.md``.
 
     **Multi-output** ``y`` of shape ``(n_samples, Q)`` with ``Q >= 2`` is
-    fitted with the paper's ILMM (sec. 3.9, 4.2; spec 3.6)::
+    fitted with the paper's ILMM (Sec. 3.9, eqs. 34-35; Sec. 4.2)::
 
         y(x) = B_g h_g(x) + B_delta_i h_delta_i(x) + B_l_i h_l_i(x) + eps,  eps ~ N(0, s2 I_Q)
 
@@ -161,7 +161,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     with its own lengthscale; the global and deviation latents share ``Z_g``,
     the local ones ``Z_i``. The latent output variances are **fixed** at
     ``init_variance_global`` / ``init_variance_local`` (the loadings carry the
-    scale; learning both is redundant, spec 3.6). Loadings start at the
+    scale; learning both, as the paper does, is redundant). Loadings start at the
     principal directions of the second moments of ``y``, each component
     explaining an equal share, plus a 10% random perturbation: ``B_g`` from
     the pooled ``Q x Q`` moments ``sum_i Y_i^T Y_i`` sent in the set-up round,
@@ -214,10 +214,10 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         Initial noise variance ``sigma^2`` (the paper's ``0.05^2``). One noise
         variance is shared by all clients and learned by the server.
     optimizer : {"cavi", "paper"}, default="cavi"
-        ``"cavi"``: closed-form variational blocks, ``phi`` and noise (spec
-        4.1-4.4) plus Adam steps on the kernel hyperparameters; it reaches a
-        higher ELBO in fewer rounds and predicts better on held-out data
-        (``benchmarks/pfedhgp_defaults.py``). ``"paper"``: the paper's
+        ``"cavi"``: closed-form variational blocks, ``phi`` and noise (derived
+        here, not in the paper) plus Adam steps on the kernel
+        hyperparameters; it reaches a higher ELBO in fewer rounds and
+        predicts better on held-out data (``benchmarks/pfedhgp_defaults.py``). ``"paper"``: the paper's
         protocol (Sec. 3.6, Alg. 1): Adam on every parameter with analytic
         gradients (``local_steps`` client steps, one server step per round);
         about 15 times slower. The paper's protocol is ``optimizer="paper",
@@ -333,8 +333,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         local prior uses the clients' median local kernel (multi-output: its
         deviation and local priors are mapped through the clients' mean
         ``b b^T``). These numbers are released by the sites, a policy choice
-        (spec section 3.2: a client's local hyperparameters are private),
-        and ``communication_`` counts their bytes. ``"none"``: nothing extra
+        (the paper does not treat new clients, and a client's local
+        hyperparameters are its own), and ``communication_`` counts their
+        bytes. ``"none"``: nothing extra
         is sent and the population prediction leaves out what only the
         clients know: the global posterior plus the deviation prior ``phi *
         k_g`` plus noise for scalar ``y`` (no local term), the global part

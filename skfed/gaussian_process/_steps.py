@@ -14,12 +14,12 @@ the last round when the clients release their population summaries, see
   its ELBO terms with respect to the global block (eq. 23) and its ELBO
   value; the server adds ``-grad KL_g`` and takes one Adam step (eqs. 24-27).
 * ``optimizer="cavi"``: the client sets ``q(delta_i)``, ``q(u_i)`` to their
-  closed-form optimum (spec 4.2), takes ``local_steps`` Adam steps on its local
+  closed-form optimum (derived here), takes ``local_steps`` Adam steps on its local
   kernel with ``q`` re-solved after each, and sends the sufficient statistics
   ``W W^T``, ``W r`` and a few scalars (the same information as the paper's
-  gradient message, spec 4.2) plus the gradient for the global kernel; the
+  gradient message, eq. 23) plus the gradient for the global kernel; the
   server sets ``q(u_g)``, ``phi`` and ``sigma^2`` to their joint closed-form
-  optimum (coordinate ascent, spec 4.2-4.4) and takes one Adam step on the
+  optimum (coordinate ascent, derived here) and takes one Adam step on the
   global kernel hyperparameters and ``Z_g``. With ``joint_mean`` (the
   estimator's ``mean_update="joint"``) the clients also send ``(A_i, a_i)``,
   their means objective with their own blocks integrated out

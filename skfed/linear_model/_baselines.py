@@ -8,8 +8,8 @@
 * :class:`CentralizedDROClassifier`: the non-private multiclass Wasserstein DRO
   SVM on pooled rows (not federated).
 
-The paper leaves most baseline details open (its spec section 5.1); every
-choice made here is stated in the class docstrings.
+The paper names these baselines (Sec. 7) but leaves most of their details
+open; every choice made here is stated in the class docstrings.
 """
 
 import math

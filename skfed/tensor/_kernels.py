@@ -154,7 +154,8 @@ def fista_lasso_gram(gram, c, b0, step, penalty, n_iter):
 
 
 # ----------------------------------------------------------------------------
-# Tucker tangent-space projection (spec section 2.0), any order N.
+# Tucker tangent-space projection, any order N: the paper's P_T (Sec. 3.1) names the
+# operator without its formula; the formula is the standard one (Koch and Lubich 2010).
 #
 # Tensors are passed flat (C order) with their shape as an int64 array, so one
 # compiled kernel serves every order. ``dims`` is the coefficient shape

@@ -12,7 +12,7 @@ def ridge_constant(shape, n_samples, scale=1.0):
     """The ridge constant ``c = scale * sqrt(log(D) / n_k)``, ``D = max(prod(shape), 2)``.
 
     The paper's ``c_s(p, q, n_k)`` was lost from our copy; this is the
-    authors' code default (spec section 3.2).
+    authors' code default (the criterion is the paper's eq. 12, Sec. 4.2).
     """
     D = max(int(np.prod(shape)), 2)
     return scale * math.sqrt(math.log(D) / n_samples)

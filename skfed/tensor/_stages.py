@@ -164,7 +164,10 @@ def _soft(M, threshold):
 
 def admm_init(Xm, Ym, lam=0.02, omega=0.005, zeta=0.5, rho=1.0, max_iter=150, tol=1e-4,
               rows=None):
-    """Preliminary low-rank + sparse estimate of one client (spec section 3.1).
+    """Preliminary low-rank + sparse estimate of one client (paper Sec. 4.1).
+
+    The paper's objective (11) is not in our copy; this ADMM is reconstructed
+    from the authors' code.
 
     Solves ``min_{A, D} (1/(2n)) sum ||y_i - (A + D) x_i||^2 + lam ||A||_*
     + omega ||D||_1`` subject to ``||D||_op <= zeta`` by ADMM. The nuclear and
@@ -333,7 +336,7 @@ def _factor_broadcast(A, core, factors):
 
 
 class InitAlgorithm(FederatedAlgorithm):
-    """Initialization (spec 3.1) and optional rank vote (spec 3.2); two rounds.
+    """Initialization (paper Sec. 4.1) and optional rank vote (Sec. 4.2); two rounds.
 
     Round 0: every client computes its preliminary (ADMM) estimate locally and
     sends its row count and, for ``rank="auto"``, its locally selected ranks.
@@ -465,7 +468,7 @@ class MomentInit(FederatedAlgorithm):
 
 
 class StageOne(FederatedAlgorithm):
-    """Stage I (spec 2.1): DP Riemannian gradient rounds for the shared part ``A_0``.
+    """Stage I (paper Sec. 3.1): DP Riemannian gradient rounds for the shared part ``A_0``.
 
     Each round a client clips its covariates and residuals row-wise, forms
     its gradient, adds Gaussian noise of the paper's standard deviation,
@@ -610,7 +613,7 @@ class StageOne(FederatedAlgorithm):
 
 
 class StageTwo(FederatedAlgorithm):
-    """Stage II (spec 2.2), local only: each client fits ``B_k`` given the broadcast ``A_0``.
+    """Stage II (paper Sec. 3.1, eq. 7), local: each client fits ``B_k`` given ``A_0``.
 
     It runs in ``client_finalize`` on the final broadcast; nothing is sent
     back. The server side needs ``shared_coef``; a client's side may be built

@@ -248,7 +248,8 @@ def tangent_project_surrogate(G, rank, method="st_hosvd"):
     """The authors' cheaper surrogate: the rank-``rank`` retraction of ``G``.
 
     It ignores the base point, is not a linear projection, and converges
-    worse than :func:`tangent_project` (spec section 2.0); offered to
+    worse than :func:`tangent_project` (measured on the authors' simulation
+    design, ``doc/results/tensor_regression.md``); offered to
     reproduce the authors' numbers (``tangent="retract_gradient"``).
     """
     return retract(G, rank, method)[0]

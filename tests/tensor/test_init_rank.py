@@ -1,4 +1,4 @@
-"""The ADMM initializer and the ratio criterion against their specification (spec 3.1, 3.2)."""
+"""The ADMM initializer (paper Sec. 4.1) and the ratio criterion (Sec. 4.2, eq. 12)."""
 
 import math
 
@@ -104,7 +104,7 @@ def test_ratio_rank_is_equation_12_with_the_code_ridge_constant():
 
 
 def test_truth_spectra_are_those_of_the_normalized_gaussian_core():
-    # spec 5.1: orthonormal factors, so every unfolding of A_0 has the singular
+    # the authors' simulation design: orthonormal factors, so every unfolding of A_0 has the singular
     # values of the core's unfolding; the core alone sets the difficulty of rank selection
     _, _, _, truth = make_tensor_regression(n_samples=2, return_truth=True,
                                             coef_random_state=2026, random_state=0)
