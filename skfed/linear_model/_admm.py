@@ -61,39 +61,6 @@ def phi_subgradient(coef, dual):
     return value, grad
 
 
-def dro_cs_pass_numpy(X, y, coef, lam, kappa):
-    """Plain numpy reference of :func:`._kernels.dro_cs_pass` (same tie rules)."""
-    n, k = X.shape[0], coef.shape[0]
-    scores = X @ coef.T
-    rows = np.arange(n)
-    # l(j) = max(0, max_{c != j} s_c + 1 - s_j) for every label j
-    order = np.argsort(-scores, axis=1, kind="stable")
-    i1, i2 = order[:, 0], order[:, 1]
-    top1, top2 = scores[rows, i1], scores[rows, i2]
-    other = np.where(np.arange(k)[None, :] == i1[:, None], top2[:, None], top1[:, None])
-    per_label = np.maximum(0.0, other + 1.0 - scores)
-    loss_true = per_label[rows, y]
-    flipped = per_label.copy()
-    flipped[rows, y] = -np.inf
-    j_flip = np.argmax(flipped, axis=1)
-    best_flip = flipped[rows, j_flip]
-    loss_flip = best_flip - kappa * lam
-    use_true = loss_true >= loss_flip
-    active = np.where(use_true, y, j_flip)
-    active_loss = np.where(use_true, loss_true, best_flip)
-    masked = scores.copy()
-    masked[rows, active] = -np.inf
-    c = np.argmax(masked, axis=1)
-    on = active_loss > 0
-    weights = np.zeros((n, k))
-    np.add.at(weights, (rows[on], c[on]), 1.0)
-    np.add.at(weights, (rows[on], active[on]), -1.0)
-    grad = weights.T @ X
-    loss_sum = float(np.where(use_true, loss_true, loss_flip).sum())
-    grad_lam_sum = float(-kappa * np.count_nonzero(~use_true))
-    return loss_sum, grad_lam_sum, grad
-
-
 def local_terms(X, y, coef, lam, tau, kappa, gamma, dual):
     """Pieces of ``f`` at ``(coef, lam)``: the DRO loss mean, the penalty, and subgradients.
 

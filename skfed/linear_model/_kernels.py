@@ -94,10 +94,3 @@ def dro_cs_pass(X, y, coef, lam, kappa, grad):
                 grad[active, p] -= X[n, p]
     return loss_sum, grad_lam_sum
 
-
-@njit(cache=True, nogil=True)
-def dro_cs_loss(X, y, coef, lam, kappa):
-    """Sum over rows of the DRO Crammer-Singer loss (no subgradient)."""
-    grad = np.empty_like(coef)
-    loss_sum, _ = dro_cs_pass(X, y, coef, lam, kappa, grad)
-    return loss_sum
