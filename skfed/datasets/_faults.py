@@ -9,7 +9,7 @@ its appendix B.4 study (the paper gives no means or covariances).
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ..utils._validation import check_positive_int
+from ..utils._validation import check_fraction, check_positive_int
 
 __all__ = [
     "dirichlet_client_split",
@@ -21,12 +21,6 @@ __all__ = [
 PUMP_CLASSES = ("healthy", "cylinder_leak", "blocked_inlet", "bearing_friction")
 FAULT_CLASSES = ("normal", "fault_a", "fault_b", "fault_c")
 OVERLAP_SHIFT = {"strong": 1.0, "moderate": 2.0, "low": 3.0}
-
-
-def _check_fraction(value, name):
-    if isinstance(value, bool) or not 0 <= value < 1:
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
-    return float(value)
 
 
 def flip_labels(y, fraction, *, random_state=None):
@@ -59,7 +53,7 @@ def flip_labels(y, fraction, *, random_state=None):
     (3, 3)
     """
     y = np.asarray(y)
-    fraction = _check_fraction(fraction, "fraction")
+    fraction = check_fraction(fraction, "fraction", allow_zero=True, allow_one=False)
     rng = check_random_state(random_state)
     classes = np.unique(y)
     if classes.size < 2:
@@ -212,7 +206,7 @@ def make_pump_faults(*, n_per_class=(750, 418, 418, 414), n_features=13, n_test=
     n_features = check_positive_int(n_features, "n_features")
     n_clients = check_positive_int(n_clients, "n_clients")
     train_noise = 2.0 * test_noise if train_noise is None else train_noise
-    _check_fraction(flip_fraction, "flip_fraction")
+    check_fraction(flip_fraction, "flip_fraction", allow_zero=True, allow_one=False)
     if not 0 < dominant_fraction <= 1:
         raise ValueError(f"dominant_fraction must be in (0, 1], got {dominant_fraction!r}.")
     n_total = int(n_per_class.sum())

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.utils.parallel import Parallel, delayed
 
+from ..utils._validation import check_fraction
 from ._ledger import Ledger
 from ._protocol import FederatedAlgorithm, check_message
 
@@ -95,16 +96,6 @@ def round_rng(entropy, *key):
     # ``spawn``), built directly: one is made per client and round, and
     # ``default_rng``'s argument dispatch costs about a third of it
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy, spawn_key=key)))
-
-
-def _check_fraction(client_fraction):
-    if (
-        isinstance(client_fraction, bool)
-        or not isinstance(client_fraction, numbers.Real)
-        or not 0 < client_fraction <= 1
-    ):
-        raise ValueError(f"client_fraction must be in (0, 1], got {client_fraction!r}.")
-    return float(client_fraction)
 
 
 def _sample_clients(n_clients, client_fraction, entropy, rnd):
@@ -278,7 +269,7 @@ def run_federation(
         )
     if isinstance(n_rounds, bool) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
         raise ValueError(f"n_rounds must be a positive integer, got {n_rounds!r}.")
-    client_fraction = _check_fraction(client_fraction)
+    client_fraction = check_fraction(client_fraction, "client_fraction")
     entropy = seed_entropy(random_state)
     ledger = Ledger() if ledger is None else ledger
     too_small = [

@@ -40,13 +40,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from ..utils._validation import check_fraction
 from ._engine import (
     _CLIENT_FINAL,
     _CLIENT_INIT,
     _CLIENT_STEP,
     ClientDropout,
     FederationResult,
-    _check_fraction,
     _drive_rounds,
     round_rng,
     seed_entropy,
@@ -572,7 +572,7 @@ class FlowerFederation:
                                     entropy=entropy)
         server_state, participation = _drive_rounds(
             algorithm, transport, params["n_rounds"],
-            _check_fraction(params.get("client_fraction", 1.0)),
+            check_fraction(params.get("client_fraction", 1.0), "client_fraction"),
             params.get("on_client_error", "raise"), entropy, ledger, params.get("verbose", 0),
         )
         ledger.wire_bytes = dict(wire)

@@ -309,6 +309,31 @@ def check_positive_int(value, name, minimum=1):
     return int(value)
 
 
+def check_fraction(value, name, *, allow_zero=False, allow_one=True):
+    """Return ``value`` as float if it is a real fraction, else raise ``ValueError``.
+
+    The interval is ``(0, 1]`` by default; ``allow_zero`` closes it at 0 and
+    ``allow_one=False`` opens it at 1. Booleans and non-numbers are refused.
+
+    Examples
+    --------
+    >>> from skfed.utils._validation import check_fraction
+    >>> check_fraction(0.5, "client_fraction")
+    0.5
+    >>> check_fraction(0, "flip_fraction", allow_zero=True, allow_one=False)
+    0.0
+    """
+    low, high = ("[" if allow_zero else "("), ("]" if allow_one else ")")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not (0 <= value if allow_zero else 0 < value)
+        or not (value <= 1 if allow_one else value < 1)
+    ):
+        raise ValueError(f"{name} must be in {low}0, 1{high}, got {value!r}.")
+    return float(value)
+
+
 _NO_Y = "no_validation"
 
 

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from skfed.utils import check_groups, label_kind, map_clients
+from skfed.utils._validation import check_fraction
 
 
 def test_check_groups_labels():
@@ -209,3 +210,28 @@ def test_check_scale():
     check_scale(np.array([np.nan, 1.0]), "X")  # left to the finiteness checks
     with pytest.raises(ValueError, match="y of client 'a' is out of range"):
         check_scale(np.array([1e300, 1.0]), "y", label="a")
+
+
+@pytest.mark.parametrize(
+    "value, kwargs, ok",
+    [
+        (1, {}, True),
+        (0.25, {}, True),
+        (np.float32(0.5), {}, True),
+        (0, {}, False),
+        (1.5, {}, False),
+        (0, {"allow_zero": True, "allow_one": False}, True),
+        (1.0, {"allow_zero": True, "allow_one": False}, False),
+        (-0.1, {"allow_zero": True}, False),
+        (True, {}, False),
+        (float("nan"), {}, False),
+        ("0.5", {}, False),
+        (None, {"allow_zero": True}, False),
+    ],
+)
+def test_check_fraction(value, kwargs, ok):
+    if ok:
+        assert check_fraction(value, "frac", **kwargs) == float(value)
+    else:
+        with pytest.raises(ValueError, match=r"^frac must be in [\[(]0, 1[\])], got"):
+            check_fraction(value, "frac", **kwargs)
