@@ -318,6 +318,14 @@ def test_target_epsilon_is_spent(small_problem, accountant):
         assert acc.get_epsilon(1e-5) <= 2.0
 
 
+def test_unreachable_target_is_a_clear_error(small_problem):
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(target_epsilon=1e7, target_delta=1e-5, n_rounds=2,
+                             accountant="rdp")
+    with pytest.raises(ValueError, match="target_epsilon=.*cannot be calibrated in 2 rounds"):
+        clf.fit(X, y, groups=groups)
+
+
 def test_pld_target_calibration_of_the_paper_budget():
     # the case: 50 rounds at the paper's total 3.7299 (calibrated in about a second)
     clf = DPFedDROClassifier(accountant="pld", target_epsilon=3.7299, target_delta=1e-6)

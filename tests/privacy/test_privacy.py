@@ -148,3 +148,15 @@ def test_calibration_unreachable_targets_are_clear_errors():
         calibrate_noise_multiplier(1.0, 1e-5, count=2, sampling_probability=0.0)
     with pytest.raises(TypeError, match="make_event"):
         calibrate_noise_multiplier(1.0, 1e-5, count=2, make_event=3)
+
+
+def test_pld_refines_when_the_search_grid_is_coarse(monkeypatch):
+    # on a 1e-2 grid the search's epsilon overshoots by ~1e-3: the check on the
+    # reporting grid must then refine to within 1e-4 of the target
+    from skfed.privacy import _accounting
+
+    monkeypatch.setattr(_accounting, "_SEARCH_INTERVAL", 1e-2)
+    z = calibrate_noise_multiplier(4.0, 1e-5, 100, 0.05, accountant="pld")
+    event = gaussian_event(z, 100, 0.05)
+    eps = _direct_epsilon(event, 1e-5, "pld")
+    assert 4.0 * (1 - 1e-4) <= eps <= 4.0
