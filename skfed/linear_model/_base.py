@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import dp_accounting
 import numpy as np
-from scipy.optimize import brentq
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
@@ -15,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import FederatedEstimatorMixin, transactional_fit
 from ..federated import ClientData, fit_federated
 from ..privacy import (
+    calibrate_noise_multiplier,
     check_epsilon,
     check_privacy_budget,
     dpfeddro_epsilon,
@@ -55,9 +55,13 @@ def privacy_spent(n_rounds, epsilons, delta, delta_bar, accountant):
         e = list(epsilons) + [0.0]
         return dpfeddro_epsilon(n_rounds, e[0], math.sqrt(sum(x * x for x in e[1:])), delta,
                                 delta_bar)
+    return epsilon_spent(_rounds_event(n_rounds, epsilons, delta), delta_bar, accountant)
+
+
+def _rounds_event(n_rounds, epsilons, delta):
+    """dp-accounting event of ``n_rounds`` rounds of the classical releases ``epsilons``."""
     events = [gaussian_event(classical_multiplier(e, delta), n_rounds) for e in epsilons]
-    event = events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
-    return epsilon_spent(event, delta_bar, accountant)
+    return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
 
 
 def privacy_plan(est, split):
@@ -67,7 +71,7 @@ def privacy_plan(est, split):
     release per round). Reads ``epsilon``, ``delta``, ``target_epsilon``,
     ``target_delta``, ``accountant`` and ``n_rounds`` from ``est``. Results
     are cached: calibrating a total budget with the PLD accountant takes
-    minutes, and a fit needs the plan more than once.
+    about a second, and a fit needs the plan more than once.
     """
     key = (est.epsilon, est.delta, est.target_epsilon, est.target_delta, est.accountant,
            est.n_rounds, split)
@@ -105,18 +109,23 @@ def _privacy_plan(est, split):
         if est.accountant == "paper":
             eps = dpfeddro_per_round_epsilon(target, est.n_rounds, delta)
         else:
-            def excess(log_eps):
-                return privacy_spent(est.n_rounds, split_eps(math.exp(log_eps)), delta, delta,
-                                     est.accountant) - target
-
-            lo, hi = math.log(1e-6), math.log(max(target, 1.0) * 10.0)
-            if excess(hi) < 0:
-                raise ValueError(
-                    f"target_epsilon={target} is too large to calibrate in "
-                    f"{est.n_rounds} rounds; lower it."
+            # Calibrate the round's noise multiplier z = sqrt(2 ln(1.25/delta)) / eps
+            # (the releases' multipliers are fixed multiples of it) by the one
+            # bracketed search of skfed.privacy, on the very events privacy_spent
+            # composes, so the spent epsilon is <= target.
+            scale = classical_multiplier(1.0, delta)
+            try:
+                z = calibrate_noise_multiplier(
+                    target, delta, est.n_rounds, accountant=est.accountant,
+                    make_event=lambda z: _rounds_event(est.n_rounds, split_eps(scale / z),
+                                                       delta),
                 )
-            # round down so the spent epsilon never exceeds the target
-            eps = math.exp(brentq(excess, lo, hi, xtol=1e-7)) * (1.0 - 1e-6)
+            except ValueError as exc:
+                raise ValueError(
+                    f"target_epsilon={target} cannot be calibrated in {est.n_rounds} rounds "
+                    f"with accountant={est.accountant!r}: {exc}"
+                ) from exc
+            eps = scale / z
         return split_eps(eps), delta, delta
     # one "no noise" rule for every private estimator: None, or its alias inf
     if check_epsilon(est.epsilon) is None:

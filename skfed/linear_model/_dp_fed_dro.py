@@ -105,7 +105,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         ``"paper"``: the closed-form moments-accountant bound of the paper's
         Theorem 2 (reproduces its totals). ``"rdp"``/``"pld"``: dp-accounting's
         Renyi-DP or privacy-loss-distribution accountant on the same Gaussian
-        releases (tighter; PLD takes seconds).
+        releases (tighter; PLD takes about a second). A ``target_epsilon`` is
+        calibrated by :func:`skfed.privacy.calibrate_noise_multiplier` with the
+        same accountant.
     n_rounds : int, default=50
         Number of rounds ``T`` (fixed: the budget is tied to it).
     rho : float, default=0.8

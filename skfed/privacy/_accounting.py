@@ -7,10 +7,12 @@ the epsilon of what was released.
 
 import logging
 import math
+import numbers
 
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
+from scipy.optimize import brentq
 
 from ._mechanisms import check_privacy_budget
 
@@ -36,7 +38,7 @@ def _check_accountant(accountant):
         raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}.")
 
 
-def _make(accountant, neighboring_relation):
+def _make(accountant, neighboring_relation, value_discretization_interval=None):
     _check_accountant(accountant)
     if neighboring_relation not in _RELATIONS:
         raise ValueError(
@@ -46,7 +48,10 @@ def _make(accountant, neighboring_relation):
     relation = _RELATIONS[neighboring_relation]
     if accountant == "rdp":
         return RdpAccountant(neighboring_relation=relation)
-    return PLDAccountant(neighboring_relation=relation)
+    if value_discretization_interval is None:
+        return PLDAccountant(neighboring_relation=relation)
+    return PLDAccountant(neighboring_relation=relation,
+                         value_discretization_interval=value_discretization_interval)
 
 
 def gaussian_event(noise_multiplier, count=1, sampling_probability=1.0):
@@ -114,11 +119,91 @@ def epsilon_spent(event, delta, accountant="rdp", neighboring_relation="add_or_r
     return float(acc.get_epsilon(delta))
 
 
-def calibrate_noise_multiplier(target_epsilon, target_delta, count, sampling_probability=1.0,
-                               accountant="rdp", neighboring_relation="add_or_remove_one"):
-    """Smallest noise multiplier whose ``count`` releases cost ``target_epsilon``.
+# Calibration searches on log(noise multiplier) inside these bounds: below
+# _Z_MIN the PLD grid of a Gaussian (privacy losses up to ~1/(2 z^2)) no longer
+# fits in memory, above _Z_MAX the target is out of reach.
+_Z_MIN, _Z_MAX = 1e-3, 1e7
+# PLD grid of the search; coarser than the reporting accountant's 1e-4 (a
+# pessimistic grid that divides into this one gives a smaller epsilon, so the
+# search's epsilon is an upper bound of the reported one) and about 10x faster.
+_SEARCH_INTERVAL = 1e-3
+_RTOL = 1e-4  # relative gap between the target and the calibrated epsilon
 
-    A bisection by :func:`dp_accounting.calibrate_dp_mechanism`.
+
+class _Search:
+    """``epsilon(z) - target`` on log z, remembering the smallest feasible z."""
+
+    def __init__(self, make_event, target_epsilon, target_delta, make_accountant):
+        self.make_event, self.make_accountant = make_event, make_accountant
+        self.target, self.delta = target_epsilon, target_delta
+        self.best = math.inf  # smallest z evaluated with epsilon <= target
+        self.values = {}
+
+    def epsilon(self, z):
+        if z not in self.values:
+            acc = self.make_accountant()
+            acc.compose(self.make_event(z))
+            self.values[z] = float(acc.get_epsilon(self.delta))
+            if self.values[z] <= self.target:
+                self.best = min(self.best, z)
+        return self.values[z]
+
+    def __call__(self, log_z):
+        # finite for brentq: epsilon may be inf at a small multiplier
+        return min(self.epsilon(math.exp(log_z)), 1e300) - self.target
+
+    def bracket(self, z0, z_min, z_max, factor=2.0):
+        """``(lo, hi)`` with epsilon(lo) > target >= epsilon(hi), stepping by ``factor``."""
+        z0 = min(max(z0, z_min), z_max)
+        if self.epsilon(z0) > self.target:
+            lo, hi = z0, min(z0 * factor, z_max)
+            while self.epsilon(hi) > self.target:
+                if hi >= z_max:
+                    raise ValueError(
+                        f"target_epsilon={self.target} is out of reach: a noise multiplier "
+                        f"of {z_max:g} still spends epsilon={self.epsilon(hi):.6g}."
+                    )
+                lo, hi = hi, min(hi * factor, z_max)
+        else:
+            lo, hi = max(z0 / factor, z_min), z0
+            while self.epsilon(lo) <= self.target:
+                if lo <= z_min:
+                    raise ValueError(
+                        f"target_epsilon={self.target} is too large to calibrate: a noise "
+                        f"multiplier of {z_min:g} spends only epsilon="
+                        f"{self.epsilon(lo):.6g}; lower target_epsilon."
+                    )
+                lo, hi = max(lo / factor, z_min), lo
+        return lo, hi
+
+    def solve(self, lo, hi):
+        """Smallest feasible z evaluated by brentq on [lo, hi] (relative xtol 1e-7)."""
+        if hi - lo > 1e-7 * hi:
+            brentq(self, math.log(lo), math.log(hi), xtol=1e-7, rtol=1e-12)
+        return self.best
+
+
+def _zcdp_guess(target_epsilon, target_delta, count):
+    """Multiplier of ``count`` Gaussian releases by the zCDP bound (an upper bound)."""
+    log_inv = math.log(1.0 / target_delta)
+    rho = (math.sqrt(log_inv + target_epsilon) - math.sqrt(log_inv)) ** 2
+    return math.sqrt(count / (2.0 * rho))
+
+
+def calibrate_noise_multiplier(target_epsilon, target_delta, count, sampling_probability=1.0,
+                               accountant="rdp", neighboring_relation="add_or_remove_one",
+                               *, make_event=None):
+    """Smallest noise multiplier whose ``count`` releases cost at most ``target_epsilon``.
+
+    A bracketed root search on the logarithm of the multiplier that only
+    evaluates multipliers in ``[1e-3, 1e7]``. The RDP accountant is solved
+    first (milliseconds, an upper bound on epsilon, so its multiplier is an
+    upper bound for PLD); with ``accountant="pld"`` the search then brackets
+    below it on a PLD grid of 1e-3 and checks the result once with the PLD
+    accountant of :func:`epsilon_spent` (grid 1e-4), refining there only if
+    the gap exceeds 1e-4 relative. The returned multiplier satisfies
+    ``epsilon_spent(event, target_delta, accountant) <= target_epsilon``,
+    within a relative 1e-4 of it.
 
     Parameters
     ----------
@@ -134,28 +219,67 @@ def calibrate_noise_multiplier(target_epsilon, target_delta, count, sampling_pro
         Accountant used for the calibration.
     neighboring_relation : {"add_or_remove_one", "replace_one"}
         Which datasets count as neighbours.
+    make_event : callable or None, default=None
+        ``make_event(z)`` returns the :class:`dp_accounting.DpEvent` released
+        with noise multiplier ``z`` (epsilon must decrease as ``z`` grows), for
+        a mechanism other than ``count`` equal Gaussian releases, e.g. several
+        releases per round whose multipliers are fixed multiples of ``z``.
+        ``None``: ``gaussian_event(z, count, sampling_probability)``.
 
     Returns
     -------
     noise_multiplier : float
+
+    Raises
+    ------
+    ValueError
+        If the budget or a name is invalid, or if the target needs a
+        multiplier outside ``[1e-3, 1e7]`` (message says which end).
 
     Examples
     --------
     >>> from skfed.privacy import calibrate_noise_multiplier
     >>> round(calibrate_noise_multiplier(1.0, 1e-5, count=100), 1)
     40.5
+    >>> round(calibrate_noise_multiplier(1.0, 1e-5, count=100, accountant="pld"), 1)
+    37.3
     """
     target_epsilon, target_delta = check_privacy_budget(
         target_epsilon, target_delta, allow_none=False,
         eps_name="target_epsilon", delta_name="target_delta",
     )
     _make(accountant, neighboring_relation)  # validates both names
-    return float(
-        dp_accounting.calibrate_dp_mechanism(
-            lambda: _make(accountant, neighboring_relation),
-            # the bisection probes 0, where epsilon is infinite
-            lambda z: gaussian_event(max(z, 1e-12), count, sampling_probability),
-            target_epsilon,
-            target_delta,
-        )
-    )
+    if make_event is None:
+        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
+            raise ValueError(f"count must be an integer >= 1, got {count!r}.")
+        gaussian_event(1.0, count, sampling_probability)  # validates sampling_probability
+
+        def make_event(z):
+            return gaussian_event(z, count, sampling_probability)
+
+        z0 = _zcdp_guess(target_epsilon, target_delta, count)
+    elif not callable(make_event):
+        raise TypeError(f"make_event must be callable or None, got {make_event!r}.")
+    else:
+        z0 = 1.0
+
+    rdp = _Search(make_event, target_epsilon, target_delta,
+                  lambda: _make("rdp", neighboring_relation))
+    z_rdp = rdp.solve(*rdp.bracket(z0, _Z_MIN, _Z_MAX))
+    if accountant == "rdp":
+        return float(z_rdp)
+
+    # PLD: bracket below the RDP multiplier on the coarse grid
+    coarse = _Search(make_event, target_epsilon, target_delta,
+                     lambda: _make("pld", neighboring_relation, _SEARCH_INTERVAL))
+    z_floor = max(z_rdp / 64.0, _Z_MIN)
+    z = coarse.solve(*coarse.bracket(z_rdp, z_floor, _Z_MAX, factor=1.25))
+    # check (and if needed refine) with the accountant that reports epsilon
+    fine = _Search(make_event, target_epsilon, target_delta,
+                   lambda: _make("pld", neighboring_relation))
+    eps = fine.epsilon(z)
+    if eps <= target_epsilon and target_epsilon - eps <= _RTOL * target_epsilon:
+        return float(z)
+    # epsilon moves about as fast as z in relative terms: step by twice the gap
+    factor = 1.0 + 2.0 * abs(target_epsilon - eps) / target_epsilon + 1e-6
+    return float(fine.solve(*fine.bracket(z, z_floor, _Z_MAX, factor)))

@@ -20,6 +20,7 @@ from skfed.linear_model._admm import (
     solve_cs_dro_local,
     step_sizes,
 )
+from skfed.linear_model._base import privacy_spent
 from skfed.linear_model._kernels import dro_cs_pass
 from skfed.privacy import dpfeddro_epsilon, dpfeddro_per_round_epsilon, split_round_budget
 
@@ -300,7 +301,7 @@ def test_rdp_accountant_matches_dp_accounting(small_problem):
     assert clf.privacy_spent_[0] < paper  # RDP is tighter than the closed form
 
 
-@pytest.mark.parametrize("accountant", ["paper", "rdp"])
+@pytest.mark.parametrize("accountant", ["paper", "rdp", "pld"])
 def test_target_epsilon_is_spent(small_problem, accountant):
     X, y, groups = small_problem
     clf = DPFedDROClassifier(target_epsilon=2.0, target_delta=1e-5, n_rounds=10,
@@ -308,6 +309,32 @@ def test_target_epsilon_is_spent(small_problem, accountant):
     assert clf.privacy_spent_[0] == pytest.approx(2.0, rel=1e-4)
     assert clf.privacy_spent_[0] <= 2.0 + 1e-9
     assert clf.privacy_spent_[1] == 1e-5
+    if accountant != "paper":  # direct dp-accounting computation of what was released
+        acc = (dp_accounting.rdp.RdpAccountant() if accountant == "rdp"
+               else dp_accounting.pld.PLDAccountant())
+        scale = math.sqrt(2 * math.log(1.25e5))
+        for e in clf._privacy_plan()[0]:
+            acc.compose(dp_accounting.GaussianDpEvent(scale / e), 10)
+        assert acc.get_epsilon(1e-5) <= 2.0
+
+
+def test_unreachable_target_is_a_clear_error(small_problem):
+    X, y, groups = small_problem
+    clf = DPFedDROClassifier(target_epsilon=1e7, target_delta=1e-5, n_rounds=2,
+                             accountant="rdp")
+    with pytest.raises(ValueError, match="target_epsilon=.*cannot be calibrated in 2 rounds"):
+        clf.fit(X, y, groups=groups)
+
+
+def test_pld_target_calibration_of_the_paper_budget():
+    # the case: 50 rounds at the paper's total 3.7299 (calibrated in about a second)
+    clf = DPFedDROClassifier(accountant="pld", target_epsilon=3.7299, target_delta=1e-6)
+    eps_M, eps_l = clf._privacy_plan()[0]
+    rdp = DPFedDROClassifier(accountant="rdp", target_epsilon=3.7299, target_delta=1e-6)
+    # PLD is tighter than RDP, which is tighter than the paper's 0.5 per round
+    assert math.hypot(eps_M, eps_l) > math.hypot(*rdp._privacy_plan()[0]) > 0.5
+    assert privacy_spent(50, (eps_M, eps_l), 1e-6, 1e-6, "pld") == pytest.approx(
+        3.7299, rel=1e-4)
 
 
 # ---------------------------------------------------------------- protocol, ledger
