@@ -17,7 +17,9 @@ from sklearn.utils.validation import (
 
 from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, Federation, run_federation
-from ..utils._validation import check_estimator_param, check_groups, map_clients, validate_data
+from ..utils._validation import (
+    check_estimator_param, check_groups, check_unknown_client, map_clients, validate_data,
+)
 
 __all__ = ["LocalEstimator", "PooledEstimator"]
 
@@ -247,10 +249,7 @@ class LocalEstimator(_BaseWrapper):
             The fitted estimator.
         """
         X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
-            )
+        check_unknown_client(self.unknown_client)
         federation = Federation.from_arrays(X, y, groups, sample_weight)
         result = run_federation(
             _LocalFit(self.estimator, classifier=self._wraps_classifier),

@@ -10,10 +10,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimatorMixin, transactional_fit
 from ..utils._validation import (
-    UNKNOWN_CLIENT_OPTIONS,
     check_groups,
     check_positive_int,
     check_scale,
+    check_unknown_client,
     validate_data,
 )
 from ._mixedlm_core import fit_mixedlm
@@ -176,11 +176,7 @@ class MixedLMRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         return tags
 
     def _check_params(self):
-        if self.unknown_client not in UNKNOWN_CLIENT_OPTIONS:
-            raise ValueError(
-                f"unknown_client must be one of {UNKNOWN_CLIENT_OPTIONS}, "
-                f"got {self.unknown_client!r}."
-            )
+        check_unknown_client(self.unknown_client)
         for name in ("fit_intercept", "reml"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}.")

@@ -1,7 +1,7 @@
 """The paper's pFedGP baseline (adapted, Sec. 4.4): client GPs with FedAvg'd kernels."""
 
 
-from ..utils._validation import check_positive_int
+from ..utils._validation import check_positive_int, check_unknown_client
 from ._elbo import ModelConfig
 from ._ilmm import IlmmConfig
 from ._kernels import KERNEL_KINDS
@@ -171,9 +171,7 @@ class PFedGPRegressor(PFedHGPRegressor):
             raise ValueError(f"kernel must be one of {tuple(KERNEL_KINDS)}, got {self.kernel!r}.")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
+        check_unknown_client(self.unknown_client)
         for name in ("init_lengthscale", "init_variance", "init_noise", "local_lr", "server_lr",
                      "jitter"):
             _check_positive(getattr(self, name), name)

@@ -13,7 +13,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
 from ..federated import fit_federated
-from ..utils._validation import check_groups, check_positive_int, validate_data
+from ..utils._validation import (
+    check_groups, check_positive_int, check_unknown_client, validate_data,
+)
 from ._elbo import ModelConfig, chol_jitter, softplus
 from ._ilmm import IlmmConfig
 from ._ilmm_predict import ilmm_moments
@@ -532,9 +534,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         if not (isinstance(self.mean_update, str) and self.mean_update in MEAN_UPDATES):
             raise ValueError(
                 f"mean_update must be one of {MEAN_UPDATES}, got {self.mean_update!r}.")
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}.")
+        check_unknown_client(self.unknown_client)
         for name in ("init_lengthscale_global", "init_lengthscale_local", "init_variance_global",
                      "init_variance_local", "init_phi", "init_noise", "local_lr", "jitter"):
             _check_positive(getattr(self, name), name)

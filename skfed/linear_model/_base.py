@@ -23,7 +23,9 @@ from ..privacy import (
     gaussian_event,
     split_round_budget,
 )
-from ..utils._validation import check_positive_int, check_scale, map_clients, validate_data
+from ..utils._validation import (
+    check_positive_int, check_scale, check_unknown_client, map_clients, validate_data,
+)
 
 PRIVACY_ACCOUNTANTS = ("paper", "rdp", "pld")
 NORM_RTOL = 1e-9  # rows scaled to norm L in floating point may exceed L by a few ulps
@@ -262,10 +264,7 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
     def _check_params(self):
         """Validate the hyperparameters (subclasses extend)."""
         check_positive_int(self.n_rounds, "n_rounds")
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
-            )
+        check_unknown_client(self.unknown_client)
 
     def _validate_site_data(self, X, y, reset=False):
         """The checks one site runs on its own rows (in-process: on the pooled rows).

@@ -19,7 +19,7 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from ..base import transactional_fit
 from ..federated import FederatedAlgorithm
-from ..utils._validation import check_groups, check_scale, validate_data
+from ..utils._validation import check_groups, check_scale, check_unknown_client, validate_data
 from ._admm import (
     DUAL_NORM,
     _ConsensusServer,
@@ -626,10 +626,7 @@ class CentralizedDROClassifier(_LinearFederatedClassifier):
             raise ValueError(
                 f"feature_norm must be 'linf' or 'l1', got {self.feature_norm!r}."
             )
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
-            )
+        check_unknown_client(self.unknown_client)
         clients, _ = check_groups(groups, X.shape[0])
         classes, y_enc = np.unique(y, return_inverse=True)
         if classes.size < 2:

@@ -9,7 +9,9 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import transactional_fit
 from ..federated import FederatedAlgorithm, Federation, fit_federated
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
-from ..utils._validation import check_positive_int, check_scale, validate_data
+from ..utils._validation import (
+    check_positive_int, check_scale, check_unknown_client, validate_data,
+)
 from ._base import _TensorRegressorBase, check_positive_float, check_shape, resolve_shape
 from ._pftr import PersonalizedTensorRegressor
 from ._rank import make_feasible, ratio_rank
@@ -262,10 +264,7 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
             raise ValueError(f"tangent must be one of {TANGENTS}, got {self.tangent!r}.")
         if self.retraction not in RETRACTIONS:
             raise ValueError(f"retraction must be one of {RETRACTIONS}, got {self.retraction!r}.")
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
-            )
+        check_unknown_client(self.unknown_client)
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}.")
         check_positive_float(self.rank_scale, "rank_scale")

@@ -13,7 +13,7 @@ from ..base import transactional_fit
 from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
 from ..privacy import check_privacy_budget, pftr_privacy_spent
-from ..utils._validation import check_positive_int
+from ..utils._validation import check_positive_int, check_unknown_client
 from ._base import _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
 from ._stages import PersonalizedTensorPhases, check_client_range, lipschitz
@@ -461,10 +461,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             for v in values:
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
         p["grid"] = {k: list(v) for k, v in grid.items()}
-        if self.unknown_client not in ("global", "error"):
-            raise ValueError(
-                f"unknown_client must be 'global' or 'error', got {self.unknown_client!r}."
-            )
+        check_unknown_client(self.unknown_client)
         p["init_mode"] = self._init_mode(p["epsilon"])
         p["n_releases"] = p["n_rounds"] + (p["init_mode"] == "moment")
         p["outside"] = self._outside_guarantee(p)

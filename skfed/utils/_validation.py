@@ -14,6 +14,19 @@ from sklearn.utils.validation import validate_data as _sklearn_validate_data
 UNKNOWN_CLIENT_OPTIONS = ("global", "error")
 
 
+def check_unknown_client(unknown_client):
+    """Validate the ``unknown_client`` parameter shared by the federated estimators.
+
+    ``"global"``: a client not seen in ``fit`` gets the population prediction;
+    ``"error"``: it is refused with a ``ValueError``.
+    """
+    if not isinstance(unknown_client, str) or unknown_client not in UNKNOWN_CLIENT_OPTIONS:
+        raise ValueError(
+            f"unknown_client must be one of {UNKNOWN_CLIENT_OPTIONS}, got {unknown_client!r}."
+        )
+    return unknown_client
+
+
 def check_groups(groups, n_samples):
     """Validate client labels and map them to client indices.
 
@@ -157,11 +170,7 @@ def map_clients(groups, clients, n_samples, unknown_client="global"):
     >>> map_clients(["b", "new"], np.array(["a", "b"]), 2).tolist()
     [1, -1]
     """
-    if unknown_client not in UNKNOWN_CLIENT_OPTIONS:
-        raise ValueError(
-            f"unknown_client must be one of {UNKNOWN_CLIENT_OPTIONS}, "
-            f"got {unknown_client!r}."
-        )
+    check_unknown_client(unknown_client)
     if groups is None:
         return np.full(n_samples, -1, dtype=np.intp)
     groups = _as_label_array(groups, "groups")

@@ -235,3 +235,19 @@ def test_check_fraction(value, kwargs, ok):
     else:
         with pytest.raises(ValueError, match=r"^frac must be in [\[(]0, 1[\])], got"):
             check_fraction(value, "frac", **kwargs)
+
+
+def test_check_unknown_client_is_the_one_check_of_every_estimator():
+    import pathlib
+
+    from skfed.utils._validation import check_unknown_client
+
+    assert check_unknown_client("global") == "global"
+    for bad in ("Global", None, 1, ["error"]):
+        with pytest.raises(ValueError, match="unknown_client must be one of"):
+            check_unknown_client(bad)
+    # no estimator module repeats the check by hand
+    root = pathlib.Path(__file__).resolve().parents[2] / "skfed"
+    copies = [str(p) for p in root.rglob("*.py")
+              if "unknown_client must be" in p.read_text() and p.name != "_validation.py"]
+    assert copies == []
