@@ -156,7 +156,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         accountant (:func:`skfed.privacy.calibrate_noise_multiplier`), so less
         noise for the same budget (at the paper's ``epsilon=20``,
         ``delta=0.1``, ``n_rounds=20``: 0.93 and 0.84 instead of 3.32); PLD
-        adds a few seconds to ``fit`` (once per budget, cached). Ignored
+        adds about 2 s to ``fit`` (once per budget, cached). Ignored
         without privacy.
     tangent : {"exact", "retract_gradient"}, default="exact"
         ``"exact"``: the orthogonal tangent-space projection at ``A_0``;
