@@ -14,19 +14,56 @@ per-round budget ``(epsilon/T_g, delta/T_g)``, basic composition over the
 the sensitivity, the noise multiplier, is the same every round, so the
 transcript is also a ``T_g``-fold Gaussian mechanism that dp-accounting's
 RDP accountant can bound more tightly.
+
+The multiplier can instead be calibrated by an accountant
+(``accountant="rdp"`` or ``"pld"``): the smallest one whose ``T_g`` Gaussian
+releases cost exactly ``(epsilon, delta)`` under it
+(:func:`~skfed.privacy.calibrate_noise_multiplier`), less noise for the same
+budget.
 """
 
+import functools
 import math
 
-from ._accounting import epsilon_spent, gaussian_event
+from ._accounting import ACCOUNTANTS, calibrate_noise_multiplier, epsilon_spent, gaussian_event
 from ._mechanisms import check_privacy_budget
 
-__all__ = ["pftr_noise_multiplier", "pftr_noise_std", "pftr_privacy_spent"]
+__all__ = ["PFTR_ACCOUNTANTS", "pftr_noise_multiplier", "pftr_noise_std", "pftr_privacy_spent"]
+
+PFTR_ACCOUNTANTS = ("paper",) + ACCOUNTANTS
 
 
-def pftr_noise_multiplier(epsilon, delta, n_rounds):
-    """Noise standard deviation over L2 sensitivity: ``T_g sqrt(2 log(1.25 T_g/delta)) / epsilon``.
+def check_pftr_accountant(accountant):
+    """``accountant`` if it is one of :data:`PFTR_ACCOUNTANTS`, else a ``ValueError``."""
+    if not isinstance(accountant, str) or accountant not in PFTR_ACCOUNTANTS:
+        raise ValueError(
+            f"accountant must be one of {PFTR_ACCOUNTANTS}, got {accountant!r}."
+        )
+    return accountant
 
+
+@functools.lru_cache(maxsize=256)
+def _calibrated(epsilon, delta, n_rounds, accountant):
+    # cached: every client step of a fit asks for the same multiplier, and a PLD
+    # calibration takes a fraction of a second
+    try:
+        return calibrate_noise_multiplier(epsilon, delta, count=n_rounds,
+                                          accountant=accountant)
+    except ValueError as exc:
+        raise ValueError(
+            f"epsilon={epsilon!r}, delta={delta!r} cannot be calibrated over {n_rounds} "
+            f"releases with accountant={accountant!r}: {exc}"
+        ) from exc
+
+
+def pftr_noise_multiplier(epsilon, delta, n_rounds, accountant="paper"):
+    """Noise standard deviation over L2 sensitivity of each of ``n_rounds`` releases.
+
+    ``accountant="paper"``: the paper's ``T_g sqrt(2 log(1.25 T_g/delta)) /
+    epsilon`` (basic composition of classical Gaussian mechanisms).
+    ``"rdp"``/``"pld"``: the smallest multiplier whose ``n_rounds`` Gaussian
+    releases spend at most ``epsilon`` at ``delta`` under dp-accounting's RDP
+    or PLD accountant (within a relative 1e-4 of it).
     ``epsilon=None`` or ``inf`` (no privacy) gives 0.
 
     Examples
@@ -34,16 +71,21 @@ def pftr_noise_multiplier(epsilon, delta, n_rounds):
     >>> from skfed.privacy import pftr_noise_multiplier
     >>> round(pftr_noise_multiplier(20.0, 0.1, 20), 4)
     3.3231
+    >>> round(pftr_noise_multiplier(20.0, 0.1, 20, accountant="rdp"), 2)
+    0.93
     """
+    check_pftr_accountant(accountant)
     epsilon, delta = check_privacy_budget(epsilon, delta)
     if epsilon is None:
         return 0.0
     if n_rounds < 1:
         raise ValueError(f"n_rounds must be >= 1, got {n_rounds!r}.")
+    if accountant != "paper":
+        return _calibrated(float(epsilon), float(delta), int(n_rounds), accountant)
     return n_rounds * math.sqrt(2.0 * math.log(1.25 * n_rounds / delta)) / epsilon
 
 
-def pftr_noise_std(tau_e, tau_x, n_samples, n_rounds, epsilon, delta):
+def pftr_noise_std(tau_e, tau_x, n_samples, n_rounds, epsilon, delta, accountant="paper"):
     """The paper's per-round noise standard deviation ``sigma_k^(t)``.
 
     Parameters
@@ -60,6 +102,8 @@ def pftr_noise_std(tau_e, tau_x, n_samples, n_rounds, epsilon, delta):
         Total budget of the client; ``None``/``inf`` gives 0.
     delta : float
         Total delta of the client.
+    accountant : {"paper", "rdp", "pld"}, default="paper"
+        Calibration of the noise multiplier (:func:`pftr_noise_multiplier`).
 
     Returns
     -------
@@ -73,11 +117,12 @@ def pftr_noise_std(tau_e, tau_x, n_samples, n_rounds, epsilon, delta):
     """
     if tau_e < 0 or tau_x < 0 or not (math.isfinite(tau_e) and math.isfinite(tau_x)):
         raise ValueError(f"truncation levels must be finite and >= 0, got {tau_e!r}, {tau_x!r}.")
-    return 2.0 * tau_e * tau_x / n_samples * pftr_noise_multiplier(epsilon, delta, n_rounds)
+    return 2.0 * tau_e * tau_x / n_samples * pftr_noise_multiplier(
+        epsilon, delta, n_rounds, accountant)
 
 
-def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp"):
-    """Per-client privacy of ``n_rounds`` releases calibrated by the paper's formula.
+def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="paper"):
+    """Per-client privacy of ``n_rounds`` releases calibrated to ``(epsilon, delta)``.
 
     Parameters
     ----------
@@ -86,18 +131,25 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp"):
     n_rounds : int
         Number of noisy releases (``T_g``).
     accountant : {"rdp", "pld"}, default="rdp"
-        dp-accounting accountant for the tighter bound.
+        dp-accounting accountant of the additional ``epsilon_<accountant>``.
+    calibration : {"paper", "rdp", "pld"}, default="paper"
+        How the noise multiplier was calibrated
+        (:func:`pftr_noise_multiplier`'s ``accountant``).
 
     Returns
     -------
     spent : dict
-        ``epsilon``/``delta``: the paper's basic composition (the nominal
-        budget); ``classical_valid``: whether the per-round ``epsilon/T_g < 1``,
-        the range where the classical Gaussian calibration is proven;
-        ``noise_multiplier``; ``epsilon_<accountant>``: the accountant's epsilon
-        of the same releases at ``delta`` (neighbouring datasets differ in one
-        replaced pair, whose sensitivity is built into the multiplier).
-        Infinite epsilons when no noise was added.
+        ``epsilon``/``delta``: with ``calibration="paper"`` the paper's basic
+        composition (the nominal budget); otherwise the epsilon of the
+        releases recomputed by the calibrating accountant at ``delta`` (at
+        most ``epsilon``, within a relative 1e-4). ``calibration``: which.
+        ``classical_valid``: whether the per-round ``epsilon/T_g < 1``, the
+        range where the classical Gaussian calibration is proven (``None``
+        when an accountant calibrated the noise, no classical step is used);
+        ``noise_multiplier``; ``epsilon_<accountant>``: the accountant's
+        epsilon of the same releases at ``delta`` (neighbouring datasets
+        differ in one replaced pair, whose sensitivity is built into the
+        multiplier). Infinite epsilons when no noise was added.
 
     Examples
     --------
@@ -105,22 +157,33 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp"):
     >>> s = pftr_privacy_spent(20.0, 0.1, 20)
     >>> s["epsilon"], s["epsilon_rdp"] < 20
     (20.0, True)
+    >>> s = pftr_privacy_spent(20.0, 0.1, 20, calibration="rdp")
+    >>> round(s["epsilon"], 3), round(s["noise_multiplier"], 3)
+    (20.0, 0.926)
     """
+    check_pftr_accountant(calibration)
     epsilon, delta = check_privacy_budget(epsilon, delta)
     if epsilon is None:
         return {
             "epsilon": math.inf, "delta": 0.0, "n_releases": int(n_rounds),
-            "noise_multiplier": 0.0, "classical_valid": False,
+            "noise_multiplier": 0.0, "classical_valid": False, "calibration": calibration,
             f"epsilon_{accountant}": math.inf,
         }
-    z = pftr_noise_multiplier(epsilon, delta, n_rounds)
+    z = pftr_noise_multiplier(epsilon, delta, n_rounds, calibration)
+    event = gaussian_event(z, count=n_rounds)
+    extra = epsilon_spent(event, delta, accountant)
+    if calibration == "paper":
+        spent_epsilon, classical = epsilon, epsilon / n_rounds < 1.0
+    else:
+        spent_epsilon = extra if calibration == accountant else epsilon_spent(
+            event, delta, calibration)
+        classical = None
     return {
-        "epsilon": epsilon,
+        "epsilon": spent_epsilon,
         "delta": delta,
         "n_releases": int(n_rounds),
         "noise_multiplier": z,
-        "classical_valid": epsilon / n_rounds < 1.0,
-        f"epsilon_{accountant}": epsilon_spent(
-            gaussian_event(z, count=n_rounds), delta, accountant
-        ),
+        "classical_valid": classical,
+        "calibration": calibration,
+        f"epsilon_{accountant}": extra,
     }

@@ -12,7 +12,12 @@ from sklearn.base import clone
 from ..base import transactional_fit
 from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
-from ..privacy import check_privacy_budget, pftr_privacy_spent
+from ..privacy import (
+    PFTR_ACCOUNTANTS,
+    check_privacy_budget,
+    pftr_noise_multiplier,
+    pftr_privacy_spent,
+)
 from ..utils._validation import check_positive_int, check_unknown_client
 from ._base import _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
@@ -145,6 +150,18 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         calibrated budget is ``"epsilon_nominal"``). With settings that release
         nothing else, ``"paper"`` gives the strict guarantee too. Ignored
         without privacy.
+    accountant : {"paper", "rdp", "pld"}, default="paper"
+        How the noise multiplier (noise standard deviation over the L2
+        sensitivity ``2 tau_e tau_x / n_k``) of the ``n_releases`` Gaussian
+        releases is calibrated to ``(epsilon, delta)``. ``"paper"``: the
+        paper's basic composition of classical Gaussian mechanisms (Section
+        4.3). ``"rdp"``/``"pld"``: the smallest multiplier whose releases
+        cost ``epsilon`` at ``delta`` under dp-accounting's RDP or PLD
+        accountant (:func:`skfed.privacy.calibrate_noise_multiplier`), so less
+        noise for the same budget (at the paper's ``epsilon=20``,
+        ``delta=0.1``, ``n_rounds=20``: 0.93 and 0.84 instead of 3.32); PLD
+        adds about 2 s to ``fit`` (once per budget, cached). Ignored
+        without privacy.
     tangent : {"exact", "retract_gradient"}, default="exact"
         ``"exact"``: the orthogonal tangent-space projection at ``A_0``;
         ``"retract_gradient"``: the authors' cheaper surrogate (the gradient's
@@ -249,11 +266,14 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Residual truncation levels (NaN as in ``noise_std_``).
     privacy_spent_ : dict
         Per-client guarantee of everything the client released:
-        ``epsilon``/``delta`` by the paper's basic composition over the
-        ``n_releases`` Gaussian releases (``n_rounds``, plus 1 with
-        ``init="moment"``), ``epsilon_rdp`` by dp-accounting's RDP accountant
-        at the same ``delta``, ``noise_multiplier``, ``classical_valid``
-        (per-release ``epsilon / n_releases < 1``), ``strict`` (whether the
+        ``epsilon``/``delta`` of the ``n_releases`` Gaussian releases
+        (``n_rounds``, plus 1 with ``init="moment"``) by the accountant that
+        calibrated the noise (``calibration``, the ``accountant`` parameter:
+        the paper's basic composition, or dp-accounting's RDP or PLD
+        accountant recomputed on the releases), ``epsilon_rdp`` by
+        dp-accounting's RDP accountant at the same ``delta``,
+        ``noise_multiplier``, ``classical_valid`` (per-release ``epsilon /
+        n_releases < 1``; ``None`` unless ``accountant="paper"``), ``strict`` (whether the
         guarantee holds), ``mode`` (``privacy_mode``), ``covers`` (what the
         guarantee covers) and ``outside`` (the releases that void it, empty
         when strict). Not strict (``privacy_mode="paper"`` with releases
@@ -342,6 +362,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tau_e=None,
         clip_quantile=0.9,
         privacy_mode="strict",
+        accountant="paper",
         tangent="exact",
         retraction="st_hosvd",
         init="auto",
@@ -377,6 +398,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.tau_e = tau_e
         self.clip_quantile = clip_quantile
         self.privacy_mode = privacy_mode
+        self.accountant = accountant
         self.tangent = tangent
         self.retraction = retraction
         self.init = init
@@ -462,8 +484,14 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
         p["grid"] = {k: list(v) for k, v in grid.items()}
         check_unknown_client(self.unknown_client)
+        if not isinstance(self.accountant, str) or self.accountant not in PFTR_ACCOUNTANTS:
+            raise ValueError(
+                f"accountant must be one of {PFTR_ACCOUNTANTS}, got {self.accountant!r}."
+            )
         p["init_mode"] = self._init_mode(p["epsilon"])
         p["n_releases"] = p["n_rounds"] + (p["init_mode"] == "moment")
+        # calibrate once here (cached) so an unreachable budget fails before any round
+        pftr_noise_multiplier(p["epsilon"], p["delta"], p["n_releases"], self.accountant)
         p["outside"] = self._outside_guarantee(p)
         if p["epsilon"] is not None and self.privacy_mode == "strict" and p["outside"]:
             raise ValueError(self._strict_message(p))
@@ -642,7 +670,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                            epsilon=params["epsilon"], delta=params["delta"],
                            tau_x=params["tau_x"], tau_e=params["tau_e"],
                            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
-                           retraction=self.retraction, n_releases=params["n_releases"]),
+                           retraction=self.retraction, n_releases=params["n_releases"],
+                           accountant=self.accountant),
             stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
                            scaling=self.penalty_scaling),
             fit_intercept=params["fit_intercept"],
@@ -682,7 +711,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _privacy_report(self, params):
         """``privacy_spent_``: the guarantee of everything released, or none."""
-        spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_releases"])
+        spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_releases"],
+                                   calibration=self.accountant)
         spent["mode"] = self.privacy_mode
         if params["epsilon"] is None:
             spent.update(strict=False, covers="nothing: no noise was added", outside=[])
@@ -703,7 +733,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             "guarantee holds, because " + "; ".join(outside)
             + ". privacy_spent_['epsilon'] is inf; the budget the noise was calibrated "
             "for is privacy_spent_['epsilon_nominal'].", UserWarning, stacklevel=3)
-        for key in ("epsilon", "delta", f"epsilon_{'rdp'}"):
+        for key in ("epsilon", "delta", "epsilon_rdp"):
             spent[f"{key}_nominal"] = spent[key]
         spent.update(epsilon=math.inf, delta=0.0, epsilon_rdp=math.inf)
         spent["covers"] = (

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..federated import ClientData, FederatedAlgorithm, PhasedAlgorithm
-from ..privacy import pftr_noise_multiplier
+from ..privacy import gaussian_mechanism, pftr_noise_multiplier
 from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient, weighted_step
 from ._rank import make_feasible, ratio_rank, vote_ranks
 from ._tucker import (
@@ -423,7 +423,8 @@ class MomentInit(FederatedAlgorithm):
     """
 
     def __init__(self, coef_shape, rank, *, n_releases, epsilon, delta,
-                 tau_x=None, tau_e=None, clip_quantile=0.9, rank_scale=1.0, max_rank=None):
+                 tau_x=None, tau_e=None, clip_quantile=0.9, rank_scale=1.0, max_rank=None,
+                 accountant="paper"):
         self.coef_shape = tuple(coef_shape)
         self.rank = rank
         self.n_releases = n_releases
@@ -434,6 +435,7 @@ class MomentInit(FederatedAlgorithm):
         self.clip_quantile = clip_quantile
         self.rank_scale = rank_scale
         self.max_rank = max_rank
+        self.accountant = accountant
 
     def asks_every_client(self, server_state):
         return True
@@ -442,12 +444,9 @@ class MomentInit(FederatedAlgorithm):
         m, tau_x, tau_e = clipped_moment(data.X, data.y, self.tau_x, self.tau_e,
                                          self.clip_quantile)
         n = data.n_samples
-        z = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases)
+        z = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases, self.accountant)
         sigma = 2.0 * tau_e * tau_x / n * z
-        if not (sigma >= 0 and math.isfinite(sigma)):
-            raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
-        if sigma:
-            m = m + sigma * rng.standard_normal(m.shape)
+        m = gaussian_mechanism(m, sigma, rng)  # checks sigma; the same draw as before
         check_finite_step("the clipped moment", m)
         state = {"tau_x": tau_x, "tau_e": tau_e, "sigma": sigma}
         return state, {"moment": m, "n_samples": np.int64(n)}
@@ -479,7 +478,7 @@ class StageOne(FederatedAlgorithm):
 
     def __init__(self, coef_shape, rank, init, *, step_size, n_rounds, epsilon, delta,
                  tau_x=None, tau_e=None, clip_quantile=0.9, tangent="exact",
-                 retraction="st_hosvd", n_releases=None):
+                 retraction="st_hosvd", n_releases=None, accountant="paper"):
         self.coef_shape = tuple(coef_shape)
         self.rank = tuple(rank)
         self.init = init
@@ -490,6 +489,8 @@ class StageOne(FederatedAlgorithm):
         self.n_releases = n_rounds if n_releases is None else n_releases
         self.epsilon = epsilon
         self.delta = delta
+        # how the multiplier is calibrated: "paper" (basic composition), "rdp", "pld"
+        self.accountant = accountant
         self.tau_x = tau_x
         self.tau_e = tau_e
         self.clip_quantile = clip_quantile
@@ -546,12 +547,13 @@ class StageOne(FederatedAlgorithm):
         """:func:`~skfed.privacy.pftr_noise_std`, the budget validated once per object.
 
         The same checks and the same expression, so the same float; the noise
-        multiplier (a function of ``epsilon``, ``delta`` and ``n_rounds``
-        only) is computed on the first call.
+        multiplier (a function of ``epsilon``, ``delta``, ``n_releases`` and
+        ``accountant`` only) is computed on the first call.
         """
         multiplier = self._noise_multiplier
         if multiplier is None:
-            multiplier = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases)
+            multiplier = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases,
+                                               self.accountant)
             self._noise_multiplier = multiplier
         if tau_e < 0 or tau_x < 0 or not (math.isfinite(tau_e) and math.isfinite(tau_x)):
             raise ValueError(
@@ -578,7 +580,9 @@ class StageOne(FederatedAlgorithm):
         if not (sigma >= 0 and math.isfinite(sigma)):  # gaussian_mechanism's check
             raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
         # the gradient -(R^T X) / n plus the Gaussian mechanism's noise (the draw
-        # gaussian_mechanism makes, none when sigma == 0), then projected
+        # gaussian_mechanism makes, none when sigma == 0), then projected; the draw
+        # is added inside the compiled call (one pass with the projection), so not
+        # through skfed.privacy.gaussian_mechanism itself
         # flat: the same draws, in the same (C) order, as of shape coef_shape
         noise = rng.standard_normal(self._coef_size) if sigma else _NO_NOISE
         m = (R.T @ state["X"]).reshape(-1)
@@ -728,6 +732,7 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
                 n_releases=one.get("n_releases", one["n_rounds"]), epsilon=one["epsilon"],
                 delta=one["delta"], tau_x=one.get("tau_x"), tau_e=one.get("tau_e"),
                 clip_quantile=one.get("clip_quantile", 0.9),
+                accountant=one.get("accountant", "paper"),
                 rank_scale=self.init_params.get("rank_scale", 1.0),
                 max_rank=self.init_params.get("max_rank"))
         if name == "init":
