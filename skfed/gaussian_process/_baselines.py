@@ -63,20 +63,10 @@ class PFedGPRegressor(PFedHGPRegressor):
         than 3 rows send none), see :class:`PFedHGPRegressor`.
     jitter : float, default=1e-6
     client_fraction : float in (0, 1], default=1.0
-        Fraction of clients asked per round: ``ceil(client_fraction *
-        n_clients)``, drawn uniformly without replacement from the
-        ``random_state`` stream (:func:`skfed.federated.run_federation`). The
-        set-up round and the round of the population release ask every
-        client. The server sums every client's latest statistics, so a client
-        not asked in a round contributes those of its last round
-        (incremental variational inference; with every client asked, the
-        paper's round).
+        Fraction of clients asked per round; as in :class:`PFedHGPRegressor`
+        (the server sums every client's latest statistics).
     on_client_error : {"raise", "skip"}, default="raise"
-        A failing client step stops the fit with an error naming the client
-        and round (``"raise"``) or leaves the client out of that round
-        (``"skip"``: recorded in ``communication_.failures``; the client
-        keeps its state and contributes its latest statistics, as an
-        unsampled one).
+        Policy for a failing client step; as in :class:`PFedHGPRegressor`.
     unknown_client : {"global", "error"}, default="global"
         Unseen clients get the population prediction: a GP prior.
     population_local : {"median", "none"}, default="median"
