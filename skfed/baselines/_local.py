@@ -19,6 +19,7 @@ from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, Federation, run_federation
 from ..utils._validation import (
     check_estimator_param, check_groups, check_unknown_client, map_clients, validate_data,
+    user_stacklevel,
 )
 
 __all__ = ["LocalEstimator", "PooledEstimator"]
@@ -274,7 +275,7 @@ class LocalEstimator(_BaseWrapper):
                 f"instead of a model of their own (fallback_clients_): "
                 f"{'; '.join(reasons[:5])}" + (" ..." if len(reasons) > 5 else ""),
                 UserWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
         sizes = np.where(fallback, 0, federation.n_samples)
         self.estimators_ = [None if f else m for f, m in zip(fallback, states)]

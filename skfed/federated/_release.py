@@ -15,6 +15,8 @@ import warnings
 
 import numpy as np
 
+from ..utils._validation import user_stacklevel
+
 __all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "pooled_moments", "sends_moments", "sends_sums"]
 
 MIN_ROWS_SUM = 2
@@ -36,7 +38,7 @@ def too_few_rows_warning(what, minimum, fallback):
     warnings.warn(
         f"no client has {minimum} or more rows, so none sent the sums {what} needs (a "
         f"smaller client's sums would be its raw values); {fallback}.",
-        UserWarning, stacklevel=3,
+        UserWarning, stacklevel=user_stacklevel(),
     )
 
 

@@ -15,6 +15,7 @@ from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
 from ..federated import fit_federated
 from ..utils._validation import (
     check_groups, check_positive_int, check_unknown_client, validate_data,
+    user_stacklevel,
 )
 from ._elbo import ModelConfig, chol_jitter, softplus
 from ._ilmm import IlmmConfig
@@ -619,7 +620,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             msg = (f"{name}={steps.Mi} is more than the distinct rows of {len(small)} "
                    "client(s), which get one local inducing input per distinct row "
                    f"(client: distinct rows): {{{listed}{more}}}.")
-        warnings.warn(msg, UserWarning, stacklevel=3)
+        warnings.warn(msg, UserWarning, stacklevel=user_stacklevel())
 
     @transactional_fit
     def fit(self, X, y, groups=None):

@@ -18,7 +18,7 @@ from ..privacy import (
     pftr_noise_multiplier,
     pftr_privacy_spent,
 )
-from ..utils._validation import check_positive_int, check_unknown_client
+from ..utils._validation import check_positive_int, check_unknown_client, user_stacklevel
 from ._base import _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
 from ._stages import PersonalizedTensorPhases, check_client_range, lipschitz
@@ -732,7 +732,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             f"privacy_mode='paper' with epsilon={self.epsilon!r}: no differential-privacy "
             "guarantee holds, because " + "; ".join(outside)
             + ". privacy_spent_['epsilon'] is inf; the budget the noise was calibrated "
-            "for is privacy_spent_['epsilon_nominal'].", UserWarning, stacklevel=3)
+            "for is privacy_spent_['epsilon_nominal'].", UserWarning, stacklevel=user_stacklevel())
         for key in ("epsilon", "delta", "epsilon_rdp"):
             spent[f"{key}_nominal"] = spent[key]
         spent.update(epsilon=math.inf, delta=0.0, epsilon_rdp=math.inf)

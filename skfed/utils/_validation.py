@@ -14,6 +14,20 @@ from sklearn.utils.validation import validate_data as _sklearn_validate_data
 UNKNOWN_CLIENT_OPTIONS = ("global", "error")
 
 
+def user_stacklevel():
+    """The ``stacklevel`` at which a warning raised by the caller points to user code.
+
+    Counts the frames from the function calling this one up to the first
+    frame outside the ``skfed`` package (e.g. the user's ``fit`` call), so a
+    warning names the user's line however deep inside skfed it is raised.
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "skfed":
+        frame, level = frame.f_back, level + 1
+    del frame
+    return level
+
+
 def check_unknown_client(unknown_client):
     """Validate the ``unknown_client`` parameter shared by the federated estimators.
 

@@ -251,3 +251,18 @@ def test_check_unknown_client_is_the_one_check_of_every_estimator():
     copies = [str(p) for p in root.rglob("*.py")
               if "unknown_client must be" in p.read_text() and p.name != "_validation.py"]
     assert copies == []
+
+
+def test_skfed_warnings_point_at_the_users_call():
+    """A warning raised deep inside a fit names the line of the user's ``fit`` call."""
+    from skfed.datasets import make_tensor_regression
+    from skfed.tensor import PersonalizedTensorRegressor
+
+    X, y, g = make_tensor_regression(n_clients=3, n_samples=30, tensor_shape=(4, 3),
+                                     output_shape=None, rank=(2, 2), n_nonzero=2,
+                                     random_state=0)
+    model = PersonalizedTensorRegressor(tensor_shape=(4, 3), rank=(2, 2), fit_intercept=False,
+                                        epsilon=5.0, privacy_mode="paper", random_state=0)
+    with pytest.warns(UserWarning, match="no differential-privacy guarantee") as record:
+        model.fit(X, y, groups=g)
+    assert {w.filename for w in record if "guarantee" in str(w.message)} == {__file__}
