@@ -17,7 +17,8 @@ import numpy as np
 
 from ..utils._validation import user_stacklevel
 
-__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "pooled_moments", "sends_moments", "sends_sums"]
+__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "sends_moments", "sends_sums",
+           "too_few_rows_warning"]
 
 MIN_ROWS_SUM = 2
 MIN_ROWS_MOMENTS = 3
@@ -40,27 +41,3 @@ def too_few_rows_warning(what, minimum, fallback):
         f"smaller client's sums would be its raw values); {fallback}.",
         UserWarning, stacklevel=user_stacklevel(),
     )
-
-
-def pooled_moments(counts, sums, squares):
-    """Pooled mean and variance per column from the clients that sent moments.
-
-    Parameters
-    ----------
-    counts : sequence of float
-        Row count of each contributing client.
-    sums, squares : sequence of ndarray
-        Their per-column sums and sums of squares.
-
-    Returns
-    -------
-    n, mean, var : float, ndarray, ndarray
-        ``n = 0`` (and ``mean``, ``var`` ``None``) when no client contributed.
-    """
-    n = float(np.sum(counts)) if len(counts) else 0.0
-    if n == 0:
-        return 0.0, None, None
-    mean = np.sum([np.asarray(s, dtype=float) for s in sums], axis=0) / n
-    var = np.maximum(np.sum([np.asarray(s, dtype=float) for s in squares], axis=0) / n
-                     - mean**2, 0.0)
-    return n, mean, var

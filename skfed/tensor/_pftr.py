@@ -12,12 +12,8 @@ from sklearn.base import clone
 from ..base import transactional_fit
 from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
-from ..privacy import (
-    PFTR_ACCOUNTANTS,
-    check_privacy_budget,
-    pftr_noise_multiplier,
-    pftr_privacy_spent,
-)
+from ..privacy import check_privacy_budget, pftr_noise_multiplier, pftr_privacy_spent
+from ..privacy._pftr_bound import check_pftr_accountant
 from ..utils._validation import check_positive_int, check_unknown_client, user_stacklevel
 from ._base import _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
@@ -484,10 +480,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
         p["grid"] = {k: list(v) for k, v in grid.items()}
         check_unknown_client(self.unknown_client)
-        if not isinstance(self.accountant, str) or self.accountant not in PFTR_ACCOUNTANTS:
-            raise ValueError(
-                f"accountant must be one of {PFTR_ACCOUNTANTS}, got {self.accountant!r}."
-            )
+        check_pftr_accountant(self.accountant)
         p["init_mode"] = self._init_mode(p["epsilon"])
         p["n_releases"] = p["n_rounds"] + (p["init_mode"] == "moment")
         # calibrate once here (cached) so an unreachable budget fails before any round
