@@ -106,3 +106,44 @@ def test_the_checker_sees_imports(tmp_path, source, expected):
     path.write_text(source, encoding="utf-8")
     names = [name for _, name in imported_modules(path, root)]
     assert any(_is_estimator_module(n) for n in names) is expected, names
+
+
+def _is_module(name):
+    parts = name.split(".")[1:]
+    return (PACKAGE_ROOT.joinpath(*parts).with_suffix(".py").is_file()
+            or PACKAGE_ROOT.joinpath(*parts).is_dir())
+
+
+def _private_names_imported(path, root=PACKAGE_ROOT):
+    """``(line, name)`` of every underscore name (not a private module) imported from skfed."""
+    return [
+        (line, name) for line, name in imported_modules(path, root)
+        if name.startswith("skfed.") and name.rpartition(".")[2].startswith("_")
+        and not name.rpartition(".")[2].startswith("__") and not _is_module(name)
+    ]
+
+
+def test_flower_imports_nothing_private_from_the_engine():
+    # a distributed engine uses the documented protocol (drive_rounds, Stream, setup_exchange),
+    # so the in-process engine can change its internals without breaking it
+    path = PACKAGE_ROOT / "federated" / "flower.py"
+    bad = [f"line {line}: {name}" for line, name in _private_names_imported(path)]
+    assert not bad, f"skfed/federated/flower.py imports private names: {bad}"
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from ._engine import _drive_rounds", True),
+        ("from skfed.federated._engine import _CLIENT_INIT", True),
+        ("from ._engine import drive_rounds, Stream", False),
+        ("from . import _engine", False),  # a private module, not a private name
+        ("from ..utils._validation import check_fraction", False),
+    ],
+)
+def test_the_checker_sees_private_names(tmp_path, source, expected):
+    root = tmp_path / "skfed"
+    (root / "federated").mkdir(parents=True)
+    path = root / "federated" / "_probe.py"
+    path.write_text(source, encoding="utf-8")
+    assert bool(_private_names_imported(path, root)) is expected

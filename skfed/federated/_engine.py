@@ -1,5 +1,6 @@
 """The in-process engine: runs rounds of client and server steps."""
 
+import enum
 import math
 import numbers
 import time
@@ -16,6 +17,8 @@ __all__ = [
     "ClientDropout",
     "FederationResult",
     "InProcessTransport",
+    "Stream",
+    "drive_rounds",
     "round_rng",
     "run_federation",
     "seed_entropy",
@@ -23,8 +26,21 @@ __all__ = [
 
 ON_CLIENT_ERROR = ("raise", "skip")
 
-# spawn keys of the random streams derived from one seed; see round_rng
-_CLIENT_INIT, _CLIENT_STEP, _SERVER_INIT, _SERVER_STEP, _SAMPLING, _CLIENT_FINAL = range(6)
+
+class Stream(enum.IntEnum):
+    """The first spawn key of each random stream derived from one seed (see :func:`round_rng`).
+
+    Every transport draws a client's or the server's randomness from the
+    stream named here, so the same seed gives the same fit in-process and on
+    a distributed engine.
+    """
+
+    CLIENT_INIT = 0
+    CLIENT_STEP = 1
+    SERVER_INIT = 2
+    SERVER_STEP = 3
+    SAMPLING = 4
+    CLIENT_FINAL = 5
 
 
 class ClientDropout(Exception):
@@ -103,7 +119,7 @@ def _sample_clients(n_clients, client_fraction, entropy, rnd):
     if client_fraction >= 1.0:
         return np.arange(n_clients)  # everyone: the sampling stream is not needed
     m = max(1, math.ceil(client_fraction * n_clients - 1e-12))
-    rng = round_rng(entropy, _SAMPLING, rnd)
+    rng = round_rng(entropy, Stream.SAMPLING, rnd)
     return np.sort(rng.choice(n_clients, size=m, replace=False))
 
 
@@ -155,7 +171,7 @@ class InProcessTransport:
         """Prepare every client's rows and run its ``client_init`` (nothing is sent)."""
         self.clients = [self.algorithm.prepare_client(c) for c in self.federation.clients]
         self.states = [
-            self.algorithm.client_init(c, round_rng(self.entropy, _CLIENT_INIT, c.index))
+            self.algorithm.client_init(c, round_rng(self.entropy, Stream.CLIENT_INIT, c.index))
             for c in self.clients
         ]
 
@@ -165,7 +181,7 @@ class InProcessTransport:
         With ``final=True`` run ``client_finalize`` instead (empty replies).
         """
         clients = self.clients
-        key = _CLIENT_FINAL if final else _CLIENT_STEP
+        key = Stream.CLIENT_FINAL if final else Stream.CLIENT_STEP
         args = [
             (
                 self.algorithm,
@@ -284,7 +300,7 @@ def run_federation(
 
     transport = InProcessTransport(algorithm, federation, entropy, n_jobs)
     transport.init()
-    server_state, participation = _drive_rounds(
+    server_state, participation = drive_rounds(
         algorithm, transport, n_rounds, client_fraction, on_client_error, entropy, ledger,
         verbose,
     )
@@ -297,16 +313,26 @@ def run_federation(
     )
 
 
-def _drive_rounds(algorithm, transport, n_rounds, client_fraction, on_client_error, entropy,
+def drive_rounds(algorithm, transport, n_rounds, client_fraction, on_client_error, entropy,
                   ledger, verbose):
-    """The round semantics, shared by every transport.
+    """Run the rounds of ``algorithm`` over ``transport``: the round semantics of every engine.
 
     Sampling, the failure policy, the ledger and early stopping live here, so
-    an in-process fit and a distributed one behave the same.
+    an in-process fit and a distributed one behave the same. A transport has
+    ``labels`` (client labels in index order) and
+    ``round(rnd, asked, broadcast, final=False)``, which returns one
+    ``(ok, message_or_exception)`` pair per asked client.
+
+    Returns
+    -------
+    server_state : object
+        The server's state after the last round.
+    participation : ndarray of shape (n_rounds_run, n_clients), dtype=bool
+        Which clients answered in which round.
     """
     labels = transport.labels
     n_clients = len(labels)
-    server_state, broadcast = algorithm.server_init(round_rng(entropy, _SERVER_INIT))
+    server_state, broadcast = algorithm.server_init(round_rng(entropy, Stream.SERVER_INIT))
     broadcast = check_message(broadcast, sender="server")
     participation = []
     for rnd in range(n_rounds):
@@ -327,7 +353,7 @@ def _drive_rounds(algorithm, transport, n_rounds, client_fraction, on_client_err
             )
         participation.append(answered)
         server_state, broadcast = algorithm.server_step(
-            server_state, messages, round_rng(entropy, _SERVER_STEP, rnd)
+            server_state, messages, round_rng(entropy, Stream.SERVER_STEP, rnd)
         )
         broadcast = check_message(broadcast, sender="server")
         ledger.round_seconds.append(time.perf_counter() - tic)

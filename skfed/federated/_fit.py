@@ -24,7 +24,7 @@ from ._engine import run_federation
 from ._ledger import Ledger
 from ._protocol import Federation, check_message
 
-__all__ = ["client_summary", "combine_summaries", "fit_federated"]
+__all__ = ["client_summary", "combine_summaries", "fit_federated", "setup_exchange"]
 
 
 _BASE_KEYS = ("n_samples", "n_features")
@@ -98,6 +98,40 @@ def combine_summaries(labels, summaries, estimator=None):
     return check_message(setup, sender="server", allow_text=True)
 
 
+def setup_exchange(labels, summaries, estimator):
+    """The set-up exchange of every engine: combine the sites' summaries, build the algorithm.
+
+    Each site's :func:`client_summary` goes up and the combined summary comes
+    down to every site; both directions are recorded in a new ledger as round
+    -1. The in-process engine and :mod:`skfed.federated.flower` both call this,
+    so a distributed fit starts from the same set-up as an in-process one.
+
+    Parameters
+    ----------
+    labels : sequence
+        Client labels, sorted, in client-index order.
+    summaries : sequence of mapping
+        Each client's :func:`client_summary`, aligned with ``labels``.
+    estimator : estimator following the contract of this module
+
+    Returns
+    -------
+    setup : mapping
+        The set-up summary.
+    algorithm : FederatedAlgorithm
+        ``estimator._federated_algorithm(setup)``.
+    ledger : Ledger
+        A new ledger holding the set-up messages.
+    """
+    ledger = Ledger()
+    for label, summary in zip(labels, summaries):
+        ledger.record(-1, label, "up", summary)
+    setup = combine_summaries(labels, summaries, estimator)
+    for label in labels:
+        ledger.record(-1, label, "down", setup)
+    return setup, estimator._federated_algorithm(setup), ledger
+
+
 def fit_federated(estimator, X, y, groups=None, sample_weight=None, min_samples=1):
     """Run an estimator's federated training in-process.
 
@@ -127,15 +161,10 @@ def fit_federated(estimator, X, y, groups=None, sample_weight=None, min_samples=
         Sorted client labels.
     """
     federation = Federation.from_arrays(X, y, groups, sample_weight, min_samples=min_samples)
-    ledger = Ledger()
-    summaries = []
-    for client in federation.clients:
-        summary = client_summary(client.X, client.y, estimator)
-        ledger.record(-1, client.label, "up", summary)
-        summaries.append(summary)
-    setup = combine_summaries([c.label for c in federation.clients], summaries, estimator)
-    for client in federation.clients:
-        ledger.record(-1, client.label, "down", setup)
-    algorithm = estimator._federated_algorithm(setup)
+    setup, algorithm, ledger = setup_exchange(
+        [c.label for c in federation.clients],
+        [client_summary(c.X, c.y, estimator) for c in federation.clients],
+        estimator,
+    )
     result = run_federation(algorithm, federation, ledger=ledger, **estimator._engine_params())
     return result, setup, federation.labels

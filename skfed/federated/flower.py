@@ -41,20 +41,10 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from ..utils._validation import check_fraction
-from ._engine import (
-    _CLIENT_FINAL,
-    _CLIENT_INIT,
-    _CLIENT_STEP,
-    ClientDropout,
-    FederationResult,
-    _drive_rounds,
-    round_rng,
-    seed_entropy,
-)
-from ._fit import client_summary, combine_summaries
+from ._engine import ClientDropout, FederationResult, Stream, drive_rounds, round_rng, seed_entropy
+from ._fit import client_summary, setup_exchange
 from ._flower_local import LocalFederation, make_certificates, write_app
 from ._flower_memory import InMemoryGrid
-from ._ledger import Ledger
 from ._protocol import ClientData, check_message
 
 __all__ = ["FlowerFederation", "FlowerTransport", "InMemoryGrid", "LocalFederation", "exchange",
@@ -451,7 +441,7 @@ class FlowerFederation:
                               allow_text=True)
         algorithm = estimator._federated_algorithm(setup)
         data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
-        state = algorithm.client_init(data, round_rng(entropy, _CLIENT_INIT, index))
+        state = algorithm.client_init(data, round_rng(entropy, Stream.CLIENT_INIT, index))
         return algorithm, data, state, index, entropy
 
     def _step(self, msg, context, final):
@@ -470,12 +460,12 @@ class FlowerFederation:
         rnd = int(msg.content["config"]["round"])
         broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
         if final:
-            state = algorithm.client_finalize(data, state, broadcast,
-                                              round_rng(entropy, _CLIENT_FINAL, index, rnd))
+            rng = round_rng(entropy, Stream.CLIENT_FINAL, index, rnd)
+            state = algorithm.client_finalize(data, state, broadcast, rng)
             message = {}
         else:
-            state, message = algorithm.client_step(data, state, broadcast,
-                                                   round_rng(entropy, _CLIENT_STEP, index, rnd))
+            rng = round_rng(entropy, Stream.CLIENT_STEP, index, rnd)
+            state, message = algorithm.client_step(data, state, broadcast, rng)
             message = check_message(message, sender=f"client {label!r}")
         self._save_state(context, state, index, entropy, algorithm)
         path = context.node_config.get(self.site_model_key)
@@ -558,19 +548,13 @@ class FlowerFederation:
         labels = [s[0] for s in sites]
         if len(set(labels)) != len(labels):
             raise ValueError(f"two SuperNodes share a client label: {labels}.")
-        ledger = Ledger()
-        for label, _, summary in sites:
-            ledger.record(-1, label, "up", summary)
-        setup = combine_summaries(labels, [s[2] for s in sites], estimator)
-        for label in labels:
-            ledger.record(-1, label, "down", setup)
-        algorithm = estimator._federated_algorithm(setup)
+        setup, algorithm, ledger = setup_exchange(labels, [s[2] for s in sites], estimator)
         entropy = seed_entropy(params["random_state"])
 
         transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout,
                                     wire=wire, offline_grace=self.offline_grace, setup=setup,
                                     entropy=entropy)
-        server_state, participation = _drive_rounds(
+        server_state, participation = drive_rounds(
             algorithm, transport, params["n_rounds"],
             check_fraction(params.get("client_fraction", 1.0), "client_fraction"),
             params.get("on_client_error", "raise"), entropy, ledger, params.get("verbose", 0),

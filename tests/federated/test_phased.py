@@ -14,7 +14,7 @@ from skfed.federated import (
     run_federation,
     seed_entropy,
 )
-from skfed.federated._engine import _CLIENT_FINAL, _CLIENT_STEP, _SERVER_INIT, _SERVER_STEP
+from skfed.federated._engine import Stream
 
 
 FAIL_ONCE = set()  # labels whose second phase-0 step fails, once
@@ -113,7 +113,7 @@ def _federation(labels=(0, 0, 0, 1, 1, 2, 2, 2, 2)):
 def _by_hand(fed, seed, rounds=(3, 2)):
     """The phases run one after the other with the engine's streams, rounds continued."""
     entropy = seed_entropy(seed)
-    server_rng = round_rng(entropy, _SERVER_INIT)
+    server_rng = round_rng(entropy, Stream.SERVER_INIT)
     phases = [Locate(0.1)]
     server, broadcast = phases[0].server_init(server_rng)
     per_phase = []
@@ -123,11 +123,11 @@ def _by_hand(fed, seed, rounds=(3, 2)):
         for _ in range(n):
             messages = {}
             for k, c in enumerate(fed.clients):
-                rng = round_rng(entropy, _CLIENT_STEP, k, rnd)
+                rng = round_rng(entropy, Stream.CLIENT_STEP, k, rnd)
                 if states[k] is None:
                     states[k] = phases[p].client_init(c, rng.spawn(1)[0])
                 states[k], messages[k] = phases[p].client_step(c, states[k], broadcast, rng)
-            server_rng = round_rng(entropy, _SERVER_STEP, rnd)
+            server_rng = round_rng(entropy, Stream.SERVER_STEP, rnd)
             server, broadcast = phases[p].server_step(server, messages, server_rng)
             rnd += 1
         if p == 0:
@@ -137,7 +137,7 @@ def _by_hand(fed, seed, rounds=(3, 2)):
         per_phase.append(states)
         server, broadcast = phases[p + 1].server_init(server_rng.spawn(1)[0])
     final = [
-        phases[2].client_finalize(c, None, broadcast, round_rng(entropy, _CLIENT_FINAL, k, rnd))
+        phases[2].client_finalize(c, None, broadcast, round_rng(entropy, Stream.CLIENT_FINAL, k, rnd))
         for k, c in enumerate(fed.clients)
     ]
     return server, list(zip(*per_phase)), final, phases
