@@ -85,6 +85,15 @@ def test_lower_layers_do_not_import_estimators(path):
     assert not bad, f"{path.relative_to(PACKAGE_ROOT)} imports an estimator subpackage: {bad}"
 
 
+def _probe(tmp_path, source):
+    """A fake module at skfed/federated/_probe.py (relative imports resolve there)."""
+    root = tmp_path / "skfed"
+    (root / "federated").mkdir(parents=True)
+    path = root / "federated" / "_probe.py"
+    path.write_text(source, encoding="utf-8")
+    return path, root
+
+
 @pytest.mark.parametrize(
     "source, expected",
     [
@@ -99,11 +108,7 @@ def test_lower_layers_do_not_import_estimators(path):
     ],
 )
 def test_the_checker_sees_imports(tmp_path, source, expected):
-    # a fake module at skfed/federated/_probe.py (relative imports resolve there)
-    root = tmp_path / "skfed"
-    (root / "federated").mkdir(parents=True)
-    path = root / "federated" / "_probe.py"
-    path.write_text(source, encoding="utf-8")
+    path, root = _probe(tmp_path, source)
     names = [name for _, name in imported_modules(path, root)]
     assert any(_is_estimator_module(n) for n in names) is expected, names
 
@@ -142,8 +147,5 @@ def test_flower_imports_nothing_private_from_the_engine():
     ],
 )
 def test_the_checker_sees_private_names(tmp_path, source, expected):
-    root = tmp_path / "skfed"
-    (root / "federated").mkdir(parents=True)
-    path = root / "federated" / "_probe.py"
-    path.write_text(source, encoding="utf-8")
+    path, root = _probe(tmp_path, source)
     assert bool(_private_names_imported(path, root)) is expected
