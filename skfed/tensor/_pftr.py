@@ -1,6 +1,7 @@
 """PersonalizedTensorRegressor: shared low-Tucker-rank part + sparse client deviations."""
 
 import copy
+import functools
 import math
 import numbers
 import warnings
@@ -26,6 +27,13 @@ CV_PARAMS = ("step_size", "alpha")
 PRIVACY_MODES = ("strict", "paper")
 INIT_MODES = ("auto", "admm", "moment")
 DEFAULT_GRID = {"step_size": (0.01, 0.02, 0.04, 0.1), "alpha": (0.01, 0.035, 0.1)}
+
+
+@functools.lru_cache(maxsize=256)
+def _privacy_spent(epsilon, delta, n_releases, calibration):
+    # a function of the budget and the release count only; a PLD recomputation takes
+    # seconds, so every fit at the same budget shares it (callers get a copy)
+    return pftr_privacy_spent(epsilon, delta, n_releases, calibration=calibration)
 
 
 class PersonalizedTensorRegressor(_TensorRegressorBase):
@@ -704,8 +712,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _privacy_report(self, params):
         """``privacy_spent_``: the guarantee of everything released, or none."""
-        spent = pftr_privacy_spent(params["epsilon"], params["delta"], params["n_releases"],
-                                   calibration=self.accountant)
+        spent = dict(_privacy_spent(params["epsilon"], params["delta"], params["n_releases"],
+                                    self.accountant))
         spent["mode"] = self.privacy_mode
         if params["epsilon"] is None:
             spent.update(strict=False, covers="nothing: no noise was added", outside=[])

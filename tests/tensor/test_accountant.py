@@ -87,6 +87,20 @@ def test_fit_calibrated_by_accountant(data, accountant):
     assert np.all(np.isfinite(model.coef_))
 
 
+def test_privacy_report_is_shared_across_fits_but_not_aliased(data):
+    """The (seconds-long) PLD recomputation is cached per budget; each fit owns its dict."""
+    X, y, groups = data
+    params = dict(**SHAPE, rank=(2, 2, 2), accountant="pld", **PRIVATE, **TAUS)
+    a = PersonalizedTensorRegressor(**params).fit(X, y, groups=groups)
+    b = PersonalizedTensorRegressor(**params).fit(X, y, groups=groups)
+    assert a.privacy_spent_ == b.privacy_spent_ and a.privacy_spent_ is not b.privacy_spent_
+    expected = pftr_privacy_spent(20.0, 0.1, PRIVATE["n_rounds"] + 1, calibration="pld")
+    assert {k: a.privacy_spent_[k] for k in expected} == expected
+    a.privacy_spent_["epsilon"] = -1.0
+    c = PersonalizedTensorRegressor(**params).fit(X, y, groups=groups)
+    assert c.privacy_spent_["epsilon"] == expected["epsilon"]
+
+
 def test_paper_accountant_is_the_default_and_unchanged(data):
     X, y, groups = data
     a = PersonalizedTensorRegressor(**SHAPE, rank=(2, 2, 2), **PRIVATE, **TAUS)
