@@ -10,14 +10,15 @@ keep their layout, the numbers are rougher.
 """
 
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
 
-import skfed
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # document the checkout being built
+sys.path.insert(0, str(ROOT))  # document (and run the examples of) the checkout being built
+
+import skfed  # noqa: E402
 
 project = "skfed"
 author = "skfed developers"
@@ -53,6 +54,8 @@ add_module_names = False
 # -- MyST (the Markdown pages of doc/) ---------------------------------------
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
+# The Markdown pages (also read on GitHub) skip heading levels in places.
+suppress_warnings = ["myst.header"]
 
 # -- sphinx-gallery ----------------------------------------------------------
 sphinx_gallery_conf = {
@@ -88,6 +91,28 @@ html_theme_options = {
     "footer_end": ["sphinx-version"],
 }
 html_sidebars = {"index": [], "getting_started": [], "changelog": []}
+
+_TYPE_LINE = re.compile(r"^(\s*[\w*, ]+ : )(.+)$")
+_MARKUP = re.compile(r"(\*|(?<=\w)_(?=\W|$))")
+
+
+def _escape_type_fields(app, what, name, obj, options, lines):
+    """Keep numpydoc type fields literal text.
+
+    Types such as ``ndarray of shape (n_clients, *coef_shape_)`` are plain
+    text in the docstrings (as ``help()`` shows them); in reST, ``*`` starts
+    emphasis and a trailing ``_`` makes a link, so escape both before numpydoc
+    parses the docstring.
+    """
+    for i, line in enumerate(lines):
+        match = _TYPE_LINE.match(line)
+        if match and "``" not in match.group(2):
+            lines[i] = match.group(1) + _MARKUP.sub(r"\\\1", match.group(2))
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _escape_type_fields, priority=400)
+
 
 warnings.filterwarnings("ignore", category=UserWarning,
                         message="Matplotlib is currently using agg")

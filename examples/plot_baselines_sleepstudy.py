@@ -1,7 +1,7 @@
 """
-================================================================
+===================================================================
 Baselines on sleepstudy: one model per subject, pooled, and between
-================================================================
+===================================================================
 
 The sleepstudy data (``load_multilevel("sleepstudy")``, 18 subjects, reaction
 time over ten days of sleep deprivation) fitted by the baselines of

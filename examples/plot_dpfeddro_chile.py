@@ -1,7 +1,7 @@
 """
-=======================================================================
+===============================================================
 DP-Fed DRO: per-region confusion on the Chile plebiscite survey
-=======================================================================
+===============================================================
 
 The Chile survey (``load_multilevel("chile")``): 2431 voters' intention in the
 1988 plebiscite (``Y`` yes, ``N`` no, ``A`` abstain, ``U`` undecided) from

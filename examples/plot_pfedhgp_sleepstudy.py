@@ -1,7 +1,7 @@
 """
-=====================================================================
+======================================================================
 Personalized Gaussian process bands per subject, and for a new subject
-=====================================================================
+======================================================================
 
 The sleepstudy data (``load_multilevel("sleepstudy")``): the reaction time of
 18 subjects over ten days of sleep deprivation, one subject per site. We fit a

@@ -1,7 +1,7 @@
 """
-==========================================================
+============================================================
 Cross-validating a personalized model with routed ``groups``
-==========================================================
+============================================================
 
 With scikit-learn's metadata routing on, one ``groups=`` argument reaches the
 CV splitter, ``fit`` (training rows) and ``score`` (test rows), also inside a
