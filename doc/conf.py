@@ -16,7 +16,9 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # document (and run the examples of) the checkout being built
+if (ROOT / "skfed").is_dir():
+    # document (and run the examples of) the checkout being built, not an installed copy
+    sys.path.insert(0, str(ROOT))
 
 import skfed  # noqa: E402
 
@@ -49,7 +51,7 @@ autodoc_typehints = "none"
 numpydoc_show_class_members = False  # the class template lists the methods
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
-add_module_names = False
+add_module_names = True  # signatures show the import path
 
 # -- MyST (the Markdown pages of doc/) ---------------------------------------
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]

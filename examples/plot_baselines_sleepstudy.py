@@ -31,7 +31,8 @@ from sklearn.linear_model import Ridge
 from skfed.baselines import FedAvgRegressor, LocalEstimator, MixedLMRegressor, PooledEstimator
 from skfed.datasets import load_multilevel
 
-QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"  # smaller runs in the test suite
+# SKFED_DOC_QUICK=1 (set by the test suite) runs a smaller version; unset, the full one
+QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"
 
 X, y, groups = load_multilevel("sleepstudy", return_X_y=True)
 train = X[:, 0] <= 5  # days 0-5 of every subject; days 6-9 held out

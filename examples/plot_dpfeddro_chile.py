@@ -32,7 +32,8 @@ from skfed.datasets import load_multilevel
 from skfed.model_selection import WithinClientKFold
 from skfed.preprocessing import NormClipper
 
-QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"  # smaller runs in the test suite
+# SKFED_DOC_QUICK=1 (set by the test suite) runs a smaller version; unset, the full one
+QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"
 
 data = load_multilevel("chile")
 X, y, groups = data.data, data.target, data.groups

@@ -27,7 +27,8 @@ from skfed import PFedHGPRegressor
 from skfed.datasets import load_multilevel
 from skfed.model_selection import WithinClientKFold
 
-QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"  # smaller runs in the test suite
+# SKFED_DOC_QUICK=1 (set by the test suite) runs a smaller version; unset, the full one
+QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"
 
 X, y, groups = load_multilevel("sleepstudy", return_X_y=True)
 subjects = np.unique(groups)
@@ -38,7 +39,8 @@ fold = next(WithinClientKFold(5, shuffle=True, random_state=0).split(X[seen], y[
 train = np.zeros(len(y), dtype=bool)
 train[np.flatnonzero(seen)[fold[0]]] = True
 
-model = PFedHGPRegressor(n_rounds=20 if QUICK else 60, random_state=0)
+# n_inducing_local: at most the 8 training days of a subject
+model = PFedHGPRegressor(n_inducing_local=8, n_rounds=20 if QUICK else 60, random_state=0)
 model.fit(X[train], y[train], groups=groups[train])
 
 # %%

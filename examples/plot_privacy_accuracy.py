@@ -30,7 +30,8 @@ from skfed.datasets import load_multilevel
 from skfed.model_selection import WithinClientKFold
 from skfed.preprocessing import NormClipper
 
-QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"  # smaller runs in the test suite
+# SKFED_DOC_QUICK=1 (set by the test suite) runs a smaller version; unset, the full one
+QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"
 
 X, y, groups = load_multilevel("chile", return_X_y=True)
 bounds = np.array([250_000, 1, 100, 1, 1, 200_000, 2.0])  # public, see the Chile example

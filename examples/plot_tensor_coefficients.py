@@ -29,7 +29,8 @@ from sklearn.linear_model import Ridge, RidgeCV
 from skfed import LocalEstimator, PersonalizedTensorRegressor, PooledEstimator
 from skfed.datasets import load_multilevel, make_tensor_image_regression
 
-QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"  # smaller runs in the test suite
+# SKFED_DOC_QUICK=1 (set by the test suite) runs a smaller version; unset, the full one
+QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"
 
 shape = (16, 16) if QUICK else (32, 32)
 X, y, groups, truth = make_tensor_image_regression(
