@@ -112,8 +112,20 @@ def _escape_type_fields(app, what, name, obj, options, lines):
             lines[i] = match.group(1) + _MARKUP.sub(r"\\\1", match.group(2))
 
 
+_SKLEARN_ROLE = re.compile(r":(?:ref|term):`([^`<]*?)\s*(?:<([^>]*)>)?`")
+
+
+def _unlink_sklearn_roles(app, what, name, obj, options, lines):
+    """Methods inherited from scikit-learn (``score``, ``set_fit_request``, ...)
+    cite labels of scikit-learn's own site; show their text instead."""
+    if getattr(obj, "__module__", "").startswith("sklearn"):
+        lines[:] = [_SKLEARN_ROLE.sub(lambda m: m.group(1) or m.group(2), line)
+                    for line in lines]
+
+
 def setup(app):
     app.connect("autodoc-process-docstring", _escape_type_fields, priority=400)
+    app.connect("autodoc-process-docstring", _unlink_sklearn_roles, priority=400)
 
 
 warnings.filterwarnings("ignore", category=UserWarning,
