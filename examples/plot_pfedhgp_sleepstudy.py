@@ -35,7 +35,8 @@ subjects = np.unique(groups)
 new_subjects = subjects[-3:]                       # never seen in fit
 seen = ~np.isin(groups, new_subjects)
 # a fifth of the days of every seen subject held out
-fold = next(WithinClientKFold(5, shuffle=True, random_state=0).split(X[seen], y[seen], groups[seen]))
+cv = WithinClientKFold(5, shuffle=True, random_state=0)
+fold = next(cv.split(X[seen], y[seen], groups[seen]))
 train = np.zeros(len(y), dtype=bool)
 train[np.flatnonzero(seen)[fold[0]]] = True
 
