@@ -9,6 +9,8 @@ fewer rounds (the test suite's build, ``tests/test_site.py``); the pictures
 keep their layout, the numbers are rougher.
 """
 
+import importlib
+import inspect
 import os
 import re
 import sys
@@ -52,6 +54,98 @@ numpydoc_show_class_members = False  # the class template lists the methods
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 add_module_names = True  # signatures show the import path
+
+# -- API pages, one per module, generated from ``__all__`` -------------------
+# A public name added to a module's ``__all__`` gets its page without editing
+# the documentation; a new module is listed with its docstring's first line.
+API_MODULES = {
+    "baselines": ("Baselines", "Reference models with the skfed API: one model per site, one "
+                  "pooled model, federated averaging, a linear mixed model."),
+    "gaussian_process": ("Personalized federated Gaussian processes",
+                         "pFedHGP: a shared global GP, a client deviation GP and a local GP "
+                         "per site, with calibrated predictive uncertainty."),
+    "linear_model": ("Federated linear classifiers",
+                     "DP-Fed DRO (differentially private, Wasserstein distributionally "
+                     "robust, ADMM) and the baselines of its paper."),
+    "tensor": ("Personalized federated tensor regression",
+               "A shared low-Tucker-rank coefficient plus sparse site deviations, with "
+               "differential privacy; baselines and Tucker tools."),
+    "datasets": ("Data sets", "Real grouped data sets (offline, from R packages) and the "
+                 "generators of the papers' simulations."),
+    "metrics": ("Metrics and scorers", "Scorers that send the test rows' ``groups`` to "
+                "``predict``; metrics for predictive distributions."),
+    "model_selection": ("Model selection", "Cross-validation that holds out rows within "
+                        "every site."),
+    "preprocessing": ("Preprocessing", "Transformers that bound the rows' norms, as "
+                      "differential privacy needs."),
+    "privacy": ("Differential privacy", "The Gaussian mechanism, privacy budgets, "
+                "accountants and noise calibration."),
+    "federated": ("The federated protocol", "Federation, client and server steps, the engine "
+                  "that runs the rounds and the ledger of every message."),
+    "benchmark": ("Benchmark", "The experiments of ``skfed benchmark`` and the code that runs "
+                  "them."),
+    "utils": ("Utilities", "Validation of client labels."),
+}
+API_CONSTANTS = {
+    "MULTILEVEL_DATASETS": "The names accepted by :func:`load_multilevel`.",
+    "ACCOUNTANTS": "The dp-accounting accountants of :func:`calibrate_noise_multiplier` and "
+                   ":func:`epsilon_spent`.",
+    "PFTR_ACCOUNTANTS": "The values of ``PersonalizedTensorRegressor(accountant=...)``: "
+                        "``\"paper\"`` and those of :data:`ACCOUNTANTS`.",
+    "MODES": "The run modes of :func:`run_benchmark`.",
+}
+
+
+def _public_modules():
+    names = sorted(p.parent.name for p in (Path(skfed.__file__).parent).glob("*/__init__.py")
+                   if not p.parent.name.startswith("_"))
+    order = list(API_MODULES) + [n for n in names if n not in API_MODULES]
+    modules = [importlib.import_module(f"skfed.{name}") for name in order if name in names]
+    return [m for m in modules if hasattr(m, "__all__")]
+
+
+def _api_page(module):
+    short = module.__name__.split(".", 1)[1]
+    first_line = (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else short
+    title, description = API_MODULES.get(short, (first_line.rstrip("."), first_line))
+    heading = f"``{module.__name__}``: {title}"
+    lines = [f".. _api-{short}:", "", heading, "=" * len(heading), "",
+             f".. module:: {module.__name__}", "", description, "",
+             f".. currentmodule:: {module.__name__}", ""]
+    objects = {name: getattr(module, name) for name in module.__all__}
+    classes = [n for n, o in objects.items() if inspect.isclass(o)]
+    functions = [n for n, o in objects.items() if not inspect.isclass(o) and callable(o)]
+    for label, names in (("Classes", classes), ("Functions", functions)):
+        if names:
+            lines += [f".. rubric:: {label}", "", ".. autosummary::", "   :toctree: generated/",
+                      "   :nosignatures:", ""] + [f"   {n}" for n in sorted(names)] + [""]
+    for name, value in objects.items():
+        if name not in classes and name not in functions:
+            lines += [f".. data:: {name}", f"   :value: {value!r}", "",
+                      f"   {API_CONSTANTS.get(name, 'A constant of ' + module.__name__ + '.')}", ""]
+    return short, title, description, "\n".join(lines)
+
+
+def _write_if_changed(path, text):
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _write_api_pages():
+    here = Path(__file__).resolve().parent
+    (here / "api").mkdir(exist_ok=True)
+    rows, toc = [], []
+    for module in _public_modules():
+        short, title, description, text = _api_page(module)
+        _write_if_changed(here / "api" / f"{short}.rst", text)
+        rows += [f"   * - :doc:`{module.__name__} <api/{short}>`", f"     - {description}"]
+        toc.append(f"   api/{short}")
+    index = (here / "_templates" / "api_index.rst").read_text()
+    index = index.replace("{{ modules }}", "\n".join(rows)).replace("{{ toctree }}", "\n".join(toc))
+    _write_if_changed(here / "api.rst", index)
+
+
+_write_api_pages()
 
 # -- MyST (the Markdown pages of doc/) ---------------------------------------
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
