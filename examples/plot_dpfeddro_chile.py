@@ -14,10 +14,11 @@ privacy.
 We fit it without privacy and with a total budget of epsilon = 10 (per voter,
 over all rounds), and show each region's confusion matrix on its held-out
 voters. Differential privacy needs a bound on every row's norm that does not
-depend on the data: the features are divided by public bounds (the survey's
-ranges as published: towns below 250,000, ages below 100, incomes below
-200,000 pesos, a status-quo scale within +-2), so no statistic of the rows is
-used to scale them.
+depend on the private rows: the features are divided by fixed bounds (town
+size 250,000, age 100, income 200,000 pesos, status-quo scale 2: the coding
+ranges of these banded variables) and rows beyond norm 1 are clipped. In a
+real deployment such bounds must come from public knowledge, never from the
+sites' data.
 """
 
 # %%
@@ -37,7 +38,7 @@ QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"
 
 data = load_multilevel("chile")
 X, y, groups = data.data, data.target, data.groups
-# public bounds of population, sex_M, age, education_PS, education_S, income, statusquo
+# fixed bounds of population, sex_M, age, education_PS, education_S, income, statusquo
 bounds = np.array([250_000, 1, 100, 1, 1, 200_000, 2.0])
 X = NormClipper(max_norm=1.0).fit_transform(X / bounds / np.sqrt(len(bounds)))
 train, test = next(WithinClientKFold(5, shuffle=True, random_state=0).split(X, y, groups))

@@ -4,7 +4,7 @@ What privacy costs: accuracy against the privacy budget epsilon
 ===============================================================
 
 :class:`skfed.DPFedDROClassifier` on the Chile survey (5 regions, 4 vote
-intentions; features divided by public bounds as in
+intentions; features divided by fixed bounds as in
 :ref:`sphx_glr_auto_examples_plot_dpfeddro_chile.py`) at total budgets from
 epsilon = 0.3 to 100 per voter (delta = 1e-5), several seeds each. A smaller
 epsilon is a stronger guarantee and needs more noise in every released model.
@@ -34,7 +34,7 @@ from skfed.preprocessing import NormClipper
 QUICK = os.environ.get("SKFED_DOC_QUICK") == "1"
 
 X, y, groups = load_multilevel("chile", return_X_y=True)
-bounds = np.array([250_000, 1, 100, 1, 1, 200_000, 2.0])  # public, see the Chile example
+bounds = np.array([250_000, 1, 100, 1, 1, 200_000, 2.0])  # fixed, see the Chile example
 X = NormClipper(max_norm=1.0).fit_transform(X / bounds / np.sqrt(len(bounds)))
 train, test = next(WithinClientKFold(5, shuffle=True, random_state=0).split(X, y, groups))
 
