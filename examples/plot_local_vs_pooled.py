@@ -1,7 +1,7 @@
 """
-=============================================
+================================================
 Local-only vs pooled models as sites drift apart
-=============================================
+================================================
 
 Two reference points of every personalized federated method: a model per site
 trained only on that site's rows (:class:`skfed.baselines.LocalEstimator`), and
