@@ -3,6 +3,7 @@ multiclass classification (linearized proximal ADMM, Crammer-Singer loss)."""
 
 import numbers
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 from scipy.special import log_softmax
@@ -171,12 +172,14 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         with ``epsilon``/``target_epsilon`` is an error). ``"auto"``: ``True``
         without privacy, ``False`` with it. The paper's protocol scales the
         rows beforehand (``standardize=False``).
-    class_weight : {None, "balanced"}, default=None
-        ``None``: every row weighs 1 (the paper). ``"balanced"`` (non-private
-        only): row ``n`` of class ``c`` weighs ``N / (K N_c)`` with the pooled
-        class counts ``N_c``, as scikit-learn's ``class_weight="balanced"``;
-        each client's Wasserstein ball is then centred at its reweighted
-        empirical distribution (weights normalised per client). Each site sends
+    class_weight : dict, "balanced" or None, default=None
+        ``None``: every row weighs 1 (the paper). Non-private only: a dict
+        ``{class label: weight}`` (classes not listed weigh 1) or
+        ``"balanced"``: row ``n`` of class ``c`` weighs ``N / (K N_c)`` with
+        the pooled class counts ``N_c``, as scikit-learn's
+        ``class_weight="balanced"``; each client's Wasserstein ball is then
+        centred at its reweighted empirical distribution (weights normalised
+        per client). Each site sends
         its class histogram in the set-up exchange (aggregates, outside any
         privacy guarantee; with ``epsilon`` set this is an error). The
         unweighted Crammer-Singer hinge predicts almost only the large classes
@@ -373,16 +376,23 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                 "privacy guarantee does not cover; with epsilon or target_epsilon set, scale "
                 "the rows before fitting (standardize='auto' or False)."
             )
-        if not (self.class_weight is None or (isinstance(self.class_weight, str)
-                                              and self.class_weight in CLASS_WEIGHTS)):
+        cw = self.class_weight
+        if isinstance(cw, Mapping):
+            bad = {k: v for k, v in cw.items()
+                   if not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0}
+            if bad:
+                raise ValueError(
+                    f"class_weight values must be finite numbers > 0, got {bad!r}."
+                )
+        elif not (cw is None or (isinstance(cw, str) and cw in CLASS_WEIGHTS)):
             raise ValueError(
-                f"class_weight must be None or 'balanced', got {self.class_weight!r}."
+                f"class_weight must be None, 'balanced' or a dict, got {cw!r}."
             )
-        if self.class_weight is not None and self._is_private():
+        if cw is not None and self._is_private():
             raise ValueError(
-                "class_weight='balanced' needs the clients' class counts, which the privacy "
-                "guarantee does not cover, and weights the rows unequally, which the "
-                "sensitivities of Lemmas 1-2 do not allow; use it with epsilon=None."
+                "class_weight weights the rows unequally, which the sensitivities of "
+                "Lemmas 1-2 do not allow ('balanced' also needs the clients' class counts, "
+                "outside the guarantee); use it with epsilon=None."
             )
         if not self._is_private() and self.feature_norm == "l2":
             raise ValueError(
@@ -489,6 +499,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             for s in summaries:
                 counts[np.searchsorted(classes, s["classes"])] += s["class_counts"]
             setup["class_weight"] = counts.sum() / (classes.size * counts)
+        elif isinstance(self.class_weight, Mapping):  # given weights; classes not listed: 1
+            setup["class_weight"] = np.array(
+                [float(self.class_weight.get(c.item(), 1.0)) for c in setup["classes"]])
         if self._standardizes():
             sent = [s for s in summaries if "feature_sum" in s]
             if not sent:

@@ -761,6 +761,18 @@ def test_balanced_class_weight_predicts_the_rare_class():
     np.testing.assert_array_equal(ref.fit(X, y, groups=groups).coef_, plain.coef_)
 
 
+def test_dict_class_weight():
+    X, y, groups = _imbalanced(seed=2, n=300)
+    labels = np.array(["a", "b", "c"])[y]
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=10, class_weight={"a": 1e3})
+    clf.fit(X, labels, groups=groups)
+    np.testing.assert_array_equal(clf.class_weight_, [1e3, 1.0, 1.0])
+    assert np.mean(clf.predict(X) == "a") > 0.9
+    # no class histogram crosses for given weights
+    setup = [r for r in clf.communication_.records if r.round == -1 and r.direction == "up"]
+    assert not any("class_counts" in r.names for r in setup)
+
+
 def test_balanced_class_weight_with_string_labels_and_missing_classes():
     X, y, groups = _imbalanced(seed=1, n=300)
     labels = np.array(["a", "b", "c"])[y]
@@ -772,9 +784,10 @@ def test_balanced_class_weight_with_string_labels_and_missing_classes():
 
 
 @pytest.mark.parametrize("params, match", [
-    (dict(class_weight="balanced"), "class_weight='balanced'"),  # with privacy
+    (dict(class_weight="balanced"), "sensitivities"),  # with privacy
     (dict(epsilon=None, class_weight="auto"), "class_weight"),
-    (dict(epsilon=None, class_weight={0: 1.0}), "class_weight"),
+    (dict(epsilon=None, class_weight={0: -1.0}), "class_weight"),
+    (dict(class_weight={0: 2.0}), "sensitivities"),  # with privacy
 ])
 def test_bad_class_weight(params, match):
     X, y, groups = _overlapping_classes()
