@@ -332,8 +332,7 @@ def cs_dro_objective(X, y, coef, lam, *, radius, kappa, sample_weight=None):
         grad = np.empty_like(coef)
         loss_sum, _ = dro_cs_pass(X, y, coef, float(lam), float(kappa), grad)
         return lam * radius + loss_sum / X.shape[0]
-    # L_n of one row at a time would cost a kernel call per row: weight by class instead
-    # (the weights this module uses are per class), falling back to rows otherwise
+    # one kernel call per distinct weight (the estimator's weights are per class)
     w = np.asarray(sample_weight, dtype=float)
     total = 0.0
     for value in np.unique(w):

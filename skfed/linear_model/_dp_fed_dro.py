@@ -179,10 +179,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         the pooled class counts ``N_c``, as scikit-learn's
         ``class_weight="balanced"``; each client's Wasserstein ball is then
         centred at its reweighted empirical distribution (weights normalised
-        per client). Each site sends
-        its class histogram in the set-up exchange (aggregates, outside any
-        privacy guarantee; with ``epsilon`` set this is an error). The
-        unweighted Crammer-Singer hinge predicts almost only the large classes
+        per client). With ``"balanced"`` each site sends its class histogram
+        in the set-up exchange (aggregates, outside any privacy guarantee).
+        With ``epsilon`` set any class weight is an error. The unweighted Crammer-Singer hinge predicts almost only the large classes
         when no class is well separated (Chile: ``doc/results/real_data.md``);
         balancing helps macro-F1 there, but where no linear model lowers the
         balanced hinge below its value at ``M = 0`` (WVS) the fit is the zero
@@ -546,7 +545,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                 f"the fitted model is numerically zero (||M||_F = {norm:.2g} in the units "
                 "the clients trained in): the zero model solves this DRO problem, so "
                 "predict() is arbitrary. Lower radius, raise kappa or set "
-                "fit_intercept=True.", UserWarning,
+                "fit_intercept=True" + (
+                    "; with class weights no linear model may beat it (try "
+                    "class_weight=None)" if self.class_weight is not None else "")
+                + ".", UserWarning,
             )
         if "feature_mean" in setup:
             # back to raw units: M ((x - m) / s) + b = (M / s) x + (b - (M / s) m)

@@ -793,3 +793,20 @@ def test_bad_class_weight(params, match):
     X, y, groups = _overlapping_classes()
     with pytest.raises(ValueError, match=match):
         DPFedDROClassifier(n_rounds=2, **params).fit(X / 100.0, y, groups=groups)
+
+
+def test_balanced_weights_on_pure_noise_give_the_zero_model_and_warn():
+    # with a class holding over half the rows the unweighted hinge leaves M = 0 through the
+    # intercept; balanced, no class can win on noise features: M = 0 solves it (WVS's case)
+    rng = np.random.default_rng(21)
+    y = rng.choice(3, 300, p=[0.6, 0.3, 0.1])
+    X = rng.standard_normal((300, 3))
+    groups = rng.integers(0, 3, 300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        plain = DPFedDROClassifier(epsilon=None, n_rounds=5).fit(X, y, groups=groups)
+    assert np.all(plain.predict(X) == 0)
+    bal = DPFedDROClassifier(epsilon=None, class_weight="balanced")  # 50 rounds: < 1e-6
+    with pytest.warns(UserWarning, match="class_weight=None"):
+        bal.fit(X, y, groups=groups)
+    assert bal.history_["objective"][-1] == pytest.approx(1.0, abs=1e-6)  # the hinge at M = 0
