@@ -29,6 +29,9 @@ PRIVATE_DRO_FAILED_CHECKS = {name: _NORM_BOUND for name in (
     "check_fit_idempotent", "check_fit_check_is_fitted", "check_n_features_in",
     "check_fit2d_predict1d",
 )}
+# class weights change the per-row sensitivity of Lemmas 1-2: refused with privacy
+PRIVATE_DRO_FAILED_CHECKS["check_class_weight_classifiers"] = (
+    "private mode refuses class_weight (unequal row weights void the sensitivity)")
 
 
 def _expected_failed_checks(estimator):

@@ -217,7 +217,8 @@ def test_dp_fed_dro_classifier(epsilon, n_classes):
 def test_dp_fed_dro_classifier_standardize_and_intercept():
     X, y, groups = _classification(SIZES_LINEAR)
     for params in (dict(epsilon=None, standardize=True, fit_intercept=True),
-                   dict(epsilon=None, standardize=False)):
+                   dict(epsilon=None, standardize=False),
+                   dict(epsilon=None, class_weight="balanced")):
         clf = DPFedDROClassifier(n_rounds=3, random_state=0, **params)
         fit_keeping(clf, X, y, groups)
         assert_no_raw_value(clf.communication_, X)

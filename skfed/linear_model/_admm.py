@@ -297,12 +297,16 @@ def cs_dro_local_lp(X, y, n_classes, *, radius, kappa, dual):
     return c, A, b, bounds, np.arange(k * p), lam_col
 
 
-def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual):
+def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual,
+                       sample_weight=None):
     """Exact solve of Proposition 1: the client problem of Algorithm 1.
 
     Minimises ``lambda r + (1/N) sum_n L_n(M, lambda) + (rho/2)||M - center||_F^2``
     subject to ``lambda >= phi(M)``, with ``center = M - mu``; ``rho = 0`` is
-    the centralized DRO problem.
+    the centralized DRO problem. With ``sample_weight`` the mean becomes
+    ``sum_n w_n L_n / sum_n w_n``: the Wasserstein ball is centred at the
+    reweighted empirical distribution (still a probability measure, so
+    ``radius`` keeps its meaning).
 
     Returns
     -------
@@ -312,17 +316,32 @@ def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual):
     c, A, b, bounds, quad_cols, lam_col = cs_dro_local_lp(
         X, y, n_classes, radius=radius, kappa=kappa, dual=dual
     )
+    if sample_weight is not None:
+        w = np.asarray(sample_weight, dtype=float)
+        c[lam_col + 1:lam_col + 1 + X.shape[0]] = w / w.sum()
     z = solve_prox_qp(c, A, b, bounds, quad_cols, np.ravel(center), rho)
     p = X.shape[1]
     return z[: n_classes * p].reshape(n_classes, p), float(z[lam_col])
 
 
-def cs_dro_objective(X, y, coef, lam, *, radius, kappa):
-    """``lambda r + (1/N) sum_n L_n(M, lambda)`` (no constraint check)."""
-    grad = np.empty_like(coef)
-    loss_sum, _ = dro_cs_pass(X, y, np.ascontiguousarray(coef, dtype=float), float(lam),
-                              float(kappa), grad)
-    return lam * radius + loss_sum / X.shape[0]
+def cs_dro_objective(X, y, coef, lam, *, radius, kappa, sample_weight=None):
+    """``lambda r + (1/N) sum_n L_n(M, lambda)`` (no constraint check); weighted
+    mean ``sum_n w_n L_n / sum_n w_n`` with ``sample_weight``."""
+    coef = np.ascontiguousarray(coef, dtype=float)
+    if sample_weight is None:
+        grad = np.empty_like(coef)
+        loss_sum, _ = dro_cs_pass(X, y, coef, float(lam), float(kappa), grad)
+        return lam * radius + loss_sum / X.shape[0]
+    # one kernel call per distinct weight (the estimator's weights are per class)
+    w = np.asarray(sample_weight, dtype=float)
+    total = 0.0
+    for value in np.unique(w):
+        rows = w == value
+        grad = np.empty_like(coef)
+        loss_sum, _ = dro_cs_pass(np.ascontiguousarray(X[rows]), np.ascontiguousarray(y[rows]),
+                                  coef, float(lam), float(kappa), grad)
+        total += value * loss_sum
+    return lam * radius + total / w.sum()
 
 
 def solve_binary_dro_local(X, y_pm, center, *, radius, kappa, rho, dual):
@@ -483,7 +502,8 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
 
     def __init__(self, *, n_classes, n_features, alpha, radius, kappa, rho, gamma, dual,
                  private, eta=None, nu=None, sigma_M=None, sigma_lambda=None,
-                 project_lambda=False, calibrate_round=None, output_model="last"):
+                 project_lambda=False, calibrate_round=None, output_model="last",
+                 class_weight=None):
         self.n_classes = n_classes
         self.n_features = n_features
         self.coef_shape = (n_classes, n_features)
@@ -501,6 +521,8 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
         self.project_lambda = project_lambda
         self.calibrate_round = calibrate_round
         self.output_model = output_model
+        # per-class weights of the loss (non-private only; None: every row 1)
+        self.class_weight = class_weight
 
     def client_init(self, data, rng):
         zeros = np.zeros(self.coef_shape)
@@ -527,12 +549,14 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
             mu = mu + state["coef"] - center
         r_g = float(self.radius[g])
         if not self.private:
+            weight = (None if self.class_weight is None
+                      else np.asarray(self.class_weight, dtype=float)[data.y])
             coef, lam = exact_local_step(
                 data, state["round"] + 1, solve_cs_dro_local, data.X, data.y,
                 self.n_classes, center - mu, radius=r_g, kappa=self.kappa, rho=self.rho,
-                dual=self.dual)
+                dual=self.dual, sample_weight=weight)
             objective = cs_dro_objective(data.X, data.y, coef, lam, radius=r_g,
-                                         kappa=self.kappa)
+                                         kappa=self.kappa, sample_weight=weight)
             new = dict(state, coef=coef, lam=lam, mu=mu, round=state["round"] + 1,
                        objective=state["objective"] + [objective],
                        lam_history=state["lam_history"] + [lam])

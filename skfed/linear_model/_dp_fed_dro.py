@@ -3,6 +3,7 @@ multiclass classification (linearized proximal ADMM, Crammer-Singer loss)."""
 
 import numbers
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 from scipy.special import log_softmax
@@ -20,6 +21,7 @@ from ._base import (
 __all__ = ["DPFedDROClassifier"]
 
 FEATURE_NORMS = tuple(DUAL_NORM)
+CLASS_WEIGHTS = (None, "balanced")
 OUTPUT_MODELS = ("last", "average")
 BETA = 0.4  # weight of the consensus violation in the paper's convergence metric
 # "auto" values: (private, non-private). Private: the paper's DP-Fed DRO values (Sec. 7.1);
@@ -170,6 +172,20 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         with ``epsilon``/``target_epsilon`` is an error). ``"auto"``: ``True``
         without privacy, ``False`` with it. The paper's protocol scales the
         rows beforehand (``standardize=False``).
+    class_weight : dict, "balanced" or None, default=None
+        ``None``: every row weighs 1 (the paper). Non-private only: a dict
+        ``{class label: weight}`` (classes not listed weigh 1) or
+        ``"balanced"``: row ``n`` of class ``c`` weighs ``N / (K N_c)`` with
+        the pooled class counts ``N_c``, as scikit-learn's
+        ``class_weight="balanced"``; each client's Wasserstein ball is then
+        centred at its reweighted empirical distribution (weights normalised
+        per client). With ``"balanced"`` each site sends its class histogram
+        in the set-up exchange (aggregates, outside any privacy guarantee).
+        With ``epsilon`` set any class weight is an error. The unweighted Crammer-Singer hinge predicts almost only the large classes
+        when no class is well separated (Chile: ``doc/results/real_data.md``);
+        balancing helps macro-F1 there, but where no linear model lowers the
+        balanced hinge below its value at ``M = 0`` (WVS) the fit is the zero
+        model and ``fit`` warns.
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
         uniformly without replacement from the ``random_state`` stream
@@ -239,8 +255,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         ``alpha``.
     communication_ : Ledger
         Every message sent: only ``coef`` (the noisy local model) goes up;
-        without privacy also the set-up moments and the last round's
-        ``log_loss`` sums.
+        without privacy also the set-up moments (and class histograms with
+        ``class_weight="balanced"``) and the last round's ``log_loss`` sums.
+    class_weight_ : ndarray of shape (n_classes,) or None
+        The per-class row weights used (``None`` when ``class_weight=None``).
     kappa_ : float
         The label transport cost used (``kappa`` with ``"auto"`` resolved).
     radius_ : ndarray of shape (n_clients,)
@@ -270,7 +288,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                  kappa="auto", radius="auto", c_M=1.0, c_lambda=1.0, C=0.4, V=1.0,
                  norm_bound=1.0, feature_norm="l1", alpha="uniform", output_model="last",
                  project_lambda=False, fit_intercept="auto", intercept_scaling=1.0,
-                 standardize="auto", client_fraction=1.0, on_client_error="raise",
+                 standardize="auto", class_weight=None, client_fraction=1.0,
+                 on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None,
                  verbose=0):
         self.epsilon = epsilon
@@ -296,6 +315,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
         self.standardize = standardize
+        self.class_weight = class_weight
         self.client_fraction = client_fraction
         self.on_client_error = on_client_error
         self.unknown_client = unknown_client
@@ -354,6 +374,24 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                 "standardize=True needs the clients' feature means and variances, which the "
                 "privacy guarantee does not cover; with epsilon or target_epsilon set, scale "
                 "the rows before fitting (standardize='auto' or False)."
+            )
+        cw = self.class_weight
+        if isinstance(cw, Mapping):
+            bad = {k: v for k, v in cw.items()
+                   if not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0}
+            if bad:
+                raise ValueError(
+                    f"class_weight values must be finite numbers > 0, got {bad!r}."
+                )
+        elif not (cw is None or (isinstance(cw, str) and cw in CLASS_WEIGHTS)):
+            raise ValueError(
+                f"class_weight must be None, 'balanced' or a dict, got {cw!r}."
+            )
+        if cw is not None and self._is_private():
+            raise ValueError(
+                "class_weight weights the rows unequally, which the sensitivities of "
+                "Lemmas 1-2 do not allow ('balanced' also needs the clients' class counts, "
+                "outside the guarantee); use it with epsilon=None."
             )
         if not self._is_private() and self.feature_norm == "l2":
             raise ValueError(
@@ -441,6 +479,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         ``MIN_ROWS_MOMENTS`` rows up: the two numbers of a two-row site follow
         from their sum and squared deviation (:mod:`skfed.federated._release`)."""
         summary = super()._site_summary(X, y)
+        if self.class_weight == "balanced":
+            # the site's class histogram, in the order of summary["classes"]
+            summary["class_counts"] = np.unique(y, return_counts=True)[1].astype(np.int64)
         if self._standardizes() and sends_moments(X.shape[0]):
             mean = X.mean(axis=0)
             summary["feature_sum"] = X.sum(axis=0)
@@ -449,6 +490,17 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
 
     def _combine_site_summaries(self, labels, summaries):
         setup = super()._combine_site_summaries(labels, summaries)
+        if self.class_weight == "balanced":
+            # pooled class counts from the sites' histograms; scikit-learn's "balanced"
+            # weights N / (K N_c), so the pooled weighted class shares are equal
+            classes = setup["classes"]
+            counts = np.zeros(classes.size)
+            for s in summaries:
+                counts[np.searchsorted(classes, s["classes"])] += s["class_counts"]
+            setup["class_weight"] = counts.sum() / (classes.size * counts)
+        elif isinstance(self.class_weight, Mapping):  # given weights; classes not listed: 1
+            setup["class_weight"] = np.array(
+                [float(self.class_weight.get(c.item(), 1.0)) for c in setup["classes"]])
         if self._standardizes():
             sent = [s for s in summaries if "feature_sum" in s]
             if not sent:
@@ -471,6 +523,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         if "feature_mean" in setup:  # the sites standardize their rows (prepare_client)
             out[0].feature_mean = np.asarray(setup["feature_mean"], dtype=float)
             out[0].feature_scale = np.asarray(setup["feature_scale"], dtype=float)
+        if "class_weight" in setup:
+            out[0].class_weight = np.asarray(setup["class_weight"], dtype=float)
         return out
 
     def _engine_params(self):
@@ -491,7 +545,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                 f"the fitted model is numerically zero (||M||_F = {norm:.2g} in the units "
                 "the clients trained in): the zero model solves this DRO problem, so "
                 "predict() is arbitrary. Lower radius, raise kappa or set "
-                "fit_intercept=True.", UserWarning,
+                "fit_intercept=True" + (
+                    "; with class weights no linear model may beat it (try "
+                    "class_weight=None)" if self.class_weight is not None else "")
+                + ".", UserWarning,
             )
         if "feature_mean" in setup:
             # back to raw units: M ((x - m) / s) + b = (M / s) x + (b - (M / s) m)
@@ -505,6 +562,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             self.feature_mean_, self.feature_scale_ = mean.copy(), scale.copy()
         else:
             self.feature_mean_ = self.feature_scale_ = None
+        self.class_weight_ = (np.asarray(setup["class_weight"], dtype=float).copy()
+                              if "class_weight" in setup else None)
 
     __metadata_request__predict_proba = {"groups": True}
     __metadata_request__predict_log_proba = {"groups": True}

@@ -702,3 +702,111 @@ def test_bad_auto_parameters(name, value):
     X, y, groups = _overlapping_classes()
     with pytest.raises(ValueError, match=name):
         DPFedDROClassifier(epsilon=None, n_rounds=2, **{name: value}).fit(X, y, groups=groups)
+
+
+# ---------------------------------------------------------------- class_weight
+
+
+def test_weighted_local_solve_equals_replicated_rows():
+    # integer weights are row copies: the same (strictly convex in M) local problem
+    from skfed.linear_model._admm import cs_dro_objective
+
+    rng = np.random.default_rng(20)
+    X = _unit_rows(rng, 30, 3)
+    y = rng.integers(0, 3, 30)
+    w = rng.integers(1, 4, 30)
+    center = 0.2 * rng.standard_normal((3, 3))
+    kw = dict(radius=0.01, kappa=2.0, rho=0.8, dual="linf")
+    coef_w, lam_w = solve_cs_dro_local(X, y, 3, center, sample_weight=w, **kw)
+    Xr, yr = np.repeat(X, w, axis=0), np.repeat(y, w)
+    coef_r, lam_r = solve_cs_dro_local(Xr, yr, 3, center, **kw)
+    np.testing.assert_allclose(coef_w, coef_r, atol=1e-5)
+    obj = dict(radius=0.01, kappa=2.0)
+    assert cs_dro_objective(X, y, coef_r, lam_r, sample_weight=w, **obj) == pytest.approx(
+        cs_dro_objective(Xr, yr, coef_r, lam_r, **obj), rel=1e-10)
+    # the weights' scale does not matter (normalised per client)
+    coef_s, _ = solve_cs_dro_local(X, y, 3, center, sample_weight=5.0 * w, **kw)
+    np.testing.assert_allclose(coef_s, coef_w, atol=1e-5)
+
+
+def _imbalanced(seed=0, n=400):
+    # a rare class (about 8%) that the unweighted hinge never predicts
+    rng = np.random.default_rng(seed)
+    y = rng.choice(3, n, p=[0.5, 0.42, 0.08])
+    X = np.eye(3)[y] @ rng.standard_normal((3, 4)) * 0.5 + rng.standard_normal((n, 4))
+    return X * [1e3, 1.0, 10.0, 1e-2], y, rng.integers(0, 3, n)
+
+
+def test_balanced_class_weight_predicts_the_rare_class():
+    from sklearn.metrics import balanced_accuracy_score
+    from sklearn.utils.class_weight import compute_class_weight
+
+    X, y, groups = _imbalanced()
+    plain = DPFedDROClassifier(epsilon=None, n_rounds=15).fit(X, y, groups=groups)
+    bal = DPFedDROClassifier(epsilon=None, n_rounds=15, class_weight="balanced")
+    bal.fit(X, y, groups=groups)
+    assert plain.class_weight_ is None
+    np.testing.assert_allclose(bal.class_weight_,
+                               compute_class_weight("balanced", classes=np.arange(3), y=y))
+    assert np.sum(bal.predict(X) == 2) > np.sum(plain.predict(X) == 2)
+    # the balanced loss is the hinge on equal class shares: balanced accuracy goes up
+    assert balanced_accuracy_score(y, bal.predict(X)) > balanced_accuracy_score(
+        y, plain.predict(X)) + 0.05
+    # only aggregates cross in the set-up exchange: the sites' class histograms
+    setup = [r for r in bal.communication_.records if r.round == -1 and r.direction == "up"]
+    assert all(set(r.names) == {"n_samples", "n_features", "classes", "class_counts",
+                                "feature_sum", "feature_m2"} for r in setup)
+    # the default is unchanged by the option
+    ref = DPFedDROClassifier(epsilon=None, n_rounds=15, class_weight=None)
+    np.testing.assert_array_equal(ref.fit(X, y, groups=groups).coef_, plain.coef_)
+
+
+def test_dict_class_weight():
+    X, y, groups = _imbalanced(seed=2, n=300)
+    labels = np.array(["a", "b", "c"])[y]
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=10, class_weight={"a": 1e3})
+    clf.fit(X, labels, groups=groups)
+    np.testing.assert_array_equal(clf.class_weight_, [1e3, 1.0, 1.0])
+    assert np.mean(clf.predict(X) == "a") > 0.9
+    # no class histogram crosses for given weights
+    setup = [r for r in clf.communication_.records if r.round == -1 and r.direction == "up"]
+    assert not any("class_counts" in r.names for r in setup)
+
+
+def test_balanced_class_weight_with_string_labels_and_missing_classes():
+    X, y, groups = _imbalanced(seed=1, n=300)
+    labels = np.array(["a", "b", "c"])[y]
+    groups = np.where(y == 2, 0, groups)  # only site 0 holds class "c"
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=5, class_weight="balanced")
+    clf.fit(X, labels, groups=groups)
+    counts = np.array([np.sum(labels == c) for c in "abc"])
+    np.testing.assert_allclose(clf.class_weight_, labels.size / (3 * counts))
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(class_weight="balanced"), "sensitivities"),  # with privacy
+    (dict(epsilon=None, class_weight="auto"), "class_weight"),
+    (dict(epsilon=None, class_weight={0: -1.0}), "class_weight"),
+    (dict(class_weight={0: 2.0}), "sensitivities"),  # with privacy
+])
+def test_bad_class_weight(params, match):
+    X, y, groups = _overlapping_classes()
+    with pytest.raises(ValueError, match=match):
+        DPFedDROClassifier(n_rounds=2, **params).fit(X / 100.0, y, groups=groups)
+
+
+def test_balanced_weights_on_pure_noise_give_the_zero_model_and_warn():
+    # with a class holding over half the rows the unweighted hinge leaves M = 0 through the
+    # intercept; balanced, no class can win on noise features: M = 0 solves it (WVS's case)
+    rng = np.random.default_rng(21)
+    y = rng.choice(3, 300, p=[0.6, 0.3, 0.1])
+    X = rng.standard_normal((300, 3))
+    groups = rng.integers(0, 3, 300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        plain = DPFedDROClassifier(epsilon=None, n_rounds=5).fit(X, y, groups=groups)
+    assert np.all(plain.predict(X) == 0)
+    bal = DPFedDROClassifier(epsilon=None, class_weight="balanced")  # 50 rounds: < 1e-6
+    with pytest.warns(UserWarning, match="class_weight=None"):
+        bal.fit(X, y, groups=groups)
+    assert bal.history_["objective"][-1] == pytest.approx(1.0, abs=1e-6)  # the hinge at M = 0
