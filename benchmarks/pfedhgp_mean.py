@@ -134,8 +134,9 @@ def summary(out):
                     continue
                 r = rows[key]
                 best_seen = min(float(base[b]["seen-site"]["rmse"]) for b in BASELINES)
+                pooled_new = float(base["Pooled Ridge"]["new-site"]["rmse"])
                 s = (float(r["seen-site"]["rmse"]) / best_seen
-                     + float(r["new-site"]["rmse"]) / float(base["Pooled Ridge"]["new-site"]["rmse"]))
+                     + float(r["new-site"]["rmse"]) / pooled_new)
                 cells["score"].append(s)
                 scores[model][(dname, seed)] = s
                 seeds.append(str(seed))

@@ -376,8 +376,9 @@ def cross_summary(X, y):
 
     With the sums and sums of squares they are the first and second moments
     of the rows ``(x, y)``: these fix the centred rows only up to a rotation
-    of the ``n - 1`` dimensional space orthogonal to the ones vector, a
-    continuum of row sets for ``n >= 3`` (no row's value follows).
+    of the ``n - 1`` dimensional space orthogonal to the ones vector: for
+    ``n >= 3`` a continuum of row sets gives the same message (unless all the
+    client's rows are equal, when the sums alone already give them, as before).
     """
     if not sends_moments(X.shape[0]):
         return {}
@@ -392,8 +393,8 @@ def linear_mean(messages, x_shift, x_scale, fallback_shift, alpha=LINEAR_MEAN_AL
     pooled rows of the clients that sent their cross products
     (:func:`cross_summary`), in closed form from their sums. Returns ``(shift,
     coef, var)``: ``var`` is the pooled residual variance (for 2-D ``y`` the
-    ``Q x Q`` residual covariance), for ``normalize_y``. Without any client's sums: ``fallback_shift``,
-    a zero ``coef`` and ``var=None``.
+    ``Q x Q`` residual covariance), for ``normalize_y``. Without any client's
+    sums: ``fallback_shift``, a zero ``coef`` and ``var=None``.
     """
     msgs = [m for m in messages if "xty" in m]
     x_shift = np.asarray(x_shift, dtype=float)
