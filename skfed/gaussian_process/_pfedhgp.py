@@ -225,7 +225,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         protocol (Sec. 3.6, Alg. 1): Adam on every parameter with analytic
         gradients (``local_steps`` client steps, one server step per round);
         about 15 times slower. The paper's protocol is ``optimizer="paper",
-        n_rounds=20, tol=None, normalize_y=False, normalize_X=False``.
+        n_rounds=20, tol=None, normalize_y=False, normalize_X=False,
+        mean_function="constant"``.
     mean_update : {"joint", "blockwise"}, default="joint"
         How ``optimizer="cavi"`` sets the global mean ``m_g`` (scalar ``y``
         with deviation or local components; ignored otherwise). The means
