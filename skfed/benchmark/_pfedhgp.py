@@ -56,7 +56,8 @@ def _models(size, input_bounds):
                   # every round of n_rounds, the paper's server learning rate (Sec. 4.2)
                   tol=None, server_lr=0.1,
                   # the paper's protocol: raw targets and inputs, grid on the inputs' range
-                  normalize_y=False, normalize_X=False, input_bounds=input_bounds)
+                  normalize_y=False, normalize_X=False, input_bounds=input_bounds,
+                  mean_function="constant")
     models = {name: (lambda comps=comps: PFedHGPRegressor(components=comps, **common))
               for name, comps in ABLATIONS.items()}
     models["Full (cavi)"] = lambda: PFedHGPRegressor(

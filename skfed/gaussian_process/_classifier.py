@@ -36,7 +36,8 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
     ----------
     estimator : PFedHGPRegressor or None, default=None
         The regressor to clone. ``None`` uses ``PFedHGPRegressor(optimizer=
-        "cavi", n_rounds=10, tol=None, server_lr=0.1, normalize_y=True)`` with ``min(40, n_features)``
+        "cavi", n_rounds=10, tol=None, server_lr=0.1, normalize_y=True,
+        mean_function="constant")`` with ``min(40, n_features)``
         global and ``min(20, n_features)`` local inducing inputs and initial
         lengthscales 0.1 (global) and 0.05 (local) times the grid's range.
         With ``normalize_X=False`` and no ``input_bounds`` (the default
@@ -105,7 +106,7 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
             span = float(np.mean(np.ptp(grid, axis=0))) or 1.0
             # tol and server_lr as before the real-data defaults (not measured here)
             est = PFedHGPRegressor(optimizer="cavi", n_rounds=10, tol=None, server_lr=0.1,
-                                   normalize_y=True,
+                                   normalize_y=True, mean_function="constant",
                                    n_inducing_global=min(40, m), n_inducing_local=min(20, m),
                                    init_lengthscale_global=0.1 * span,
                                    init_lengthscale_local=0.05 * span, random_state=0,
@@ -141,7 +142,7 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         est = self.estimator_
         grid = self._grid_
         m = grid.shape[0]
-        Y = (X - est.y_mean_) / est.y_std_
+        Y = (X - est._prior_mean(grid)) / est.y_std_
         out = np.empty((X.shape[0], len(self.classes_)))
         for c in range(len(self.classes_)):
             mean, cov = est._moments(grid, np.full(m, c), full=True)

@@ -62,7 +62,9 @@ from ._steps import (
     BROADCAST_SCALARS,
     client_inducing_count,
     farthest_point_rows,
+    linear_mean,
     one_blas_thread,
+    row_shift,
     wants_kernel_grad,
 )
 
@@ -189,12 +191,11 @@ class _IlmmSteps(_PFedHGPSteps):
             check_setup_scale(data.X, data.y, data.label)
             return state, self.setup_message(data)
         g = self.broadcast_globals(broadcast)
-        shift = np.asarray(broadcast["y_shift"], dtype=float)
         scale = np.asarray(broadcast["y_scale"], dtype=float)
-        Y = (np.asarray(data.y, dtype=float) - shift) / scale
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         loc = dict(state["loc"])
         X, cache = self.client_inputs(data, state, broadcast, loc)
+        Y = (np.asarray(data.y, dtype=float) - row_shift(X, broadcast)) / scale
         if not state["loadings"]:
             loc = self._init_loadings(Y, loc, rng)
         if self.share_local_hypers and "ls_l" in broadcast:
@@ -344,6 +345,14 @@ class _IlmmSteps(_PFedHGPSteps):
                                  "y is left as it is and the loadings start isotropic")
             C = np.eye(Q)
         Zg, z_scale, x_shift, x_scale = self.setup_inputs(msgs, rng)
+        coef = None
+        if self.mean_function == "linear":
+            shift, coef, V = linear_mean(msgs, x_shift, x_scale, shift)
+            if V is not None:  # the loadings start from the residual second moments
+                if self.normalize_y:
+                    var = np.diag(V)
+                    scale = np.where(var > 0, np.sqrt(np.maximum(var, 0.0)), 1.0)
+                C = V / np.outer(scale, scale)
         g = {"noise": np.asarray(softplus_inv(self.init_noise))}
         if cfg.global_basis:
             g["Zg"] = Zg
@@ -359,7 +368,7 @@ class _IlmmSteps(_PFedHGPSteps):
                 "x_shift": x_shift, "x_scale": x_scale,
                 "adam": adam_init(g, self.global_keys()), "hyper_adam": None, "elbo": [],
                 "jitter": 0.0, "y_shift": shift, "y_scale": scale, "shared": None,
-                "released": None}
+                "released": None, "y_coef": coef}
 
     def _shared_hypers(self, messages):
         """pFedGP: latent lengthscales averaged (the latent variances are fixed)."""

@@ -32,6 +32,7 @@ MEAN_UPDATES = ("joint", "blockwise")
 DEFAULT_LOCAL_STEPS = {"paper": 80, "cavi": 10}
 DEFAULT_SERVER_LR = {"paper": 0.1, "cavi": 0.3}
 POPULATION_LOCAL = ("median", "none")
+MEAN_FUNCTIONS = ("constant", "linear")
 
 
 def _n_outputs(y):
@@ -224,7 +225,8 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         protocol (Sec. 3.6, Alg. 1): Adam on every parameter with analytic
         gradients (``local_steps`` client steps, one server step per round);
         about 15 times slower. The paper's protocol is ``optimizer="paper",
-        n_rounds=20, tol=None, normalize_y=False, normalize_X=False``.
+        n_rounds=20, tol=None, normalize_y=False, normalize_X=False,
+        mean_function="constant"``.
     mean_update : {"joint", "blockwise"}, default="joint"
         How ``optimizer="cavi"`` sets the global mean ``m_g`` (scalar ``y``
         with deviation or local components; ignored otherwise). The means
@@ -292,6 +294,22 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         squares of one or two numbers give the numbers): it is left out of
         the pooled statistics (of ``normalize_y`` too); if no client has 3
         rows, the centre is 0 and the scale 1, with a warning.
+    mean_function : {"linear", "constant"}, default="linear"
+        The prior mean of ``y`` that the GP components deviate from.
+        ``"linear"``: an affine function of the inputs, ``y_mean_ + (X -
+        x_mean_) @ mean_coef_``, fitted by ridge regression (penalty 1 on the
+        standardized inputs) on the pooled rows in closed form from the
+        clients' set-up sums, ``X^T X`` and ``X^T y`` included (clients with 3
+        rows or more; see ``doc/releases.md``); with ``normalize_y`` the
+        targets are then scaled by the pooled residual standard deviation.
+        The GP mean returns to zero away from the data, so the population
+        prediction of a new client, and every prediction outside the
+        training range, then follows the pooled linear trend (Rasmussen &
+        Williams 2006, Sec. 2.7, with the basis coefficients plugged in)
+        instead of the pooled mean. ``"constant"``: the pooled mean with
+        ``normalize_y`` (0 without): the paper's model. Chosen on real
+        grouped data (``benchmarks/pfedhgp_mean.py``, see
+        ``doc/results/real_data.md``).
     input_bounds : array-like of shape (2,) or (2, n_features), default=None
         The box, in raw input units, where ``Z_g`` starts (an even grid for
         one feature, a scrambled Halton set otherwise): ``(lower, upper)`` for
@@ -379,6 +397,10 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         the sites.
     inducing_global_ : ndarray of shape (M, n_features)
         Learned ``Z_g``, in units of ``X``.
+    mean_coef_ : ndarray of shape (n_features,) or (n_features, Q)
+        Slopes of the prior mean per unit of ``X`` (zeros with
+        ``mean_function="constant"``); ``y_mean_`` is the prior mean at
+        ``X = x_mean_``.
     x_mean_, x_std_ : ndarray of shape (n_features,)
         The input standardization (zeros and ones with ``normalize_X=False``):
         the lengthscales apply to ``(X - x_mean_) / x_std_``.
@@ -457,6 +479,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         learn_inducing=True,
         normalize_y=True,
         normalize_X=True,
+        mean_function="linear",
         input_bounds=None,
         jitter=1e-6,
         client_fraction=1.0,
@@ -490,6 +513,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.learn_inducing = learn_inducing
         self.normalize_y = normalize_y
         self.normalize_X = normalize_X
+        self.mean_function = mean_function
         self.input_bounds = input_bounds
         self.jitter = jitter
         self.client_fraction = client_fraction
@@ -532,6 +556,9 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             raise ValueError(f"kernel must be one of {tuple(KERNEL_KINDS)}, got {self.kernel!r}.")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
+        if not (isinstance(self.mean_function, str) and self.mean_function in MEAN_FUNCTIONS):
+            raise ValueError(
+                f"mean_function must be one of {MEAN_FUNCTIONS}, got {self.mean_function!r}.")
         if not (isinstance(self.mean_update, str) and self.mean_update in MEAN_UPDATES):
             raise ValueError(
                 f"mean_update must be one of {MEAN_UPDATES}, got {self.mean_update!r}.")
@@ -592,6 +619,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             joint_mean=self.mean_update == "joint",
             input_bounds=_check_input_bounds(self.input_bounds, cfg.n_features),
             tol=None if self.tol is None else float(self.tol),
+            mean_function=self.mean_function,
         )
 
     def _check_client_sizes(self, X, groups, steps):
@@ -741,6 +769,11 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             self._set_ilmm_attributes(cfg, server)
         else:
             self._set_scalar_attributes(cfg, server)
+        coef = server.get("y_coef")
+        shape = (self.n_features_in_,) + np.shape(self.y_mean_)
+        # per unit of X: the model's coefficients are on (X - x_mean_) / x_std_
+        self.mean_coef_ = np.zeros(shape) if coef is None else (
+            np.asarray(coef, dtype=float) / self.x_std_.reshape((-1,) + (1,) * (len(shape) - 1)))
         self._set_client_attributes()
 
     def _set_client_attributes(self):
@@ -814,6 +847,11 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     def _unscale_X(self, Z):
         """Inducing inputs back in units of ``X``."""
         return np.asarray(Z, dtype=float) * self.x_std_ + self.x_mean_
+
+    def _prior_mean(self, X):
+        """The prior mean of ``y`` at the rows of ``X``: ``y_mean_ + (X - x_mean_) @
+        mean_coef_`` (``y_mean_`` with ``mean_function="constant"``)."""
+        return self.y_mean_ + (np.asarray(X, dtype=float) - self.x_mean_) @ self.mean_coef_
 
     @property
     def _multi(self):
@@ -966,7 +1004,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         if self._multi:
             return self._predict_multi(X, index, return_std, return_cov)
         mean, cov = self._moments(X, index, full=return_cov)
-        mean = mean * self.y_std_ + self.y_mean_
+        mean = mean * self.y_std_ + self._prior_mean(X)
         if return_cov:
             return mean, cov * self.y_std_**2
         if return_std:
@@ -976,7 +1014,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     def _predict_multi(self, X, index, return_std, return_cov):
         mean, cov = ilmm_moments(self._scale_X(X), index, self._cfg, self._global, self._locals,
                                  self.jitter_, released=self._released)
-        mean = mean * self.y_std_ + self.y_mean_
+        mean = mean * self.y_std_ + self._prior_mean(X)
         cov = cov * np.outer(self.y_std_, self.y_std_)
         if return_cov:
             return mean, cov
@@ -1010,7 +1048,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
                                      self.jitter_, joint=True, released=self._released)
             n, Q = mean.shape
             draws = rng.multivariate_normal(mean.ravel(), cov.reshape(n * Q, n * Q), n_samples)
-            draws = draws.reshape(n_samples, n, Q) * self.y_std_ + self.y_mean_
+            draws = draws.reshape(n_samples, n, Q) * self.y_std_ + self._prior_mean(X)
             return np.moveaxis(draws, 0, -1)
         mean, cov = self.predict(X, groups=groups, return_cov=True)
         return rng.multivariate_normal(mean, cov, n_samples).T

@@ -61,8 +61,8 @@ from ._kernels import adam_update
 
 LOCAL_HYPER = ("Zl", "ls_l", "var_l")
 # broadcast entries that are not global parameters
-BROADCAST_SCALARS = ("phase", "y_shift", "y_scale", "z_scale", "x_shift", "x_scale", "last",
-                     "joint_mean")
+BROADCAST_SCALARS = ("phase", "y_shift", "y_scale", "y_coef", "z_scale", "x_shift", "x_scale",
+                     "last", "joint_mean")
 TRIL_KEYS = ("Lg",)
 GLOBAL_KERNEL = ("Zg", "ls_g", "var_g")  # the parameters a global basis depends on
 # rounds over which the ELBO change is measured for ``tol``: in optimizer="cavi" the
@@ -111,11 +111,12 @@ class BasisCache:
         """The client's normalized targets ``(y - shift) / scale``, one array
         while ``y`` and the normalization stay the same (bases keep their
         projections of it, see :meth:`Basis.project`)."""
-        key = (float(shift), float(scale), _param_key(y))
+        shift = np.asarray(shift, dtype=float)  # a scalar, or one value per row
+        key = (shift.tobytes(), float(scale), _param_key(y))
         hit = self._store.get("targets")
         if hit is not None and hit[0] == key:
             return hit[1]
-        value = (np.asarray(y, dtype=float) - key[0]) / key[1]
+        value = (np.asarray(y, dtype=float) - shift) / key[1]
         value.flags.writeable = False
         self._store["targets"] = (key, value)
         return value
@@ -341,6 +342,9 @@ def grid_in_box(lo, hi, m, rng):
 
 
 SQRT3 = float(np.sqrt(3.0))
+# ridge penalty of the linear mean on the standardized inputs: scikit-learn Ridge's
+# default alpha, negligible against the pooled rows of these data sets
+LINEAR_MEAN_ALPHA = 1.0
 
 
 def input_summary(X, wanted=True):
@@ -364,6 +368,71 @@ def target_summary(y):
     if y.ndim == 1:
         return {"sum_y": y.sum(), "sum_y2": y @ y}
     return {"sum_y": y.sum(axis=0), "yty": tril_pack(y.T @ y)}
+
+
+def cross_summary(X, y):
+    """A client's set-up cross products for the linear mean: ``X^T X`` (packed lower
+    triangle) and ``X^T y``, only with ``MIN_ROWS_MOMENTS`` rows or more.
+
+    With the sums and sums of squares they are the first and second moments
+    of the rows ``(x, y)``: these fix the centred rows only up to a rotation
+    of the ``n - 1`` dimensional space orthogonal to the ones vector: for
+    ``n >= 3`` a continuum of row sets gives the same message (unless all the
+    client's rows are equal, when the sums alone already give them, as before).
+    """
+    if not sends_moments(X.shape[0]):
+        return {}
+    return {"xtx": tril_pack(X.T @ X), "xty": X.T @ np.asarray(y, dtype=float)}
+
+
+def linear_mean(messages, x_shift, x_scale, fallback_shift, alpha=LINEAR_MEAN_ALPHA):
+    """The linear prior mean ``shift + x~ @ coef`` of ``y`` from the pooled moments.
+
+    ``x~ = (x - x_shift) / x_scale`` are the model's inputs. A ridge fit (penalty
+    ``alpha`` on ``coef`` in the model's input units, intercept free) on the
+    pooled rows of the clients that sent their cross products
+    (:func:`cross_summary`), in closed form from their sums. Returns ``(shift,
+    coef, var)``: ``var`` is the pooled residual variance (for 2-D ``y`` the
+    ``Q x Q`` residual covariance), for ``normalize_y``. Without any client's
+    sums: ``fallback_shift``, a zero ``coef`` and ``var=None``.
+    """
+    msgs = [m for m in messages if "xty" in m]
+    x_shift = np.asarray(x_shift, dtype=float)
+    x_scale = np.asarray(x_scale, dtype=float)
+    d = x_shift.shape[0]
+    if not msgs:
+        first = np.asarray(fallback_shift, dtype=float)
+        return fallback_shift, np.zeros((d,) + first.shape), None
+    n = sum(float(m["n"]) for m in msgs)
+    mx = sum(np.asarray(m["sum_x"], dtype=float) for m in msgs) / n
+    my = sum(np.asarray(m["sum_y"], dtype=float) for m in msgs) / n
+    Sxx = tril_unpack(sum(np.asarray(m["xtx"], dtype=float) for m in msgs), d,
+                      symmetric=True) / n
+    Sxy = sum(np.asarray(m["xty"], dtype=float) for m in msgs) / n
+    # centred moments in the model's input units
+    Cxx = (Sxx - np.outer(mx, mx)) / np.outer(x_scale, x_scale)
+    Cxy = (Sxy - np.multiply.outer(mx, my)) / (x_scale if my.ndim == 0 else x_scale[:, None])
+    coef = np.linalg.solve(Cxx + (alpha / n) * np.eye(d), Cxy)
+    shift = my - ((mx - x_shift) / x_scale) @ coef
+    if my.ndim == 0:
+        vy = sum(float(m["sum_y2"]) for m in msgs) / n - my**2
+        var = max(float(vy - 2 * coef @ Cxy + coef @ Cxx @ coef), 0.0)
+    else:
+        Q = my.shape[0]
+        vy = tril_unpack(sum(np.asarray(m["yty"], dtype=float) for m in msgs), Q,
+                         symmetric=True) / n - np.outer(my, my)
+        var = vy - Cxy.T @ coef - coef.T @ Cxy + coef.T @ Cxx @ coef
+    return (float(shift) if np.ndim(shift) == 0 else shift), coef, var
+
+
+def row_shift(X, broadcast):
+    """The prior mean of a client's rows: ``y_shift``, plus ``X @ y_coef`` (model
+    units) with the linear mean."""
+    shift = np.asarray(broadcast["y_shift"], dtype=float)
+    coef = broadcast.get("y_coef")
+    if coef is None:
+        return shift
+    return shift + X @ np.asarray(coef, dtype=float)
 
 
 def weighted_median(values, weights):
@@ -456,8 +525,11 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  init_variance_global, init_variance_local, init_phi, init_noise,
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
                  server_iterations=10, n_rounds=None, release_population=False,
-                 normalize_X=False, joint_mean=False, input_bounds=None, tol=None):
+                 normalize_X=False, joint_mean=False, input_bounds=None, tol=None,
+                 mean_function="constant"):
         self.cfg = cfg
+        # "linear": y's prior mean is a pooled ridge fit on the inputs (linear_mean)
+        self.mean_function = mean_function
         self.optimizer = optimizer
         self.M = (n_inducing_global if init_inducing_global is None
                   else init_inducing_global.shape[0])
@@ -605,7 +677,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
         g = self.broadcast_globals(broadcast)
         loc = dict(state["loc"])
         X, cache = self.client_inputs(data, state, broadcast, loc)
-        y = cache.targets(data.y, broadcast["y_shift"], broadcast["y_scale"])
+        y = cache.targets(data.y, row_shift(X, broadcast), broadcast["y_scale"])
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         if self.share_local_hypers and "ls_l" in broadcast:
             loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
@@ -635,15 +707,19 @@ class _PFedHGPSteps(FederatedAlgorithm):
         return {"loc": loc, "adam": adam, "jitter": jit, "cache": cache}, msg
 
     def wants_input_moments(self):
-        """Whether the set-up needs the clients' input sums (to scale ``X`` or place ``Z_g``)."""
-        return bool(self.normalize_X) or self.input_bounds is None
+        """Whether the set-up needs the clients' input sums (to scale ``X``, place ``Z_g``
+        or fit the linear mean)."""
+        return (bool(self.normalize_X) or self.input_bounds is None
+                or self.mean_function == "linear")
 
     def setup_message(self, data):
         """A client's set-up message: its row count and, if it has enough rows
         (see :mod:`skfed.federated._release`), the sums and sums of squares of
-        its targets and (when needed) of its inputs; no single row's value."""
+        its targets and (when needed) of its inputs, and for the linear mean the
+        cross products ``X^T X`` and ``X^T y``; no single row's value."""
         return {"n": np.int64(data.n_samples), **target_summary(data.y),
-                **input_summary(data.X, self.wants_input_moments())}
+                **input_summary(data.X, self.wants_input_moments()),
+                **(cross_summary(data.X, data.y) if self.mean_function == "linear" else {})}
 
     def setup_inputs(self, msgs, rng):
         """``(Zg, z_scale, x_shift, x_scale)`` from the set-up messages (:func:`input_setup`)."""
@@ -732,6 +808,11 @@ class _PFedHGPSteps(FederatedAlgorithm):
             var = max(s2 / n - shift**2, 0.0)
             scale = np.sqrt(var) if var > 0 else 1.0
         Zg, z_scale, x_shift, x_scale = self.setup_inputs(msgs, rng)
+        coef = None
+        if self.mean_function == "linear":
+            shift, coef, var = linear_mean(msgs, x_shift, x_scale, shift)
+            if self.normalize_y and var is not None:
+                scale = float(np.sqrt(var)) if var > 0 else 1.0
         g = {"noise": np.asarray(softplus_inv(self.init_noise))}
         if cfg.global_basis:
             g["Zg"] = Zg
@@ -746,7 +827,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  "x_shift": x_shift, "x_scale": x_scale,
                  "adam": adam_init(g, self.global_keys()),
                  "hyper_adam": None, "elbo": [], "jitter": 0.0,
-                 "y_shift": shift, "y_scale": scale, "shared": None, "released": None}
+                 "y_shift": shift, "y_scale": scale, "shared": None, "released": None,
+                 "y_coef": coef}
         return state
 
     def _last_round(self, state):
@@ -783,6 +865,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
         b["y_shift"] = np.asarray(state["y_shift"], dtype=float)  # a scalar, or Q values
         b["y_scale"] = np.asarray(state["y_scale"], dtype=float)
         b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
+        if state.get("y_coef") is not None:
+            b["y_coef"] = np.asarray(state["y_coef"], dtype=float)
         if self.normalize_X:
             b["x_shift"] = np.asarray(state["x_shift"], dtype=float)
             b["x_scale"] = np.asarray(state["x_scale"], dtype=float)

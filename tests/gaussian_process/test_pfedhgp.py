@@ -64,8 +64,10 @@ def known_hierarchy():
                                 local_scales=(0.5,), noise=0.1, random_state=1)
 
 
+# the paper's model: raw units and a zero prior mean (the hierarchy has no linear trend)
 HIERARCHY_FIT = dict(optimizer="cavi", n_inducing_global=20, n_inducing_local=15, n_rounds=30,
-                     random_state=0, normalize_y=False, normalize_X=False)
+                     random_state=0, normalize_y=False, normalize_X=False,
+                     mean_function="constant")
 
 
 def test_known_hierarchy_is_recovered():
