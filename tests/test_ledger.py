@@ -264,7 +264,9 @@ def _setup_up(ledger, rnd):
 
 def test_pfedhgp_small_clients_send_only_their_count():
     X, y, groups = _regression(SIZES)
-    model = fit_keeping(PFedHGPRegressor(**GP_SMALL), X, y, groups)
+    # the constant prior mean: y_mean_ is then the pooled mean (the linear mean's cross
+    # products follow the same rule: tests/gaussian_process/test_pfedhgp_mean.py)
+    model = fit_keeping(PFedHGPRegressor(mean_function="constant", **GP_SMALL), X, y, groups)
     names = _setup_up(model.communication_, 0)  # round 0: the normalization set-up
     for client, n in enumerate(SIZES):
         expected = {"n"} if n < 3 else {"n", "sum_y", "sum_y2", "sum_x", "sum_x2"}
@@ -288,8 +290,10 @@ def test_pfedhgp_input_bounds_place_the_grid_and_need_no_input_sums():
     X = rng.uniform(0.2, 9.8, (40, 1))
     y = np.sin(X[:, 0])
     groups = np.repeat([0, 1], 20)
+    # (the linear prior mean would need the input sums for its centring)
     model = PFedHGPRegressor(normalize_X=False, input_bounds=(0.0, 10.0), n_rounds=1,
-                             learn_inducing=False, random_state=0, n_inducing_global=6)
+                             learn_inducing=False, random_state=0, n_inducing_global=6,
+                             mean_function="constant")
     fit_keeping(model, X, y, groups)
     np.testing.assert_allclose(model.inducing_global_[:, 0], np.linspace(0, 10, 6))
     assert all("sum_x" not in names for names in _setup_up(model.communication_, 0).values())

@@ -9,6 +9,12 @@ has at least :data:`MIN_ROWS_MOMENTS`; a smaller client sends its row count
 alone and is left out of the pooled statistic. Clients send sums, not means
 (a mean of a constant column is a raw value; the sum of ``n >= 2`` equal
 values is not).
+
+Sums of products (``X^T X``, ``X^T y``) count the rows whose *product* is
+nonzero: where an indicator column is 1 on a single row, ``sum_i x_ij y_i``
+is that row's ``y``. A client sends them only if every entry is a sum of no
+or of at least :data:`MIN_ROWS_MOMENTS` nonzero products
+(:func:`sends_products`).
 """
 
 import warnings
@@ -17,8 +23,8 @@ import numpy as np
 
 from ..utils._validation import user_stacklevel
 
-__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "sends_moments", "sends_sums",
-           "too_few_rows_warning"]
+__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "sends_moments", "sends_products",
+           "sends_sums", "too_few_rows_warning"]
 
 MIN_ROWS_SUM = 2
 MIN_ROWS_MOMENTS = 3
@@ -32,6 +38,18 @@ def sends_sums(n_rows):
 def sends_moments(n_rows):
     """Whether a client of ``n_rows`` rows may send sums and sums of squares."""
     return int(n_rows) >= MIN_ROWS_MOMENTS
+
+
+def sends_products(A, B=None):
+    """Whether a client may send ``A^T B`` (``A^T A`` if ``B`` is None).
+
+    Every entry must be a sum of no nonzero products (it is then exactly 0 and
+    carries no row's value) or of at least :data:`MIN_ROWS_MOMENTS` of them.
+    """
+    nz_a = (np.asarray(A) != 0).reshape(len(A), -1).astype(np.float64)
+    nz_b = nz_a if B is None else (np.asarray(B) != 0).reshape(len(B), -1).astype(np.float64)
+    counts = nz_a.T @ nz_b
+    return bool(np.all((counts == 0) | (counts >= MIN_ROWS_MOMENTS)))
 
 
 def too_few_rows_warning(what, minimum, fallback):

@@ -39,7 +39,9 @@ from scipy.stats import qmc
 from threadpoolctl import ThreadpoolController
 
 from ..federated import FederatedAlgorithm
-from ..federated._release import MIN_ROWS_MOMENTS, sends_moments, too_few_rows_warning
+from ..federated._release import (
+    MIN_ROWS_MOMENTS, sends_moments, sends_products, too_few_rows_warning,
+)
 from ._closed_form import ClosedFormClient
 from ._elbo import (
     LOG2PI,
@@ -379,8 +381,11 @@ def cross_summary(X, y):
     of the ``n - 1`` dimensional space orthogonal to the ones vector: for
     ``n >= 3`` a continuum of row sets gives the same message (unless all the
     client's rows are equal, when the sums alone already give them, as before).
+    A client where some entry is a sum over one or two nonzero products (an
+    indicator column set on one row makes ``sum_i x_ij y_i`` that row's ``y``)
+    sends nothing and is left out of the linear mean.
     """
-    if not sends_moments(X.shape[0]):
+    if not (sends_moments(X.shape[0]) and sends_products(X) and sends_products(X, y)):
         return {}
     return {"xtx": tril_pack(X.T @ X), "xty": X.T @ np.asarray(y, dtype=float)}
 

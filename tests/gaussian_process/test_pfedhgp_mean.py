@@ -51,6 +51,30 @@ def test_small_clients_send_no_cross_products():
     assert mean == 1.5 and np.all(coef == 0) and var is None
 
 
+def test_a_product_of_one_row_is_never_sent():
+    # an indicator set on one row: sum_i x_i1 y_i would be that row's y
+    X = np.array([[1.0, 1.0], [2.0, 0.0], [3.0, 0.0], [4.0, 0.0]])
+    y = np.array([7.0, 5.0, 6.0, 8.0])
+    assert cross_summary(X, y) == {}
+    X[1:3, 1] = [1.0, 1.0]  # now three rows carry it
+    assert set(cross_summary(X, y)) == {"xtx", "xty"}
+    y[[0, 1]] = 0.0  # x_1 y has one nonzero product left
+    assert cross_summary(X, y) == {}
+    # a column that is zero on every row sums no product: allowed (it sends exact zeros)
+    Z = np.column_stack([X[:, 0], np.zeros(4)])
+    assert set(cross_summary(Z, np.arange(1.0, 5.0))) == {"xtx", "xty"}
+
+
+def test_the_linear_mean_leaves_out_the_clients_that_withhold():
+    X, y, groups = _data()
+    X = np.column_stack([X, (np.arange(90) % 30 == 0).astype(float)])  # one row per client
+    model = PFedHGPRegressor(n_inducing_global=6, n_inducing_local=3, n_rounds=2,
+                             random_state=0).fit(X, y, groups=groups)
+    up = [r for r in model.communication_.records if r.direction == "up"]
+    assert up and not any("xty" in r.names for r in up)
+    assert np.all(model.mean_coef_ == 0)
+
+
 @pytest.mark.parametrize("n_outputs", [None, 2])
 def test_new_sites_follow_the_pooled_trend(n_outputs):
     X, y, groups = _data(n_outputs)
