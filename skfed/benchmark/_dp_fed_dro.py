@@ -147,16 +147,22 @@ def _uci_methods(mode, X, y, groups, seed):
             feature_norm="l1", fit_intercept=False, **p),
     }
     grids = {**GRIDS, "DP-Fed DRO (PLD, eps_total 3.73)": GRIDS["DP-Fed DRO"],
-             "Centralized DRO": GRIDS["NP"], "Non-Private Fed DRO": GRIDS["NP"]}
+             "Centralized DRO": GRIDS["NP"]}
     fixed = {**FIXED, "DP-Fed DRO (PLD, eps_total 3.73)": FIXED["DP-Fed DRO"],
              "Centralized DRO": FIXED["NP"], "Non-Private Fed DRO": FIXED["NP"]}
     out = {}
     for name, make in models.items():
-        params = (_cv_select(make, grids[name], X, y, groups, seed) if mode == "full"
-                  else fixed[name])
+        if name == "Non-Private Fed DRO" and mode == "full":
+            # the federated models take the (kappa, r) that the centralized model's CV
+            # selects on the same within-client folds: a CV of the federated ADMM itself
+            # (16 points x 5 folds x T = 100 rounds of exact QPs) costs ~80x a fit; the
+            # converged Fed DRO solves nearly the centralized problem (its objective
+            # weights clients uniformly)
+            params = out["Centralized DRO"][1]
+        else:
+            params = (_cv_select(make, grids[name], X, y, groups, seed) if mode == "full"
+                      else fixed[name])
         out[name] = (make(params), params)
-    # one-vs-all: K binary ADMM problems per client and round make its own CV cost ~4x
-    # Fed DRO's; it takes Fed DRO's selected (kappa, r)
     out["Non-Private Fed OvA DRO"] = (
         FedOvADROClassifier(n_rounds=T_np, rho=rho_np, **out["Non-Private Fed DRO"][1]),
         out["Non-Private Fed DRO"][1])
@@ -188,19 +194,27 @@ register(Experiment(
     run=run_uci,
     metrics={"macro_f1": "higher", "mccr": "higher"},
     n_seeds={"quick": 1, "full": 10},
-    paper={(d, m, "macro_f1"): v for d, row in TABLE1.items() for m, v in row.items()},
+    # the PLD rows are compared with the paper's DP-Fed DRO (the same total guarantee)
+    paper={**{(d, m, "macro_f1"): v for d, row in TABLE1.items() for m, v in row.items()},
+           **{(d, "DP-Fed DRO (PLD, eps_total 3.73)", "macro_f1"): row["DP-Fed DRO"]
+              for d, row in TABLE1.items()}},
     description=(
         "Protocol of the paper's Sec. 7.2: 80/20 stratified split redrawn per seed, min-max "
         "(training statistics) then l2 clipping to norm <= 1, Dirichlet(0.5) class-imbalanced "
         "split over 4 clients with every class on every client, 10% of training labels "
         "flipped. Private models: eps=0.5 per round (0.95/0.05 split), delta=1e-6, T=50 "
-        "(eps_bar=3.73). Full mode selects the private models' hyperparameters by 5-fold "
-        "CV (macro-F1) over the paper's grids (DP-Fed DRO: 54 of its 252 points); "
-        "non-private models use kappa=0.5, r=1e-3, "
-        "rho=0.01 (UCI rho is not stated in the paper), T=50 (no CV: exact solves are slow). "
-        "Quick mode: Iris only, one seed, fixed hyperparameters, non-private federated "
-        "models with T=15. Penguins needs "
-        "the palmerpenguins package; Dermatology and Seeds are not available offline."
+        "(eps_bar=3.73 by the paper's closed form); 'DP-Fed DRO (PLD, eps_total 3.73)': "
+        "noise calibrated by the PLD accountant to the total (3.7299, 1e-6). Full mode "
+        "selects every model's hyperparameters by 5-fold CV (macro-F1, folds within each "
+        "client) on the training rows of each seed over the paper's grids (DP-Fed DRO: 54 "
+        "of its 252 points; centralized and non-private Fed DRO: kappa in {0.25, 0.5, "
+        "0.75, 1}, r in {1e-5, 1e-4, 1e-3, 1e-2}, selected by the centralized model's CV and "
+        "used by the non-private Fed DRO and Fed OvA DRO too (a CV of the federated ADMM "
+        "costs 80 fits per seed); "
+        "non-private ADMM: rho=0.01, T=100 (UCI values not stated in the paper; chosen for "
+        "convergence from M = 0). Quick mode: Iris only, one seed, fixed hyperparameters, "
+        "non-private federated models with T=15. Penguins needs the palmerpenguins "
+        "package; Dermatology and Seeds are not available offline."
     ),
     reference="Private and Distributionally Robust Federated Multiclass Classification, "
               "Table 1",
