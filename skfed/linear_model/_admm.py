@@ -245,13 +245,17 @@ def solve_prox_qp(c, A_ub, b_ub, bounds, quad_cols, center, rho):
     args = (sparse.diags(diag, format="csc"), q, None, None, sparse.csc_matrix(A_ub),
             np.full(b_ub.size, -np.inf), b_ub, lower, upper)
     # PIQP's default (scaled) run, then without its Ruiz scaling: rare local
-    # problems of real data took > 250 iterations scaled and ~30 unscaled
-    for preconditioner_iter in (None, 0):
+    # problems of real data took > 250 iterations scaled and ~30 unscaled. Last, with
+    # its dual-infeasibility test off: every problem here is bounded below (a
+    # nonnegative linear cost on nonnegative variables plus the rho term), yet PIQP
+    # declared a 54 x 28 one-vs-all client QP of the UCI Wine benchmark dual
+    # infeasible (unbounded) both ways, and solves it with the test off
+    for extra in ({}, {"preconditioner_iter": 0}, {"eps_dual_inf": 1e-14}):
         solver = piqp.SparseSolver()
         solver.settings.verbose = False
         solver.settings.max_iter = 1000
-        if preconditioner_iter is not None:
-            solver.settings.preconditioner_iter = preconditioner_iter
+        for name, value in extra.items():
+            setattr(solver.settings, name, value)
         solver.setup(*args)
         status = solver.solve()
         if status == piqp.PIQP_SOLVED:

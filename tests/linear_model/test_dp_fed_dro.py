@@ -558,6 +558,27 @@ def test_exact_local_solve_never_fails_and_matches_a_reference():
         assert ours == pytest.approx(ref, rel=1e-6, abs=1e-6)
 
 
+def test_prox_qp_survives_a_spurious_dual_infeasibility_report():
+    # a one-vs-all client QP of the UCI Wine benchmark (seed 1, round 17) that PIQP
+    # declares dual infeasible with and without its scaling; it is bounded below
+    from pathlib import Path
+
+    from skfed.linear_model._admm import solve_prox_qp
+
+    d = np.load(Path(__file__).parent / "data" / "piqp_dual_infeasible.npz")
+    bounds = [(None if np.isinf(lo) else lo, None if np.isinf(up) else up)
+              for lo, up in zip(d["lower"], d["upper"])]
+    rho = float(d["rho"])
+    z = solve_prox_qp(d["c"], sparse.csr_matrix(d["A"]), d["b"], bounds, d["quad_cols"],
+                      d["center"], rho)
+    assert np.all(d["A"] @ z <= d["b"] + 1e-6) and np.all(z >= d["lower"] - 1e-6)
+    objective = d["c"] @ z + rho / 2 * np.sum((z[d["quad_cols"]] - d["center"]) ** 2)
+    # PIQP with its infeasibility test off and with a smaller initial regularization
+    # agree on this value (the constant term rho/2 ||center||^2 included)
+    ref = -0.566576520810743 + rho / 2 * np.sum(d["center"] ** 2)
+    assert objective == pytest.approx(ref, abs=1e-6)
+
+
 def test_local_solve_failure_names_client_and_round(monkeypatch):
     from skfed.linear_model import _admm
 
