@@ -149,3 +149,20 @@ def test_flower_imports_nothing_private_from_the_engine():
 def test_the_checker_sees_private_names(tmp_path, source, expected):
     path, root = _probe(tmp_path, source)
     assert bool(_private_names_imported(path, root)) is expected
+
+
+PRIVATE_SUBPACKAGES = ("linear_model", "tensor")  # the estimators with DP releases
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for sub in PRIVATE_SUBPACKAGES for p in (PACKAGE_ROOT / sub).rglob("*.py")),
+    ids=lambda p: str(p.relative_to(PACKAGE_ROOT)),
+)
+def test_private_estimators_draw_noise_through_skfed_privacy(path):
+    # one place (skfed.privacy.gaussian_noise) checks sigma and makes the draw
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bad = [node.lineno for node in ast.walk(tree)
+           if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+           and node.func.attr in ("standard_normal", "normal")]
+    assert not bad, f"{path.relative_to(PACKAGE_ROOT)} draws Gaussian noise inline: lines {bad}"

@@ -12,6 +12,7 @@ import numpy as np
 from scipy import sparse
 
 from ..federated import FederatedAlgorithm
+from ..privacy import gaussian_noise
 from ._base import LinearClientMixin
 from ._kernels import dro_cs_pass
 
@@ -193,6 +194,12 @@ def _dual_norm_constraints(blocks, lam_col, aux_start, dual):
             r += 1
             aux += p
     return np.array(rows), np.array(cols), np.array(vals, dtype=float), np.array(rhs), aux
+
+
+def _noise(shape, sigma, rng):
+    """The Gaussian mechanism's noise, drawn through :mod:`skfed.privacy` (0 when sigma is 0)."""
+    noise = gaussian_noise(shape, sigma, rng)
+    return 0.0 if noise is None else noise
 
 
 class LocalSolveError(RuntimeError):
@@ -574,8 +581,9 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
             state["coef"], state["lam"], grad_coef, grad_lam, center, mu, rho=self.rho,
             eta=self.eta[g], nu=self.nu[g], radius=r_g, project_lambda=self.project_lambda,
         )
-        coef_noisy = coef + self.sigma_M[g] * rng.standard_normal(self.coef_shape)
-        lam_noisy = lam + self.sigma_lambda[g] * rng.standard_normal()
+        # Algorithm 2's two Gaussian releases (sigma_M, sigma_lambda > 0: Lemmas 1-2)
+        coef_noisy = coef + _noise(self.coef_shape, self.sigma_M[g], rng)
+        lam_noisy = lam + float(_noise((), self.sigma_lambda[g], rng))
         tau = max(0.0, tau + self.gamma * (phi(coef_noisy, self.dual) - lam_noisy))
         new = dict(state, coef=coef_noisy, lam=float(lam_noisy), mu=mu, tau=tau,
                    round=state["round"] + 1, objective=state["objective"] + [objective],

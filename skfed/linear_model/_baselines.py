@@ -23,6 +23,7 @@ from ..utils._validation import check_groups, check_scale, check_unknown_client,
 from ._admm import (
     DUAL_NORM,
     _ConsensusServer,
+    _noise,
     exact_local_step,
     solve_binary_dro_local,
     solve_cs_dro_local,
@@ -81,7 +82,7 @@ class _DPFedERMAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm
         grad = grad + self.reg * state["coef"]
         eta = self.eta[g]
         coef = (state["coef"] / eta + self.rho * (center - mu) - grad) / (self.rho + 1.0 / eta)
-        coef = coef + self.sigma[g] * rng.standard_normal(self.coef_shape)
+        coef = coef + _noise(self.coef_shape, self.sigma[g], rng)
         objective = loss + 0.5 * self.reg * np.sum(state["coef"] ** 2)
         return (dict(state, coef=coef, mu=mu, round=state["round"] + 1,
                      objective=state["objective"] + [objective]), {"coef": coef})
@@ -108,7 +109,7 @@ class _DPFedSGDAlgorithm(LinearClientMixin, FederatedAlgorithm):
         coef = np.asarray(broadcast["coef"], dtype=float)
         _, grad = cs_gradient(data.X, data.y, coef)
         grad = grad + self.reg * coef
-        noisy = grad + self.sigma[data.index] * rng.standard_normal(self.coef_shape)
+        noisy = grad + _noise(self.coef_shape, self.sigma[data.index], rng)
         step = self.learning_rate / math.sqrt(int(broadcast["round"]))
         new = coef - step * noisy
         return new, {"coef": new}

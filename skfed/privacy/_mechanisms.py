@@ -10,6 +10,7 @@ __all__ = [
     "check_privacy_budget",
     "classical_gaussian_sigma",
     "gaussian_mechanism",
+    "gaussian_noise",
 ]
 
 
@@ -178,8 +179,44 @@ def gaussian_mechanism(value, sigma, rng):
     [0.0, 0.0, 0.0]
     """
     value = np.asarray(value, dtype=float)
+    noise = gaussian_noise(value.shape, sigma, rng)
+    return value.copy() if noise is None else value + noise
+
+
+def gaussian_noise(shape, sigma, rng):
+    """The noise of the Gaussian mechanism: ``sigma * N(0, I)`` of ``shape``, from ``rng``.
+
+    For releases whose noise is added inside a compiled kernel (e.g. in one
+    pass with a projection): every private estimator draws its noise here,
+    so the draw (one ``standard_normal`` call of ``shape``, C order) and the
+    check of ``sigma`` are the same everywhere.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        Shape of the released quantity.
+    sigma : float
+        Noise standard deviation, finite and >= 0.
+    rng : numpy.random.Generator
+        The random stream (a per-client, per-round stream).
+
+    Returns
+    -------
+    noise : ndarray of shape ``shape`` or None
+        ``None`` when ``sigma == 0`` (nothing is drawn, the stream is left
+        untouched).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.privacy import gaussian_noise
+    >>> gaussian_noise(3, 0.0, np.random.default_rng(0)) is None
+    True
+    >>> gaussian_noise(3, 2.0, np.random.default_rng(0)).shape
+    (3,)
+    """
     if not (sigma >= 0 and math.isfinite(sigma)):
         raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
     if sigma == 0:
-        return value.copy()
-    return value + sigma * rng.standard_normal(value.shape)
+        return None
+    return sigma * rng.standard_normal(shape)

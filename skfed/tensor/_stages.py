@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..federated import ClientData, FederatedAlgorithm, PhasedAlgorithm
-from ..privacy import gaussian_mechanism, pftr_noise_multiplier
+from ..privacy import gaussian_mechanism, gaussian_noise, pftr_noise_multiplier
 from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient, weighted_step
 from ._rank import make_feasible, ratio_rank, vote_ranks
 from ._tucker import (
@@ -577,20 +577,18 @@ class StageOne(FederatedAlgorithm):
                 "large for this client's X)")
         n = data.n_samples
         sigma = self._noise_std(tau_e, state["tau_x"], n)
-        if not (sigma >= 0 and math.isfinite(sigma)):  # gaussian_mechanism's check
-            raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
-        # the gradient -(R^T X) / n plus the Gaussian mechanism's noise (the draw
-        # gaussian_mechanism makes, none when sigma == 0), then projected; the draw
-        # is added inside the compiled call (one pass with the projection), so not
-        # through skfed.privacy.gaussian_mechanism itself
-        # flat: the same draws, in the same (C) order, as of shape coef_shape
-        noise = rng.standard_normal(self._coef_size) if sigma else _NO_NOISE
+        # the gradient -(R^T X) / n plus the Gaussian mechanism's noise, then projected:
+        # the noise is drawn by skfed.privacy (flat: the same draws, in the same C order,
+        # as of shape coef_shape; none when sigma == 0) and added inside the compiled
+        # call, in one pass with the projection (scale 1: it is already sigma * z)
+        noise = gaussian_noise(self._coef_size, sigma, rng)
+        scale, noise = (0.0, _NO_NOISE) if noise is None else (1.0, noise)
         m = (R.T @ state["X"]).reshape(-1)
         if self.tangent == "exact":  # gradient, noise and projection in one compiled call
-            sent = self._projector(broadcast).apply_noisy(m, n, sigma, noise)
+            sent = self._projector(broadcast).apply_noisy(m, n, scale, noise)
         else:
             sent = tangent_project_surrogate(
-                noisy_gradient(m, float(n), sigma, noise).reshape(self.coef_shape),
+                noisy_gradient(m, float(n), scale, noise).reshape(self.coef_shape),
                 self.rank, self.retraction)
         check_finite_step("the projected gradient", sent)
         new_state = {**state, "tau_e": state["tau_e"] + [tau_e],
