@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from skfed.linear_model import DPFedDROClassifier
-from skfed.linear_model import _base
+from skfed.linear_model import _privacy_plan
 from skfed.privacy import calibrate_noise_multiplier, epsilon_spent, gaussian_event
 
 GRID = [  # (target_epsilon, count, sampling_probability)
@@ -62,14 +62,14 @@ def run_dro(skip_fit):
     for acc in ("paper", "rdp", "pld"):
         clf = DPFedDROClassifier(accountant=acc, target_epsilon=3.7299, target_delta=1e-6,
                                  random_state=0)
-        _base._cached_plan.cache_clear()
+        _privacy_plan._cached_plan.cache_clear()
         t0 = time.perf_counter()
         eps_round, _, _ = clf._privacy_plan()
         plan_s = time.perf_counter() - t0
         line = (f"DRO {acc}: plan {plan_s:.2f} s, per-round eps "
                 f"{math.hypot(*eps_round):.5f}")
         if not skip_fit:
-            _base._cached_plan.cache_clear()
+            _privacy_plan._cached_plan.cache_clear()
             t0 = time.perf_counter()
             clf.fit(X, y, groups=groups)
             line += (f", fit {time.perf_counter() - t0:.2f} s, spent "

@@ -315,7 +315,7 @@ ACCOUNTANT_SETTINGS = {  # setting -> (per-round eps, delta, T, paper's eps_bar)
 
 def run_accountant(seed, mode):
     """Total epsilon of the paper's settings by the closed form, RDP and PLD."""
-    from ..linear_model._base import privacy_spent
+    from ..linear_model._privacy_plan import privacy_spent
 
     rows = []
     for setting, (eps, delta, T, _) in ACCOUNTANT_SETTINGS.items():

@@ -1,11 +1,10 @@
-"""Shared pieces of the federated linear classifiers: privacy plans, prediction."""
+"""Shared pieces of the federated linear classifiers: the client rewrite, prediction.
 
-import functools
+Parameter checks live in :mod:`._checks`, privacy plans in :mod:`._privacy_plan`.
+"""
+
 import math
-import numbers
-from types import SimpleNamespace
 
-import dp_accounting
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
@@ -13,140 +12,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimatorMixin, transactional_fit
 from ..federated import ClientData, fit_federated
-from ..privacy import (
-    calibrate_noise_multiplier,
-    check_epsilon,
-    check_privacy_budget,
-    dpfeddro_epsilon,
-    dpfeddro_per_round_epsilon,
-    epsilon_spent,
-    gaussian_event,
-    split_round_budget,
-)
+from ..privacy import check_epsilon
 from ..utils._validation import (
     check_positive_int, check_scale, check_unknown_client, map_clients, validate_data,
 )
-
-PRIVACY_ACCOUNTANTS = ("paper", "rdp", "pld")
-NORM_RTOL = 1e-9  # rows scaled to norm L in floating point may exceed L by a few ulps
-
-
-def check_real(value, name, low=None, low_open=False):
-    """Return ``value`` as float if finite (and ``>= low`` / ``> low``), else raise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}.")
-    if low is not None and (value < low or (low_open and value == low)):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}.")
-    return float(value)
-
-
-def classical_multiplier(epsilon, delta):
-    """Noise multiplier ``sqrt(2 ln(1.25/delta)) / epsilon`` of the classical calibration."""
-    return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
-
-
-def privacy_spent(n_rounds, epsilons, delta, delta_bar, accountant):
-    """Total epsilon of ``n_rounds`` rounds of classical Gaussian releases.
-
-    ``epsilons`` holds the per-round budget of each release in a round (zeros
-    are skipped). ``"paper"`` is the closed-form moments-accountant bound;
-    ``"rdp"``/``"pld"`` run dp-accounting on the same noise multipliers.
-    """
-    epsilons = [e for e in epsilons if e > 0]
-    if accountant == "paper":
-        e = list(epsilons) + [0.0]
-        return dpfeddro_epsilon(n_rounds, e[0], math.sqrt(sum(x * x for x in e[1:])), delta,
-                                delta_bar)
-    return epsilon_spent(_rounds_event(n_rounds, epsilons, delta), delta_bar, accountant)
-
-
-def _rounds_event(n_rounds, epsilons, delta):
-    """dp-accounting event of ``n_rounds`` rounds of the classical releases ``epsilons``."""
-    events = [gaussian_event(classical_multiplier(e, delta), n_rounds) for e in epsilons]
-    return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
-
-
-def privacy_plan(est, split):
-    """Per-round ``(epsilons, delta, delta_bar)`` of an estimator, or None without privacy.
-
-    ``split`` is the share of ``epsilon^2`` of the first release (None: one
-    release per round). Reads ``epsilon``, ``delta``, ``target_epsilon``,
-    ``target_delta``, ``accountant`` and ``n_rounds`` from ``est``. Results
-    are cached: calibrating a total budget with the PLD accountant takes
-    about a second, and a fit needs the plan more than once.
-    """
-    key = (est.epsilon, est.delta, est.target_epsilon, est.target_delta, est.accountant,
-           est.n_rounds, split)
-    try:
-        return _cached_plan(*key)
-    except TypeError:  # unhashable parameters: validate and compute without the cache
-        return _privacy_plan(SimpleNamespace(**dict(zip(_PLAN_KEYS, key))), split)
-
-
-_PLAN_KEYS = ("epsilon", "delta", "target_epsilon", "target_delta", "accountant", "n_rounds")
-
-
-@functools.lru_cache(maxsize=32)
-def _cached_plan(epsilon, delta, target_epsilon, target_delta, accountant, n_rounds, split):
-    values = (epsilon, delta, target_epsilon, target_delta, accountant, n_rounds)
-    return _privacy_plan(SimpleNamespace(**dict(zip(_PLAN_KEYS, values))), split)
-
-
-def _privacy_plan(est, split):
-    if est.accountant not in PRIVACY_ACCOUNTANTS:
-        raise ValueError(
-            f"accountant must be one of {PRIVACY_ACCOUNTANTS}, got {est.accountant!r}."
-        )
-
-    def split_eps(eps):
-        return split_round_budget(eps, split) if split is not None else (eps,)
-
-    if est.target_epsilon is not None:
-        if est.target_delta is None:
-            raise ValueError("target_delta must be given with target_epsilon.")
-        target, delta = check_privacy_budget(
-            est.target_epsilon, est.target_delta, allow_none=False,
-            eps_name="target_epsilon", delta_name="target_delta",
-        )
-        if est.accountant == "paper":
-            eps = dpfeddro_per_round_epsilon(target, est.n_rounds, delta)
-        else:
-            # Calibrate the round's noise multiplier z = sqrt(2 ln(1.25/delta)) / eps
-            # (the releases' multipliers are fixed multiples of it) by the one
-            # bracketed search of skfed.privacy, on the very events privacy_spent
-            # composes, so the spent epsilon is <= target.
-            scale = classical_multiplier(1.0, delta)
-            try:
-                z = calibrate_noise_multiplier(
-                    target, delta, est.n_rounds, accountant=est.accountant,
-                    make_event=lambda z: _rounds_event(est.n_rounds, split_eps(scale / z),
-                                                       delta),
-                )
-            except ValueError as exc:
-                raise ValueError(
-                    f"target_epsilon={target} cannot be calibrated in {est.n_rounds} rounds "
-                    f"with accountant={est.accountant!r}: {exc}"
-                ) from exc
-            eps = scale / z
-        return split_eps(eps), delta, delta
-    # one "no noise" rule for every private estimator: None, or its alias inf
-    if check_epsilon(est.epsilon) is None:
-        return None
-    eps, delta = check_privacy_budget(est.epsilon, est.delta, allow_none=False)
-    return split_eps(eps), delta, delta
-
-
-def _label_array(labels, name):
-    """Class labels as an array that may cross in a message (numbers or text)."""
-    labels = np.asarray(labels)
-    if labels.dtype.kind in "biufU":
-        return labels
-    if all(isinstance(v, str) for v in labels.ravel()):
-        return labels.astype(str)
-    raise ValueError(
-        f"{name}: class labels must be numbers or strings to be federated, got "
-        f"{sorted({type(v).__name__ for v in labels.ravel()})}."
-    )
+from ._checks import _label_array, check_norm_bound, check_real, client_weights
+from ._privacy_plan import classical_multiplier, privacy_plan, privacy_spent
 
 
 class LinearClientMixin:
@@ -177,48 +48,6 @@ class LinearClientMixin:
             X = np.hstack([X, np.full((X.shape[0], 1), self.intercept_scaling)])
         return ClientData(X=X, y=codes.astype(np.int64), sample_weight=data.sample_weight,
                           label=data.label, index=data.index)
-
-
-def check_norm_bound(X, bound):
-    """Refuse rows with ``||x||_2 > bound`` (never clip silently)."""
-    norms = np.sqrt(np.einsum("ij,ij->i", X, X))  # no n x p temporary
-    worst = int(np.argmax(norms))
-    if norms[worst] > bound * (1.0 + NORM_RTOL):
-        raise ValueError(
-            f"row {worst} of X has l2 norm {norms[worst]:.6g} > norm_bound={bound:g}; "
-            "the privacy guarantee needs ||x|| <= norm_bound for every row. Scale the "
-            "rows first (e.g. skfed.preprocessing.NormClipper); they are never clipped "
-            "silently."
-        )
-
-
-def client_weights(alpha, sizes):
-    """``alpha_g`` from "uniform", "size" or an explicit array."""
-    g = sizes.size
-    if isinstance(alpha, str):
-        if alpha == "uniform":
-            return np.full(g, 1.0 / g)
-        if alpha == "size":
-            return sizes / sizes.sum()
-        raise ValueError(f"alpha must be 'uniform', 'size' or an array, got {alpha!r}.")
-    arr = np.asarray(alpha, dtype=float)
-    if arr.shape != (g,) or np.any(arr < 0) or not np.isclose(arr.sum(), 1.0):
-        raise ValueError(
-            f"alpha must hold {g} non-negative client weights summing to 1, got {alpha!r}."
-        )
-    return arr
-
-
-def per_client(value, n_clients, name):
-    """A scalar >= 0 broadcast to every client, or one value per client."""
-    arr = np.asarray(value, dtype=float)
-    if arr.ndim == 0:
-        arr = np.full(n_clients, float(arr))
-    if arr.shape != (n_clients,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError(
-            f"{name} must be a number >= 0 or one per client ({n_clients}), got {value!r}."
-        )
-    return arr
 
 
 class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimator):

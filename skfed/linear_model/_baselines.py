@@ -28,13 +28,9 @@ from ._admm import (
     solve_binary_dro_local,
     solve_cs_dro_local,
 )
-from ._base import (
-    LinearClientMixin,
-    _LinearFederatedClassifier,
-    check_real,
-    classical_multiplier,
-    per_client,
-)
+from ._base import LinearClientMixin, _LinearFederatedClassifier
+from ._checks import check_real, per_client
+from ._privacy_plan import classical_multiplier
 from ._kernels import dro_cs_pass
 
 __all__ = [

@@ -10,13 +10,9 @@ from scipy.special import log_softmax
 
 from ..federated._release import MIN_ROWS_MOMENTS, sends_moments, too_few_rows_warning
 from ._admm import DUAL_NORM, DPFedDROAlgorithm, sensitivities, step_sizes
-from ._base import (
-    _LinearFederatedClassifier,
-    check_real,
-    classical_multiplier,
-    per_client,
-    privacy_plan,
-)
+from ._base import _LinearFederatedClassifier
+from ._checks import check_real, per_client
+from ._privacy_plan import classical_multiplier, privacy_plan
 
 __all__ = ["DPFedDROClassifier"]
 

@@ -20,7 +20,7 @@ from skfed.linear_model._admm import (
     solve_cs_dro_local,
     step_sizes,
 )
-from skfed.linear_model._base import privacy_spent
+from skfed.linear_model._privacy_plan import privacy_spent
 from skfed.linear_model._kernels import dro_cs_pass
 from skfed.privacy import dpfeddro_epsilon, dpfeddro_per_round_epsilon, split_round_budget
 
