@@ -22,7 +22,7 @@ from ._ilmm import IlmmConfig
 from ._ilmm_predict import ilmm_moments
 from ._ilmm_steps import _IlmmSteps
 from ._kernels import KERNEL_KINDS, kernel_matrix
-from ._steps import _PFedHGPSteps
+from ._steps import _PFedHGPSteps, site_trend_moments
 
 __all__ = ["PFedHGPRegressor"]
 
@@ -33,6 +33,7 @@ DEFAULT_LOCAL_STEPS = {"paper": 80, "cavi": 10}
 DEFAULT_SERVER_LR = {"paper": 0.1, "cavi": 0.3}
 POPULATION_LOCAL = ("median", "none")
 MEAN_FUNCTIONS = ("constant", "linear")
+SITE_TRENDS = ("none", "linear")
 
 
 def _n_outputs(y):
@@ -310,6 +311,20 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         ``normalize_y`` (0 without): the paper's model. Chosen on real
         grouped data (``benchmarks/pfedhgp_mean.py``, see
         ``doc/results/real_data.md``).
+    site_trend : {"none", "linear"}, default="none"
+        ``"linear"``: each client adds an affine deviation ``b_i^T [1, x]``
+        (model units) from the prior mean, a random intercept and slope as
+        in a mixed model with random slopes: a ridge fit (penalty 1, the
+        intercept penalized too) of its normalized residuals from the prior
+        mean on its own rows, once, in the first training round; the GP
+        blocks then model what is left. It is the posterior mean of ``b_i ~
+        N(0, sigma^2 I)`` (``sigma^2`` the noise variance); a seen client's
+        predictive variance adds ``sigma^2 [1, x]^T ([1, X_i]^T [1, X_i] +
+        I)^-1 [1, x]``. ``b_i`` stays on the client (nothing more is sent);
+        a new client's population prediction is unchanged. 1-D ``y`` only.
+        Measured on real grouped data and not adopted as the default
+        (``benchmarks/pfedhgp_local_linear.py``, see
+        ``doc/results/real_data.md``).
     input_bounds : array-like of shape (2,) or (2, n_features), default=None
         The box, in raw input units, where ``Z_g`` starts (an even grid for
         one feature, a scrambled Halton set otherwise): ``(lower, upper)`` for
@@ -480,6 +495,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         normalize_y=True,
         normalize_X=True,
         mean_function="linear",
+        site_trend="none",
         input_bounds=None,
         jitter=1e-6,
         client_fraction=1.0,
@@ -514,6 +530,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.normalize_y = normalize_y
         self.normalize_X = normalize_X
         self.mean_function = mean_function
+        self.site_trend = site_trend
         self.input_bounds = input_bounds
         self.jitter = jitter
         self.client_fraction = client_fraction
@@ -559,6 +576,13 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         if not (isinstance(self.mean_function, str) and self.mean_function in MEAN_FUNCTIONS):
             raise ValueError(
                 f"mean_function must be one of {MEAN_FUNCTIONS}, got {self.mean_function!r}.")
+        site_trend = getattr(self, "site_trend", "none")
+        if not (isinstance(site_trend, str) and site_trend in SITE_TRENDS):
+            raise ValueError(f"site_trend must be one of {SITE_TRENDS}, got {site_trend!r}.")
+        if site_trend != "none" and n_outputs is not None:
+            raise ValueError(
+                f"site_trend={site_trend!r} is implemented for 1-D y only, got y with "
+                f"{n_outputs} output columns; use site_trend='none'.")
         if not (isinstance(self.mean_update, str) and self.mean_update in MEAN_UPDATES):
             raise ValueError(
                 f"mean_update must be one of {MEAN_UPDATES}, got {self.mean_update!r}.")
@@ -620,6 +644,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             input_bounds=_check_input_bounds(self.input_bounds, cfg.n_features),
             tol=None if self.tol is None else float(self.tol),
             mean_function=self.mean_function,
+            site_trend=getattr(self, "site_trend", "none") == "linear",
         )
 
     def _check_client_sizes(self, X, groups, steps):
@@ -930,6 +955,11 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
                         part = part + B.T @ B + Kl - V.T @ V
                     else:
                         part = part + np.sum(B * B, axis=0) + var_l - np.sum(V * V, axis=0)
+                if "site_coef" in loc:  # site_trend="linear": b_i ~ N(coef, s2 cov)
+                    m_t, v_t = site_trend_moments(Xs[rows], loc["site_coef"], loc["site_cov"],
+                                                  full)
+                    mean[rows] += m_t
+                    part = part + s2 * v_t
             else:
                 if cfg.use_deviation:
                     part = part + phi * (Kg[np.ix_(rows, rows)] if full else Kg[rows])

@@ -440,6 +440,44 @@ def row_shift(X, broadcast):
     return shift + X @ np.asarray(coef, dtype=float)
 
 
+# ridge penalty of a client's affine deviation (site_trend="linear"), on the model's
+# units (standardized inputs, normalized targets): the prior of its intercept and
+# slopes is N(0, sigma^2 / SITE_TREND_ALPHA) with sigma^2 the noise variance
+SITE_TREND_ALPHA = 1.0
+
+
+def site_trend_design(X):
+    """The affine design ``[1, X]`` of a client's linear trend."""
+    X = np.asarray(X, dtype=float)
+    return np.column_stack([np.ones(X.shape[0]), X])
+
+
+def site_trend_fit(X, r, alpha=SITE_TREND_ALPHA):
+    """A client's affine deviation from the prior mean: ``(coef, cov)``.
+
+    Ridge regression of the client's normalized residuals ``r`` on ``[1, X]``
+    (model units), intercept penalized too: the posterior mean of a random
+    intercept and slope ``b ~ N(0, (sigma^2 / alpha) I)`` with noise
+    ``sigma^2`` (a random-slope mixed model with the variance ratio fixed).
+    ``cov = ([1, X]^T [1, X] + alpha I)^-1``: ``sigma^2 cov`` is the posterior
+    covariance of ``b``. Computed on the client, never sent.
+    """
+    A = site_trend_design(X)
+    G = A.T @ A + alpha * np.eye(A.shape[1])
+    cov = np.linalg.inv(G)  # (d + 1) x (d + 1), well conditioned for alpha > 0
+    cov = 0.5 * (cov + cov.T)
+    return cov @ (A.T @ np.asarray(r, dtype=float)), cov
+
+
+def site_trend_moments(X, coef, cov, full):
+    """Mean ``[1, X] @ coef`` and the (diagonal or full) ``[1, X] cov [1, X]^T``
+    of a client's linear trend at the rows of ``X`` (model units; the variance
+    is to be multiplied by the noise variance)."""
+    A = site_trend_design(X)
+    AC = A @ cov
+    return A @ coef, (AC @ A.T if full else np.sum(AC * A, axis=1))
+
+
 def weighted_median(values, weights):
     """Per-column weighted median of ``values`` (clients x features), weights per client."""
     order = np.argsort(values, axis=0, kind="stable")
@@ -531,8 +569,11 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
                  server_iterations=10, n_rounds=None, release_population=False,
                  normalize_X=False, joint_mean=False, input_bounds=None, tol=None,
-                 mean_function="constant"):
+                 mean_function="constant", site_trend=False):
         self.cfg = cfg
+        # each client's affine deviation (site_trend_fit), fitted once on its own rows
+        # in the first training round and kept on the client
+        self.site_trend = bool(site_trend)
         # "linear": y's prior mean is a pooled ridge fit on the inputs (linear_mean)
         self.mean_function = mean_function
         self.optimizer = optimizer
@@ -682,7 +723,14 @@ class _PFedHGPSteps(FederatedAlgorithm):
         g = self.broadcast_globals(broadcast)
         loc = dict(state["loc"])
         X, cache = self.client_inputs(data, state, broadcast, loc)
-        y = cache.targets(data.y, row_shift(X, broadcast), broadcast["y_scale"])
+        shift = row_shift(X, broadcast)
+        if self.site_trend:
+            scale = float(broadcast["y_scale"])
+            if "site_coef" not in loc:
+                loc["site_coef"], loc["site_cov"] = site_trend_fit(
+                    X, (np.asarray(data.y, dtype=float) - shift) / scale)
+            shift = shift + scale * (site_trend_design(X) @ loc["site_coef"])
+        y = cache.targets(data.y, shift, broadcast["y_scale"])
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         if self.share_local_hypers and "ls_l" in broadcast:
             loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
