@@ -37,8 +37,7 @@ summary of what the file holds)::
 import argparse
 import csv
 import os
-import time
-import warnings
+import sys
 from collections import defaultdict
 
 import numpy as np
@@ -47,6 +46,10 @@ from sklearn.linear_model import Ridge
 from skfed import PFedHGPRegressor
 from skfed.baselines import LocalEstimator, PooledEstimator
 from skfed.benchmark._real_data import _splits
+
+# the same fold loop as the convergence study (one fit per fold, process time, coverage)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pfedhgp_convergence import run_one  # noqa: E402
 from skfed.datasets import load_multilevel
 
 DATASETS = ("sleepstudy", "chickweight", "produc", "exam", "hsb82")
@@ -60,28 +63,6 @@ BASELINES = {
     "Pooled Ridge": lambda seed: PooledEstimator(Ridge()),
 }
 FIELDS = ("data", "seed", "model", "setting", "rmse", "cov95", "fit_s", "n_iter")
-
-
-def run_one(make, X, y, g, folds, setting, gp):
-    sse, n, covered, times, iters = 0.0, 0, 0, [], []
-    for tr, te in folds:
-        model = make()
-        tic = time.process_time()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.fit(X[tr], y[tr], groups=g[tr])
-        times.append(time.process_time() - tic)
-        pred_groups = g[te] if setting == "seen-site" else None
-        if gp:
-            mean, std = model.predict(X[te], groups=pred_groups, return_std=True)
-            covered += int(np.sum(np.abs(y[te] - mean) <= 1.959964 * np.maximum(std, 1e-12)))
-            iters.append(model.n_iter_)
-        else:
-            mean = model.predict(X[te], groups=pred_groups)
-        sse += float(np.sum((y[te] - mean) ** 2))
-        n += te.size
-    return {"rmse": np.sqrt(sse / n), "cov95": covered / n if gp else "",
-            "fit_s": float(np.mean(times)), "n_iter": float(np.mean(iters)) if gp else ""}
 
 
 def measure(out, datasets, seeds, names):
