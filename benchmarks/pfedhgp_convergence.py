@@ -86,6 +86,23 @@ def run_one(make, X, y, g, folds, setting, gp):
             "fit_s": float(np.mean(times)), "n_iter": float(np.mean(iters)) if gp else ""}
 
 
+def run_cells(writer, fh, dname, seed, X, y, g, candidates, baselines, names, done):
+    """Every model not yet in ``done`` on one (data set, seed): both protocols, a CSV row each."""
+    folds = _splits(X, y, g, seed)
+    makers = {name: (lambda s, kw=candidates[name]: PFedHGPRegressor(
+        random_state=s, n_jobs=1, **kw), True) for name in names}
+    makers.update({k: (v, False) for k, v in baselines.items()})
+    for name, (make, gp) in makers.items():
+        if (dname, str(seed), name) in done:
+            continue
+        for setting, fl in folds.items():
+            res = run_one(lambda: make(seed), X, y, g, fl, setting, gp)
+            writer.writerow({"data": dname, "seed": seed, "model": name,
+                             "setting": setting, **res})
+        fh.flush()
+        print(dname, seed, name, flush=True)
+
+
 def measure(out, datasets, seeds, names):
     done = set()
     if os.path.exists(out):
@@ -100,19 +117,7 @@ def measure(out, datasets, seeds, names):
             d = load_multilevel(dname)
             X, y, g = np.asarray(d.data, float), np.asarray(d.target, float), d.groups
             for seed in seeds:
-                folds = _splits(X, y, g, seed)
-                makers = {name: (lambda s, kw=CANDIDATES[name]: PFedHGPRegressor(
-                    random_state=s, n_jobs=1, **kw), True) for name in names}
-                makers.update({k: (v, False) for k, v in BASELINES.items()})
-                for name, (make, gp) in makers.items():
-                    if (dname, str(seed), name) in done:
-                        continue
-                    for setting, fl in folds.items():
-                        res = run_one(lambda: make(seed), X, y, g, fl, setting, gp)
-                        writer.writerow({"data": dname, "seed": seed, "model": name,
-                                         "setting": setting, **res})
-                    fh.flush()
-                    print(dname, seed, name, flush=True)
+                run_cells(writer, fh, dname, seed, X, y, g, CANDIDATES, BASELINES, names, done)
 
 
 def summary(out):

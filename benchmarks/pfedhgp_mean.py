@@ -43,13 +43,11 @@ from collections import defaultdict
 import numpy as np
 from sklearn.linear_model import Ridge
 
-from skfed import PFedHGPRegressor
 from skfed.baselines import LocalEstimator, PooledEstimator
-from skfed.benchmark._real_data import _splits
 
-# the same fold loop as the convergence study (one fit per fold, process time, coverage)
+# the same fold loop and CSV rows as the convergence study
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pfedhgp_convergence import run_one  # noqa: E402
+from pfedhgp_convergence import run_cells  # noqa: E402
 from skfed.datasets import load_multilevel
 
 DATASETS = ("sleepstudy", "chickweight", "produc", "exam", "hsb82")
@@ -79,19 +77,7 @@ def measure(out, datasets, seeds, names):
             for dname in datasets:
                 d = load_multilevel(dname)
                 X, y, g = np.asarray(d.data, float), np.asarray(d.target, float), d.groups
-                folds = _splits(X, y, g, seed)
-                makers = {name: (lambda s, kw=CANDIDATES[name]: PFedHGPRegressor(
-                    random_state=s, n_jobs=1, **kw), True) for name in names}
-                makers.update({k: (v, False) for k, v in BASELINES.items()})
-                for name, (make, gp) in makers.items():
-                    if (dname, str(seed), name) in done:
-                        continue
-                    for setting, fl in folds.items():
-                        res = run_one(lambda: make(seed), X, y, g, fl, setting, gp)
-                        writer.writerow({"data": dname, "seed": seed, "model": name,
-                                         "setting": setting, **res})
-                    fh.flush()
-                    print(dname, seed, name, flush=True)
+                run_cells(writer, fh, dname, seed, X, y, g, CANDIDATES, BASELINES, names, done)
 
 
 def summary(out):
