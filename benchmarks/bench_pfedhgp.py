@@ -85,6 +85,7 @@ def paired_round_ratios(X, y, groups, optimizer, repeat=9, **kw):
                              init_lengthscale_local=0.1, random_state=0, normalize_y=False,
                              normalize_X=False, **kw)
     n_outputs = None if y.ndim == 1 else y.shape[1]
+    model._check_params()
     steps = model._steps_algorithm(X.shape[1], n_outputs)
     fed = Federation.from_arrays(X, y, groups)
     rng = np.random.default_rng(0)

@@ -85,6 +85,8 @@ API_MODULES = {
     "benchmark": ("Benchmark", "The experiments of ``skfed benchmark`` and the code that runs "
                   "them."),
     "utils": ("Utilities", "Validation of client labels."),
+    "base": ("Base classes", "The base class that owns ``fit`` for every federated estimator "
+             "(see :doc:`/extending`), and the mixin of the ``groups`` API."),
 }
 API_CONSTANTS = {
     "MULTILEVEL_DATASETS": "The names accepted by :func:`load_multilevel`.",
@@ -98,7 +100,7 @@ API_CONSTANTS = {
 
 def _public_modules():
     names = sorted(p.parent.name for p in (Path(skfed.__file__).parent).glob("*/__init__.py")
-                   if not p.parent.name.startswith("_"))
+                   if not p.parent.name.startswith("_")) + ["base"]
     order = list(API_MODULES) + [n for n in names if n not in API_MODULES]
     modules = [importlib.import_module(f"skfed.{name}") for name in order if name in names]
     return [m for m in modules if hasattr(m, "__all__")]

@@ -3,12 +3,14 @@
 import functools
 
 import numpy as np
+from sklearn.base import _fit_context
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils.validation import check_is_fitted
 
+from .federated import fit_federated
 from .utils._validation import map_clients
 
-__all__ = ["FederatedEstimatorMixin", "transactional_fit"]
+__all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "transactional_fit"]
 
 
 def transactional_fit(fit):
@@ -87,6 +89,98 @@ class FederatedEstimatorMixin:
         if _is_classifier(self):
             return accuracy_score(y, y_pred, sample_weight=sample_weight)
         return r2_score(y, y_pred, sample_weight=sample_weight)
+
+
+class FederatedEstimator(FederatedEstimatorMixin):
+    """Base class of the estimators trained by federated rounds; it owns ``fit``.
+
+    ``fit(X, y, groups)`` validates the hyperparameters once (scikit-learn's
+    ``_parameter_constraints``, then :meth:`_check_params`), validates the
+    rows (:meth:`_validate_site_data`), runs the set-up exchange and the
+    rounds (:func:`skfed.federated.fit_federated`, which builds the algorithm
+    once) and sets the fitted attributes (:meth:`_set_fitted`). A failed fit
+    leaves the estimator as it was.
+
+    A subclass provides the hooks of :class:`skfed.federated.FederatedContract`;
+    the same hooks run it on Flower (:mod:`skfed.federated.flower`). The
+    defaults here: no extra set-up entries, and the engine options read from
+    the usual parameters. Put it first, scikit-learn's mixins next and
+    ``BaseEstimator`` last:
+    ``class MyRegressor(FederatedEstimator, RegressorMixin, BaseEstimator)``.
+    See the user guide, "Write your own federated estimator".
+    """
+
+    #: Fewest rows a client may hold.
+    _min_client_rows = 1
+
+    # scikit-learn's constraints, checked by ``fit`` before anything else
+    _parameter_constraints: dict = {}
+
+    @transactional_fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, groups=None):
+        """Train by federated rounds, one client per distinct label of ``groups``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training rows of all clients.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` means a single client.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        self._check_params()
+        X, y = self._validate_site_data(X, y, reset=True, groups=groups)
+        self._set_fitted(self._run_federation(X, y, groups))
+        return self
+
+    def _run_federation(self, X, y, groups):
+        """The federated fit of validated rows (in-process)."""
+        return fit_federated(self, X, y, groups, min_samples=self._min_client_rows)
+
+    # -- the hooks of skfed.federated.FederatedContract --------------------------
+
+    def _check_params(self):
+        """Checks of several hyperparameters together (after the constraints)."""
+
+    def _validate_site_data(self, X, y, reset=False, groups=None):
+        """The checks a site runs on its own rows; returns ``(X, y)``.
+
+        In-process ``fit`` passes the pooled rows with their client labels
+        ``groups``, so that checks per client (and their warnings) name the
+        clients; a site of a distributed run passes its own rows alone.
+        """
+        raise NotImplementedError
+
+    def _site_summary(self, X, y):
+        """Extra entries of a site's set-up message (none by default)."""
+        return {}
+
+    def _combine_site_summaries(self, labels, summaries):
+        """Extra entries of the set-up summary (none by default)."""
+        return {}
+
+    def _federated_algorithm(self, setup):
+        """The client and server steps, from the parameters and ``setup`` only."""
+        raise NotImplementedError
+
+    def _engine_params(self):
+        """The engine's options, from the usual parameters (one round without ``n_rounds``)."""
+        return dict(n_rounds=int(getattr(self, "n_rounds", 1)),
+                    client_fraction=getattr(self, "client_fraction", 1.0),
+                    on_client_error=getattr(self, "on_client_error", "raise"),
+                    random_state=getattr(self, "random_state", None),
+                    n_jobs=getattr(self, "n_jobs", None), verbose=getattr(self, "verbose", 0))
+
+    def _set_fitted(self, fit):
+        """Fitted attributes from a :class:`skfed.federated.FederatedFit`."""
+        raise NotImplementedError
 
 
 def _is_classifier(est):

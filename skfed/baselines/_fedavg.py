@@ -1,15 +1,18 @@
 """FedAvg for linear regression, with optional local fine-tuning (a pFL baseline)."""
 
 import copy
-import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from ..base import FederatedEstimatorMixin, check_on_site, scatter_rows, transactional_fit
-from ..federated import FederatedAlgorithm, fit_federated
-from ..utils._validation import check_positive_int, check_scale, validate_data
+from ..base import FederatedEstimator, check_on_site, scatter_rows
+from ..federated import FederatedAlgorithm
+from ..utils._param_validation import (
+    FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
+)
+from ..utils._validation import check_scale, validate_data
 from ._kernels import sgd_squared_epochs
 
 __all__ = ["FedAvgRegressor"]
@@ -115,7 +118,7 @@ class _FedAvg(FederatedAlgorithm):
                          self.fine_tune_epochs, rng)
 
 
-class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
+class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     """Federated averaging of linear least-squares models, optionally fine-tuned per client.
 
     Each round, every sampled client runs ``local_epochs`` of mini-batch SGD
@@ -225,66 +228,37 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
-    def _engine_params(self):
-        return dict(
-            n_rounds=check_positive_int(self.n_rounds, "n_rounds"),
-            client_fraction=self.client_fraction,
-            on_client_error=self.on_client_error,
-            random_state=self.random_state,
-            n_jobs=self.n_jobs,
-            verbose=self.verbose,
-        )
+    _parameter_constraints = {
+        **FEDERATION_CONSTRAINTS,
+        "local_epochs": [positive_int()],
+        "learning_rate": [StrOptions({"auto"}), positive_real()],
+        "batch_size": [positive_int()],
+        "alpha": [nonnegative_real()],
+        "fit_intercept": ["boolean"],
+        "fine_tune_epochs": [positive_int(0)],
+    }
+
+    # -- the hooks of skfed.federated.FederatedContract (fit is FederatedEstimator's) --
 
     def _federated_algorithm(self, setup):
         """The client and server steps, built from the set-up summary only."""
         lr = self.learning_rate
-        if not (isinstance(lr, str) and lr == "auto") and (
-            isinstance(lr, bool) or not isinstance(lr, numbers.Real)
-            or not (np.isfinite(lr) and lr > 0)
-        ):
-            raise ValueError(f"learning_rate must be 'auto' or a finite number > 0, got {lr!r}.")
-        alpha = self.alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (
-            np.isfinite(alpha) and alpha >= 0
-        ):
-            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}.")
         return _FedAvg(
             n_features=int(setup["n_features"]),
-            local_epochs=check_positive_int(self.local_epochs, "local_epochs"),
+            local_epochs=int(self.local_epochs),
             learning_rate=lr if isinstance(lr, str) else float(lr),
-            alpha=float(alpha),
-            batch_size=check_positive_int(self.batch_size, "batch_size"),
+            alpha=float(self.alpha),
+            batch_size=int(self.batch_size),
             fit_intercept=bool(self.fit_intercept),
-            fine_tune_epochs=check_positive_int(self.fine_tune_epochs, "fine_tune_epochs",
-                                                minimum=0),
+            fine_tune_epochs=int(self.fine_tune_epochs),
         )
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Train the global model by federated averaging (then fine-tune per client).
+    def _validate_site_data(self, X, y, reset=False, groups=None):
+        """Validate one site's (or the pooled) training rows.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,)
-            Targets: numbers, or strings of numbers (converted to float as
-            scikit-learn's regressors do).
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : FedAvgRegressor
-            The fitted estimator.
+        ``y`` may be numbers or strings of numbers (converted to float as
+        scikit-learn's regressors do).
         """
-        X, y = self._validate_site_data(X, y, reset=True)
-        result, setup, labels = fit_federated(self, X, y, groups)
-        self._set_federated_result(result, setup, labels)
-        return self
-
-    def _validate_site_data(self, X, y, reset=False):
-        """Validate one site's (or the pooled) training rows."""
         X, y = validate_data(self, X, y, reset=reset, y_numeric=True, dtype=np.float64)
         if y.dtype != np.float64:  # e.g. strings of numbers, which the kernel cannot read
             try:
@@ -295,13 +269,14 @@ class FedAvgRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         check_scale(y, "y")
         return X, y
 
-    def _set_federated_result(self, result, setup, labels):
+    def _set_fitted(self, fit):
         """Copy the global model (and, when known, the clients' models) into attributes.
 
         ``result.client_states`` is ``None`` on a distributed run: the
         fine-tuned models then stay with the sites (``client_coefs_`` and
         ``client_intercepts_`` are ``None``).
         """
+        result, setup, labels = fit.result, fit.setup, fit.labels
         coef, intercept = result.server_state
         states = result.client_states
         if not self.fine_tune_epochs:

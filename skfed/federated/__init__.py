@@ -9,7 +9,9 @@ after the other in one run.
 """
 
 from ._engine import ClientDropout, FederationResult, round_rng, run_federation, seed_entropy
-from ._fit import client_summary, combine_summaries, fit_federated
+from ._fit import (
+    FederatedContract, FederatedFit, client_summary, combine_summaries, fit_federated,
+)
 from ._ledger import Ledger, LedgerRecord
 from ._phased import PhasedAlgorithm, PhaseState
 from ._protocol import ClientData, FederatedAlgorithm, Federation, check_message
@@ -18,6 +20,8 @@ __all__ = [
     "ClientData",
     "ClientDropout",
     "FederatedAlgorithm",
+    "FederatedContract",
+    "FederatedFit",
     "Federation",
     "FederationResult",
     "Ledger",

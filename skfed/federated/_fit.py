@@ -1,30 +1,94 @@
 """Fit an estimator through the protocol: set-up exchange, algorithm, rounds.
 
-Estimators that follow this contract run unchanged in-process
+Estimators that follow :class:`FederatedContract` run unchanged in-process
 (:func:`fit_federated`) and on a distributed engine
-(:mod:`skfed.federated.flower`). An estimator provides:
-
-* ``_federated_algorithm(setup) -> FederatedAlgorithm``, built only from the
-  set-up summary (so every node can rebuild the same algorithm);
-* ``_engine_params() -> dict`` with ``n_rounds``, ``client_fraction``,
-  ``on_client_error``, ``random_state`` (and in-process ``n_jobs``,
-  ``verbose``);
-* ``_set_federated_result(result, setup, labels)`` to copy the server state
-  (and, in-process, the client states) into fitted attributes;
-* ``_validate_site_data(X, y, reset)``: the checks a site runs on its own
-  rows (the in-process ``fit`` runs them on the pooled rows);
-* optionally ``_site_summary(X, y)`` and
-  ``_combine_site_summaries(labels, summaries)``: extra set-up entries
-  (e.g. each site's class labels and their union).
+(:mod:`skfed.federated.flower`); :class:`skfed.base.FederatedEstimator`
+implements ``fit`` on top of it.
 """
+
+from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._engine import run_federation
+from ._engine import FederationResult, run_federation
 from ._ledger import Ledger
-from ._protocol import Federation, check_message
+from ._protocol import FederatedAlgorithm, Federation, check_message
 
-__all__ = ["client_summary", "combine_summaries", "fit_federated", "setup_exchange"]
+__all__ = ["FederatedContract", "FederatedFit", "client_summary", "combine_summaries",
+           "fit_federated", "setup_exchange"]
+
+
+@runtime_checkable
+class FederatedContract(Protocol):
+    """The hooks an estimator provides to be fitted by the protocol.
+
+    The engines call them in this order, on the coordinator (server) and on
+    every site (client) of a distributed run alike; in-process, one object
+    plays every part. Each hook sees only what its node may see.
+
+    1. ``_check_params()`` (every node): the hyperparameters, once, after
+       scikit-learn's ``_parameter_constraints`` were checked; checks that
+       tie several parameters together, and any derived setting the other
+       hooks read.
+    2. ``_validate_site_data(X, y, reset, groups)`` (each site, on its own
+       rows; in-process on the pooled rows with their client labels
+       ``groups``, for checks per client): returns the validated ``(X, y)``.
+    3. ``_site_summary(X, y)`` (each site): extra entries of the site's
+       set-up message (aggregates only: see ``skfed.federated._release``).
+    4. ``_combine_site_summaries(labels, summaries)`` (server): extra
+       entries of the set-up summary broadcast to every site.
+    5. ``_federated_algorithm(setup)`` (every node): the client and server
+       steps, built from the parameters and the set-up summary only, so
+       every node builds the same algorithm.
+    6. ``_engine_params()`` (server): ``n_rounds``, ``client_fraction``,
+       ``on_client_error``, ``random_state`` (in-process also ``n_jobs``,
+       ``verbose``).
+    7. ``_set_fitted(fit)`` (server): fitted attributes from a
+       :class:`FederatedFit` (on a distributed run its client states are
+       ``None``: the personalized parts stay on the sites).
+
+    Optional: ``_with_site_state(label, state)``, the fitted model with one
+    site's personalized parts (``skfed.federated.flower.site_model``).
+    """
+
+    def _check_params(self) -> None: ...
+
+    def _validate_site_data(self, X, y, reset: bool = False, groups=None) -> tuple: ...
+
+    def _site_summary(self, X, y) -> Mapping: ...
+
+    def _combine_site_summaries(self, labels, summaries) -> Mapping: ...
+
+    def _federated_algorithm(self, setup: Mapping) -> FederatedAlgorithm: ...
+
+    def _engine_params(self) -> Mapping: ...
+
+    def _set_fitted(self, fit: "FederatedFit") -> None: ...
+
+
+@dataclass(frozen=True)
+class FederatedFit:
+    """The outcome of a federated fit, handed to ``_set_fitted``.
+
+    Attributes
+    ----------
+    result : FederationResult
+        Server state, client states (``None`` on a distributed run), ledger,
+        rounds run, participation.
+    setup : mapping
+        The set-up summary the algorithm was built from.
+    labels : ndarray
+        Sorted client labels (``clients_``).
+    algorithm : FederatedAlgorithm
+        The algorithm that ran, built once from ``setup``.
+    """
+
+    result: FederationResult
+    setup: Mapping
+    labels: Any
+    algorithm: FederatedAlgorithm
 
 
 _BASE_KEYS = ("n_samples", "n_features")
@@ -112,7 +176,7 @@ def setup_exchange(labels, summaries, estimator):
         Client labels, sorted, in client-index order.
     summaries : sequence of mapping
         Each client's :func:`client_summary`, aligned with ``labels``.
-    estimator : estimator following the contract of this module
+    estimator : FederatedContract
 
     Returns
     -------
@@ -141,8 +205,9 @@ def fit_federated(estimator, X, y, groups=None, sample_weight=None, min_samples=
 
     Parameters
     ----------
-    estimator : estimator following the contract of this module
-        Provides ``_federated_algorithm``, ``_engine_params``.
+    estimator : FederatedContract
+        Provides ``_federated_algorithm``, ``_engine_params`` and the
+        set-up hooks.
     X, y : ndarray
         Validated training data of all clients.
     groups : array-like or None
@@ -154,11 +219,9 @@ def fit_federated(estimator, X, y, groups=None, sample_weight=None, min_samples=
 
     Returns
     -------
-    result : FederationResult
-    setup : mapping
-        The set-up summary the algorithm was built from.
-    labels : ndarray
-        Sorted client labels.
+    fit : FederatedFit
+        The result, the set-up summary, the sorted client labels and the
+        algorithm that ran.
     """
     federation = Federation.from_arrays(X, y, groups, sample_weight, min_samples=min_samples)
     setup, algorithm, ledger = setup_exchange(
@@ -167,4 +230,4 @@ def fit_federated(estimator, X, y, groups=None, sample_weight=None, min_samples=
         estimator,
     )
     result = run_federation(algorithm, federation, ledger=ledger, **estimator._engine_params())
-    return result, setup, federation.labels
+    return FederatedFit(result, setup, federation.labels, algorithm)

@@ -42,7 +42,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from ..utils._validation import check_fraction
 from ._engine import ClientDropout, FederationResult, Stream, drive_rounds, round_rng, seed_entropy
-from ._fit import client_summary, setup_exchange
+from ._fit import FederatedFit, client_summary, setup_exchange
 from ._flower_local import LocalFederation, make_certificates, write_app
 from ._flower_memory import InMemoryGrid
 from ._protocol import ClientData, check_message
@@ -50,8 +50,8 @@ from ._protocol import ClientData, check_message
 __all__ = ["FlowerFederation", "FlowerTransport", "InMemoryGrid", "LocalFederation", "exchange",
            "make_certificates", "site_model", "supports_federation", "write_app"]
 
-_CONTRACT = ("_federated_algorithm", "_engine_params", "_set_federated_result",
-             "_validate_site_data")
+_CONTRACT = ("_check_params", "_validate_site_data", "_federated_algorithm",
+             "_engine_params", "_set_fitted")
 _STATE_KEY = "skfed"
 
 
@@ -66,8 +66,15 @@ def _n_positional(func):
     return sum(p.kind in kinds for p in params)
 
 
+def _checked(estimator):
+    """``estimator`` with its hyperparameters checked as ``fit`` checks them, on any node."""
+    estimator._validate_params()  # scikit-learn's _parameter_constraints
+    estimator._check_params()
+    return estimator
+
+
 def supports_federation(estimator):
-    """Whether ``estimator`` follows the contract of :func:`skfed.federated.fit_federated`.
+    """Whether ``estimator`` provides the hooks of :class:`skfed.federated.FederatedContract`.
 
     Estimators that pool the rows (a centralized reference) set
     ``_pools_rows = True`` and are refused even if they share the hooks.
@@ -377,7 +384,7 @@ class FlowerFederation:
         if not supports_federation(probe):
             raise TypeError(
                 f"{type(probe).__name__} does not support federation: it needs "
-                f"{', '.join(_CONTRACT)} (see skfed.federated.fit_federated)."
+                f"{', '.join(_CONTRACT)} (see skfed.federated.FederatedContract)."
             )
         self.make_estimator = make_estimator
         self.load_data = load_data
@@ -407,7 +414,7 @@ class FlowerFederation:
         """The site's estimator and validated rows; errors name the site."""
         config = dict(context.node_config)
         label = self._label(config)
-        estimator = self.make_estimator(dict(context.run_config))
+        estimator = _checked(self.make_estimator(dict(context.run_config)))
         try:
             X, y = _call_loader(self.load_data, config, context.run_config)
             X, y = estimator._validate_site_data(X, y, reset=True)
@@ -519,7 +526,7 @@ class FlowerFederation:
 
     def _server_main(self, grid: Grid, context: Context):
         run_config = dict(context.run_config)
-        estimator = self.make_estimator(run_config)
+        estimator = _checked(self.make_estimator(run_config))
         params = estimator._engine_params()
         min_nodes = self.min_nodes or int(run_config.get("min-nodes", 1))
         nodes = self._wait_for_nodes(grid, max(1, min_nodes))
@@ -562,7 +569,7 @@ class FlowerFederation:
         ledger.wire_bytes = dict(wire)
         result = FederationResult(server_state=server_state, client_states=None, ledger=ledger,
                                   n_rounds=len(participation), participation=participation)
-        estimator._set_federated_result(result, setup, np.array(labels))
+        estimator._set_fitted(FederatedFit(result, setup, np.array(labels), algorithm))
         self.fitted_ = estimator
         output = run_config.get("output")
         if output:

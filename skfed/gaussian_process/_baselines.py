@@ -1,18 +1,19 @@
 """The paper's pFedGP baseline (adapted, Sec. 4.4): client GPs with FedAvg'd kernels."""
 
+from sklearn.utils._param_validation import StrOptions
 
-from ..utils._validation import check_positive_int, check_unknown_client
+from ..utils._param_validation import (
+    FEDERATION_CONSTRAINTS, positive_int, positive_real,
+)
 from ._elbo import ModelConfig
 from ._ilmm import IlmmConfig
 from ._kernels import KERNEL_KINDS
 from ._pfedhgp import (
     DEFAULT_LOCAL_STEPS,
     OPTIMIZERS,
+    POPULATION_LOCAL,
     PFedHGPRegressor,
     _check_input_bounds,
-    _check_n_latents,
-    _check_population_local,
-    _check_positive,
 )
 
 __all__ = ["PFedGPRegressor"]
@@ -156,31 +157,40 @@ class PFedGPRegressor(PFedHGPRegressor):
         return [cls(n_inducing=10, ard=True, optimizer="cavi", n_rounds=10, local_steps=5,
                     init_lengthscale=3.0, normalize_y=True, random_state=0)]
 
+    _parameter_constraints = {
+        **FEDERATION_CONSTRAINTS,
+        "kernel": [StrOptions(set(KERNEL_KINDS))],
+        "ard": ["boolean"],
+        "n_latents": [positive_int()],
+        "n_inducing": [positive_int()],
+        **{name: [positive_real()] for name in (
+            "init_lengthscale", "init_variance", "init_noise", "local_lr", "server_lr",
+            "jitter")},
+        "optimizer": [StrOptions(set(OPTIMIZERS))],
+        "local_steps": [positive_int(0), None],
+        "learn_inducing": ["boolean"],
+        "normalize_y": ["boolean"],
+        "input_bounds": "no_validation",  # checked at set-up, against n_features
+        "population_local": [StrOptions(set(POPULATION_LOCAL))],
+    }
+
+    def _check_params(self):
+        """Every check is a constraint; the parent's hooks read ``_components``."""
+        self._components = {"local"}
+
     def _steps_algorithm(self, n_features, n_outputs=None):
-        if self.kernel not in KERNEL_KINDS:
-            raise ValueError(f"kernel must be one of {tuple(KERNEL_KINDS)}, got {self.kernel!r}.")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
-        check_unknown_client(self.unknown_client)
-        for name in ("init_lengthscale", "init_variance", "init_noise", "local_lr", "server_lr",
-                     "jitter"):
-            _check_positive(getattr(self, name), name)
-        check_positive_int(self.n_rounds, "n_rounds")
-        Mi = check_positive_int(self.n_inducing, "n_inducing")
         local_steps = DEFAULT_LOCAL_STEPS[self.optimizer] if self.local_steps is None else \
-            check_positive_int(self.local_steps, "local_steps", minimum=0)
+            int(self.local_steps)
         fields = dict(kind=KERNEL_KINDS[self.kernel], ard=bool(self.ard), n_features=n_features,
                       use_global=False, use_deviation=False, use_local=True,
                       jitter=float(self.jitter), learn_inducing=bool(self.learn_inducing))
         if n_outputs is None:
             cfg = ModelConfig(**fields)
         else:
-            if isinstance(self.n_latents, (tuple, list)):
-                raise ValueError(f"n_latents must be an integer >= 1, got {self.n_latents!r}.")
-            r, _ = _check_n_latents(self.n_latents)
-            cfg = IlmmConfig(**fields, n_outputs=n_outputs, rank_global=1, rank_local=r,
+            cfg = IlmmConfig(**fields, n_outputs=n_outputs, rank_global=1,
+                             rank_local=int(self.n_latents),
                              variance_local=float(self.init_variance))
-        return self._make_steps_baseline(cfg, Mi, local_steps)
+        return self._make_steps_baseline(cfg, int(self.n_inducing), local_steps)
 
     def _make_steps_baseline(self, cfg, Mi, local_steps):
         from ._ilmm_steps import _IlmmSteps
@@ -195,23 +205,8 @@ class PFedGPRegressor(PFedHGPRegressor):
             local_steps=local_steps, local_lr=self.local_lr, server_lr=self.server_lr,
             normalize_y=bool(self.normalize_y), share_local_hypers=True,
             n_rounds=int(self.n_rounds),
-            release_population=_check_population_local(self.population_local),
+            release_population=self.population_local == "median",
             input_bounds=_check_input_bounds(self.input_bounds, cfg.n_features),
         )
 
     _inducing_local_name = "n_inducing"  # the parameter named in the small-client warning
-
-    def fit(self, X, y, groups=None):
-        """Fit one sparse GP per client with FedAvg'd kernel hyperparameters.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-        groups : array-like of shape (n_samples,), default=None
-
-        Returns
-        -------
-        self : PFedGPRegressor
-        """
-        return super().fit(X, y, groups=groups)

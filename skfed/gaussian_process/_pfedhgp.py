@@ -8,15 +8,15 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
-from threadpoolctl import threadpool_limits
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
+from threadpoolctl import threadpool_limits
 
-from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
-from ..federated import fit_federated
-from ..utils._validation import (
-    check_groups, check_positive_int, check_unknown_client, validate_data,
-    user_stacklevel,
+from ..base import FederatedEstimator, check_on_site
+from ..utils._param_validation import (
+    FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
 )
+from ..utils._validation import check_groups, user_stacklevel, validate_data
 from ._elbo import ModelConfig, chol_jitter, softplus
 from ._ilmm import IlmmConfig
 from ._ilmm_predict import ilmm_moments
@@ -39,27 +39,6 @@ SITE_TRENDS = ("none", "linear")
 def _n_outputs(y):
     """``Q`` of a validated 2-D ``y``; ``None`` for 1-D ``y`` (the scalar model)."""
     return y.shape[1] if y.ndim == 2 else None
-
-
-def _check_positive(value, name):
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value)
-            or value <= 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
-    return float(value)
-
-
-def _check_nonnegative(value, name):
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value)
-            or value < 0):
-        raise ValueError(f"{name} must be None or a finite number >= 0, got {value!r}.")
-    return float(value)
-
-
-def _check_population_local(value):
-    """Whether the clients release their population summaries (``"median"``)."""
-    if not (isinstance(value, str) and value in POPULATION_LOCAL):
-        raise ValueError(f"population_local must be one of {POPULATION_LOCAL}, got {value!r}.")
-    return value == "median"
 
 
 def _check_components(components):
@@ -120,7 +99,7 @@ def _check_n_latents(n_latents):
     )
 
 
-class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
+class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     """Personalized federated hierarchical sparse Gaussian process regression (pFedHGP).
 
     Client ``i``'s targets are modelled as a shared global GP, a client
@@ -142,7 +121,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
     ``communication_`` records what crossed. There is no differential privacy
     or secure aggregation: "privacy-preserving" here means data locality.
 
-    The fit follows the contract of :func:`skfed.federated.fit_federated`, so
+    The fit is :class:`skfed.base.FederatedEstimator`'s, so
     it runs unchanged on a Flower federation
     (:class:`skfed.federated.flower.FlowerFederation`) with the same fitted
     global model and ``communication_``. In the set-up exchange (ledger round
@@ -543,6 +522,32 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
+    _parameter_constraints = {
+        **FEDERATION_CONSTRAINTS,
+        "components": "no_validation",  # _check_params
+        "kernel": [StrOptions(set(KERNEL_KINDS))],
+        "ard": ["boolean"],
+        "n_latents": "no_validation",  # _check_params
+        "n_inducing_global": [positive_int()],
+        "n_inducing_local": [positive_int()],
+        "init_inducing_global": ["array-like", None],  # its width is checked at set-up
+        **{name: [positive_real()] for name in (
+            "init_lengthscale_global", "init_lengthscale_local", "init_variance_global",
+            "init_variance_local", "init_phi", "init_noise", "local_lr", "jitter")},
+        "optimizer": [StrOptions(set(OPTIMIZERS))],
+        "mean_update": [StrOptions(set(MEAN_UPDATES))],
+        "tol": [nonnegative_real(), None],
+        "local_steps": [positive_int(0), None],
+        "server_lr": [positive_real(), None],
+        "learn_inducing": ["boolean"],
+        "normalize_y": ["boolean"],
+        "normalize_X": ["boolean"],
+        "mean_function": [StrOptions(set(MEAN_FUNCTIONS))],
+        "site_trend": [StrOptions(set(SITE_TRENDS))],
+        "input_bounds": "no_validation",  # checked at set-up, against n_features
+        "population_local": [StrOptions(set(POPULATION_LOCAL))],
+    }
+
     _inducing_local_name = "n_inducing_local"  # the parameter named in the small-client warning
 
     @classmethod
@@ -564,53 +569,36 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------ fit
-    def _steps_algorithm(self, n_features, n_outputs=None):
-        comps = _check_components(self.components)
-        if "deviation" in comps and "global" not in comps:
+    def _check_params(self):
+        """The checks ``_parameter_constraints`` cannot state (see FederatedEstimator)."""
+        self._components = _check_components(self.components)
+        if "deviation" in self._components and "global" not in self._components:
             raise ValueError(
                 "components: 'deviation' needs 'global' (the deviation kernel is phi * k_g), "
                 f"got {self.components!r}."
             )
-        if self.kernel not in KERNEL_KINDS:
-            raise ValueError(f"kernel must be one of {tuple(KERNEL_KINDS)}, got {self.kernel!r}.")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}.")
-        if not (isinstance(self.mean_function, str) and self.mean_function in MEAN_FUNCTIONS):
-            raise ValueError(
-                f"mean_function must be one of {MEAN_FUNCTIONS}, got {self.mean_function!r}.")
-        site_trend = getattr(self, "site_trend", "none")
-        if not (isinstance(site_trend, str) and site_trend in SITE_TRENDS):
-            raise ValueError(f"site_trend must be one of {SITE_TRENDS}, got {site_trend!r}.")
-        if site_trend != "none" and n_outputs is not None:
-            raise ValueError(
-                f"site_trend={site_trend!r} is implemented for 1-D y only, got y with "
-                f"{n_outputs} output columns; use site_trend='none'.")
-        if not (isinstance(self.mean_update, str) and self.mean_update in MEAN_UPDATES):
-            raise ValueError(
-                f"mean_update must be one of {MEAN_UPDATES}, got {self.mean_update!r}.")
-        check_unknown_client(self.unknown_client)
-        for name in ("init_lengthscale_global", "init_lengthscale_local", "init_variance_global",
-                     "init_variance_local", "init_phi", "init_noise", "local_lr", "jitter"):
-            _check_positive(getattr(self, name), name)
-        if self.server_lr is not None:
-            _check_positive(self.server_lr, "server_lr")
-        if self.tol is not None:
-            _check_nonnegative(self.tol, "tol")
-        check_positive_int(self.n_rounds, "n_rounds")
-        Mi = check_positive_int(self.n_inducing_local, "n_inducing_local")
-        local_steps = DEFAULT_LOCAL_STEPS[self.optimizer] if self.local_steps is None else \
-            check_positive_int(self.local_steps, "local_steps", minimum=0)
+        self._latents = _check_n_latents(self.n_latents)
+        if self.init_inducing_global is not None:
+            Zg = np.asarray(self.init_inducing_global, dtype=float)
+            if Zg.ndim != 2 or Zg.shape[0] < 1 or not np.all(np.isfinite(Zg)):
+                raise ValueError(
+                    "init_inducing_global must be a finite array of shape (M, n_features), "
+                    f"got shape {Zg.shape}."
+                )
+
+    def _steps_algorithm(self, n_features, n_outputs=None):
+        """The client and server steps for ``n_features`` inputs and ``n_outputs``."""
+        comps = self._components
+        local_steps = DEFAULT_LOCAL_STEPS[self.optimizer] if self.local_steps is None \
+            else int(self.local_steps)
         Zg = None
         if self.init_inducing_global is not None:
             Zg = np.asarray(self.init_inducing_global, dtype=float)
-            if (Zg.ndim != 2 or Zg.shape[1] != n_features or Zg.shape[0] < 1
-                    or not np.all(np.isfinite(Zg))):
+            if Zg.shape[1] != n_features:
                 raise ValueError(
                     f"init_inducing_global must be a finite array of shape (M, {n_features}), "
                     f"got shape {Zg.shape}."
                 )
-        else:
-            check_positive_int(self.n_inducing_global, "n_inducing_global")
         fields = dict(
             kind=KERNEL_KINDS[self.kernel], ard=bool(self.ard), n_features=n_features,
             use_global="global" in comps, use_deviation="deviation" in comps,
@@ -620,11 +608,11 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         if n_outputs is None:
             cfg = ModelConfig(**fields)
         else:
-            r_g, r_l = _check_n_latents(self.n_latents)
+            r_g, r_l = self._latents
             cfg = IlmmConfig(**fields, n_outputs=n_outputs, rank_global=r_g, rank_local=r_l,
                              variance_global=float(self.init_variance_global),
                              variance_local=float(self.init_variance_local))
-        return self._make_steps(cfg, Zg, Mi, local_steps)
+        return self._make_steps(cfg, Zg, int(self.n_inducing_local), local_steps)
 
     def _make_steps(self, cfg, Zg, Mi, local_steps, share_local_hypers=False):
         steps_class = _IlmmSteps if isinstance(cfg, IlmmConfig) else _PFedHGPSteps
@@ -641,7 +629,7 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             normalize_y=bool(self.normalize_y),
             normalize_X=bool(self.normalize_X), share_local_hypers=share_local_hypers,
             n_rounds=int(self.n_rounds),
-            release_population=_check_population_local(self.population_local),
+            release_population=self.population_local == "median",
             joint_mean=self.mean_update == "joint",
             input_bounds=_check_input_bounds(self.input_bounds, cfg.n_features),
             tol=None if self.tol is None else float(self.tol),
@@ -649,70 +637,48 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             site_trend=getattr(self, "site_trend", "none") == "linear",
         )
 
-    def _check_client_sizes(self, X, groups, steps):
+    def _uses_local(self):
+        return "local" in self._components
+
+    def _check_client_sizes(self, X, groups):
         """Warn (once) about the clients with fewer than ``Mi`` distinct rows.
 
         Their local inducing inputs start at distinct rows of their own ``X``,
         so they get as many as they have distinct rows.
         """
-        if not steps.cfg.use_local:
+        if not self._uses_local():
             return
+        name = self._inducing_local_name
+        Mi = int(getattr(self, name))
         labels, index = check_groups(groups, X.shape[0])
         small = {}
         for k, label in enumerate(labels.tolist()):
             n_distinct = np.unique(X[index == k], axis=0).shape[0]
-            if n_distinct < steps.Mi:
+            if n_distinct < Mi:
                 small[label] = n_distinct
         if not small:
             return
-        name = self._inducing_local_name
         if groups is None:
-            msg = (f"{name}={steps.Mi} is more than the {small[labels[0]]} distinct "
+            msg = (f"{name}={Mi} is more than the {small[labels[0]]} distinct "
                    "rows of X: the client gets one local inducing input per distinct row.")
         else:
             listed = ", ".join(f"{label!r}: {n}" for label, n in list(small.items())[:20])
             more = f" and {len(small) - 20} more" if len(small) > 20 else ""
-            msg = (f"{name}={steps.Mi} is more than the distinct rows of {len(small)} "
+            msg = (f"{name}={Mi} is more than the distinct rows of {len(small)} "
                    "client(s), which get one local inducing input per distinct row "
                    f"(client: distinct rows): {{{listed}{more}}}.")
         warnings.warn(msg, UserWarning, stacklevel=user_stacklevel())
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Train the hierarchy by federated rounds.
+    # fit is FederatedEstimator's: parameters, rows, set-up exchange, rounds, attributes.
+    # A client's numerical failure (a Cholesky factorization failing even after the
+    # jitter escalation, a non-finite statistic) is a FloatingPointError naming the
+    # client, the round and what to change; a sum of squares of y or of an X column
+    # that overflows float64 is a ValueError raised on the client before the set-up.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training inputs of all clients.
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets; two or more columns fit the multi-output ILMM.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means a single client.
-
-        Returns
-        -------
-        self : PFedHGPRegressor
-            The fitted estimator.
-
-        Raises
-        ------
-        ValueError
-            If a client's sum of squares of ``y`` (of a ``y`` column) or of an
-            ``X`` column overflows float64 (values of about ``1e154`` or more):
-            each client checks before the set-up exchange; rescale the input.
-        FloatingPointError
-            If a client step fails numerically (a Cholesky factorization
-            failing even after the jitter escalation, a non-finite statistic):
-            the message names the client, the round and what to change.
-        """
-        X, y, n_outputs = self._validate_fit_data(X, y, reset=True)
-        self._check_client_sizes(X, groups, self._steps_algorithm(X.shape[1], n_outputs))
+    def _run_federation(self, X, y, groups):
         # the steps are many small (M x M) BLAS calls: threaded BLAS only adds overhead
         with threadpool_limits(limits=1, user_api="blas"):
-            result, setup, labels = fit_federated(self, X, y, groups)
-        self._set_federated_result(result, setup, labels)
-        return self
+            return super()._run_federation(X, y, groups)
 
     def _validate_fit_data(self, X, y, reset=True):
         """``(X, y, Q)``; 1-D and single-column ``y`` give the scalar model (``Q = None``)."""
@@ -733,17 +699,21 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
             y = y[:, 0]
         return X, y, _n_outputs(y)
 
-    # -- the contract of skfed.federated.fit_federated (also run by Flower) --
+    # -- the hooks of skfed.federated.FederatedContract (also run by Flower) --
 
-    def _validate_site_data(self, X, y, reset=False):
-        """The checks a site runs on its own rows (on a distributed engine).
+    def _validate_site_data(self, X, y, reset=False, groups=None):
+        """The checks a site runs on its own rows; a single-column ``y`` is returned 1-D.
 
-        ``X`` and ``y`` and the hyperparameters; a warning if the site has
-        fewer distinct rows than ``n_inducing_local``. A single-column ``y``
-        is returned 1-D.
+        A warning names the clients with fewer distinct rows than the local
+        inducing inputs (they get one per distinct row).
         """
         X, y, n_outputs = self._validate_fit_data(X, y, reset=reset)
-        self._check_client_sizes(X, None, self._steps_algorithm(X.shape[1], n_outputs))
+        self._check_client_sizes(X, groups)
+        site_trend = getattr(self, "site_trend", "none")
+        if site_trend != "none" and n_outputs is not None:
+            raise ValueError(
+                f"site_trend={site_trend!r} is implemented for 1-D y only, got y with "
+                f"{n_outputs} output columns; use site_trend='none'.")
         return X, y
 
     def _site_summary(self, X, y):
@@ -763,18 +733,16 @@ class PFedHGPRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
 
     def _engine_params(self):
         # one more round than n_rounds: round 0 gathers the normalization and input ranges
-        return dict(n_rounds=check_positive_int(self.n_rounds, "n_rounds") + 1,
-                    client_fraction=self.client_fraction,
-                    on_client_error=self.on_client_error,
-                    random_state=self.random_state, n_jobs=self.n_jobs, verbose=self.verbose)
+        return {**super()._engine_params(), "n_rounds": int(self.n_rounds) + 1}
 
-    def _set_federated_result(self, result, setup, labels):
+    def _set_fitted(self, fit):
         """Fitted attributes from the server state (and, in-process, the client states).
 
         ``result.client_states`` is ``None`` on a distributed run: the
         personalized parts stay on the sites and their attributes are ``None``.
         """
-        cfg = self._federated_algorithm(setup).cfg
+        result, setup, labels = fit.result, fit.setup, fit.labels
+        cfg = fit.algorithm.cfg
         server = result.server_state
         g = server["g"]
         self._cfg = cfg

@@ -10,13 +10,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ..base import FederatedEstimatorMixin, transactional_fit
-from ..federated import ClientData, fit_federated
+from ..base import FederatedEstimator
+from ..federated import ClientData
 from ..privacy import check_epsilon
-from ..utils._validation import (
-    check_positive_int, check_scale, check_unknown_client, map_clients, validate_data,
-)
-from ._checks import _label_array, check_norm_bound, check_real, client_weights
+from ..utils._param_validation import FEDERATION_CONSTRAINTS
+from ..utils._validation import check_scale, map_clients, validate_data
+from ._checks import _label_array, check_norm_bound, client_weights
 from ._privacy_plan import classical_multiplier, privacy_plan, privacy_spent
 
 
@@ -50,7 +49,7 @@ class LinearClientMixin:
                           label=data.label, index=data.index)
 
 
-class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseEstimator):
+class LinearPredictionMixin:
     """Prediction with one global linear model ``scores = X @ coef_.T + intercept_``."""
 
     def __sklearn_tags__(self):
@@ -70,153 +69,6 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
         else:
             self.coef_ = np.ascontiguousarray(M)
             self.intercept_ = np.zeros(M.shape[0])
-
-    # -- the contract of skfed.federated.fit_federated (also run by Flower) --
-
-    #: Whether the estimator adds noise when ``epsilon``/``target_epsilon`` is set.
-    _private = True
-
-    def _is_private(self):
-        # epsilon=inf is an alias of None (check_epsilon): no noise, no norm bound;
-        # a total target has no such alias (target_epsilon=inf is an error)
-        if not self._private:
-            return False
-        if self.target_epsilon is not None:
-            check_epsilon(self.target_epsilon, name="target_epsilon", allow_none=False)
-            return True
-        return check_epsilon(self.epsilon) is not None
-
-    def _privacy_plan(self):
-        """Per-round ``(epsilons, delta, delta_bar)`` or None (see :func:`privacy_plan`)."""
-        return privacy_plan(self, None) if self._private else None
-
-    def _check_params(self):
-        """Validate the hyperparameters (subclasses extend)."""
-        check_positive_int(self.n_rounds, "n_rounds")
-        check_unknown_client(self.unknown_client)
-
-    def _validate_site_data(self, X, y, reset=False):
-        """The checks one site runs on its own rows (in-process: on the pooled rows).
-
-        With privacy, a row whose norm exceeds ``norm_bound`` is an error
-        here, on the site, before anything is sent.
-        """
-        X, y = validate_data(self, X, y, reset=reset, dtype=np.float64)
-        check_scale(X, "X")  # else the local QP solvers fail deep inside (LocalSolveError)
-        check_classification_targets(y)
-        self._check_params()
-        if self._is_private():
-            check_norm_bound(X, check_real(self.norm_bound, "norm_bound", 0.0, low_open=True))
-        return X, y
-
-    def _site_summary(self, X, y):
-        """A site's class labels: the union over sites is ``classes_``.
-
-        Which labels a site holds is released in the set-up exchange, outside
-        the differential privacy guarantee (like the row counts).
-        """
-        return {"classes": _label_array(np.unique(y), "y")}
-
-    def _combine_site_summaries(self, labels, summaries):
-        kinds = {s["classes"].dtype.kind == "U" for s in summaries}
-        if len(kinds) > 1:
-            raise ValueError("y: some sites hold text class labels and others numbers.")
-        classes = np.unique(np.concatenate([s["classes"] for s in summaries]))
-        if classes.size < 2:
-            raise ValueError(
-                f"y has 1 class ({classes[0]!r}) over all sites; {type(self).__name__} "
-                "needs at least 2 classes."
-            )
-        return {"classes": classes}
-
-    def _engine_params(self):
-        return dict(n_rounds=check_positive_int(self.n_rounds, "n_rounds"),
-                    client_fraction=getattr(self, "client_fraction", 1.0),
-                    on_client_error=getattr(self, "on_client_error", "raise"),
-                    random_state=self.random_state, n_jobs=self.n_jobs, verbose=self.verbose)
-
-    def _fit_plan(self, setup):
-        """Everything built from the set-up summary: the algorithm and its constants.
-
-        Deterministic, so the server and every site build the same algorithm.
-        Returns ``(algorithm, plan, norm_bound, alpha, attrs)`` where
-        ``attrs`` are fitted attributes of the estimator (step sizes, noise).
-        """
-        self._check_params()
-        plan = self._privacy_plan()
-        classes = np.asarray(setup["classes"])
-        sizes = np.asarray(setup["n_samples"], dtype=float)
-        L = check_real(getattr(self, "norm_bound", 1.0), "norm_bound", 0.0, low_open=True)
-        scaling = None
-        if self._fits_intercept():  # the constant feature counts towards the norm bound
-            scaling = check_real(self.intercept_scaling, "intercept_scaling", 0.0,
-                                 low_open=True)
-            L = math.sqrt(L * L + scaling * scaling)
-        alpha = client_weights(self.alpha, sizes)
-        shape = (classes.size, int(setup["n_features"]) + (scaling is not None))
-        algorithm, attrs = self._algorithm(plan, sizes, shape, L, alpha)
-        algorithm.classes = classes
-        algorithm.intercept_scaling = scaling
-        return algorithm, plan, L, alpha, attrs
-
-    def _federated_algorithm(self, setup):
-        return self._fit_plan(setup)[0]
-
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Train by federated rounds, one client per distinct label of ``groups``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows; with privacy, every row must have
-            ``||x||_2 <= norm_bound``.
-        y : array-like of shape (n_samples,)
-            Class labels (any labels, at least two classes).
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client. Every client
-            needs at least two rows.
-
-        Returns
-        -------
-        self : object
-            The fitted estimator.
-        """
-        X, y = self._validate_site_data(X, y, reset=True)
-        result, setup, labels = fit_federated(self, X, y, groups, min_samples=2)
-        self._set_federated_result(result, setup, labels)
-        return self
-
-    def _server_model(self, server_state):
-        return server_state["coef"]
-
-    def _set_federated_result(self, result, setup, labels):
-        """Fitted attributes from the server state (and, in-process, the client states)."""
-        algorithm, plan, _, alpha, attrs = self._fit_plan(setup)
-        self._set_model(self._server_model(result.server_state))
-        self.classes_ = np.asarray(setup["classes"]).copy()
-        self.clients_ = labels
-        self.client_weights_ = alpha
-        self.n_features_in_ = int(setup["n_features"])
-        self.n_iter_ = result.n_rounds
-        self.communication_ = result.ledger
-        for name, value in attrs.items():
-            setattr(self, name, value)
-        if plan is not None:
-            eps, delta, delta_bar = plan
-            self.epsilon_round_ = tuple(eps)
-            self.noise_multiplier_ = tuple(classical_multiplier(e, delta) for e in eps)
-            self.privacy_spent_ = (
-                privacy_spent(self.n_iter_, eps, delta, delta_bar, self.accountant), delta_bar
-            )
-            self.privacy_unit_ = "record"
-        else:
-            self.epsilon_round_ = self.noise_multiplier_ = None
-            self.privacy_spent_ = self.privacy_unit_ = None
-        self._set_client_results(result, algorithm)
-
-    def _set_client_results(self, result, algorithm):
-        """Attributes from the client states (``None`` on a distributed run)."""
 
     # decision_function checks groups like predict: request them alike
     __metadata_request__decision_function = {"groups": True}
@@ -274,3 +126,118 @@ class _LinearFederatedClassifier(FederatedEstimatorMixin, ClassifierMixin, BaseE
         if scores.ndim == 1:
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
+
+
+class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, ClassifierMixin,
+                                 BaseEstimator):
+    """A federated linear classifier: the hooks of FederatedEstimator, shared."""
+
+    _min_client_rows = 2
+    _parameter_constraints = {**FEDERATION_CONSTRAINTS}
+
+    #: Whether the estimator adds noise when ``epsilon``/``target_epsilon`` is set.
+    _private = True
+
+    def _is_private(self):
+        # epsilon=inf is an alias of None (check_epsilon): no noise, no norm bound;
+        # a total target has no such alias (target_epsilon=inf is an error)
+        if not self._private:
+            return False
+        if self.target_epsilon is not None:
+            check_epsilon(self.target_epsilon, name="target_epsilon", allow_none=False)
+            return True
+        return check_epsilon(self.epsilon) is not None
+
+    def _privacy_plan(self):
+        """Per-round ``(epsilons, delta, delta_bar)`` or None (see :func:`privacy_plan`)."""
+        return privacy_plan(self, None) if self._private else None
+
+    def _check_params(self):
+        """Checks the constraints cannot state (subclasses extend); the privacy plan, once."""
+        self._plan = self._privacy_plan()
+
+    def _validate_site_data(self, X, y, reset=False, groups=None):
+        """The checks one site runs on its own rows (in-process: on the pooled rows).
+
+        With privacy, a row whose norm exceeds ``norm_bound`` is an error
+        here, on the site, before anything is sent.
+        """
+        X, y = validate_data(self, X, y, reset=reset, dtype=np.float64)
+        check_scale(X, "X")  # else the local QP solvers fail deep inside (LocalSolveError)
+        check_classification_targets(y)
+        if self._is_private():
+            check_norm_bound(X, float(self.norm_bound))
+        return X, y
+
+    def _site_summary(self, X, y):
+        """A site's class labels: the union over sites is ``classes_``.
+
+        Which labels a site holds is released in the set-up exchange, outside
+        the differential privacy guarantee (like the row counts).
+        """
+        return {"classes": _label_array(np.unique(y), "y")}
+
+    def _combine_site_summaries(self, labels, summaries):
+        kinds = {s["classes"].dtype.kind == "U" for s in summaries}
+        if len(kinds) > 1:
+            raise ValueError("y: some sites hold text class labels and others numbers.")
+        classes = np.unique(np.concatenate([s["classes"] for s in summaries]))
+        if classes.size < 2:
+            raise ValueError(
+                f"y has 1 class ({classes[0]!r}) over all sites; {type(self).__name__} "
+                "needs at least 2 classes."
+            )
+        return {"classes": classes}
+
+    def _federated_algorithm(self, setup):
+        """The algorithm and its constants, built from the set-up summary only.
+
+        Deterministic, so the server and every site build the same algorithm.
+        The fitted attributes it implies (step sizes, noise, client weights)
+        ride along as ``algorithm.fitted_attrs``.
+        """
+        classes = np.asarray(setup["classes"])
+        sizes = np.asarray(setup["n_samples"], dtype=float)
+        L = float(getattr(self, "norm_bound", 1.0))
+        scaling = None
+        if self._fits_intercept():  # the constant feature counts towards the norm bound
+            scaling = float(self.intercept_scaling)
+            L = math.sqrt(L * L + scaling * scaling)
+        alpha = client_weights(self.alpha, sizes)
+        shape = (classes.size, int(setup["n_features"]) + (scaling is not None))
+        algorithm, attrs = self._algorithm(self._plan, sizes, shape, L, alpha)
+        algorithm.classes = classes
+        algorithm.intercept_scaling = scaling
+        algorithm.fitted_attrs = {**attrs, "client_weights_": alpha}
+        return algorithm
+
+    def _server_model(self, server_state):
+        return server_state["coef"]
+
+    def _set_fitted(self, fit):
+        """Fitted attributes from the server state (and, in-process, the client states)."""
+        result, setup, algorithm, plan = fit.result, fit.setup, fit.algorithm, self._plan
+        self._set_model(self._server_model(result.server_state))
+        self.classes_ = np.asarray(setup["classes"]).copy()
+        self.clients_ = fit.labels
+        self.n_features_in_ = int(setup["n_features"])
+        self.n_iter_ = result.n_rounds
+        self.communication_ = result.ledger
+        for name, value in algorithm.fitted_attrs.items():
+            setattr(self, name, value)
+        if plan is not None:
+            eps, delta, delta_bar = plan
+            self.epsilon_round_ = tuple(eps)
+            self.noise_multiplier_ = tuple(classical_multiplier(e, delta) for e in eps)
+            self.privacy_spent_ = (
+                privacy_spent(self.n_iter_, eps, delta, delta_bar, self.accountant), delta_bar
+            )
+            self.privacy_unit_ = "record"
+        else:
+            self.epsilon_round_ = self.noise_multiplier_ = None
+            self.privacy_spent_ = self.privacy_unit_ = None
+        self._set_client_results(result, algorithm)
+
+    def _set_client_results(self, result, algorithm):
+        """Attributes from the client states (``None`` on a distributed run)."""
+

@@ -15,11 +15,14 @@ open; every choice made here is stated in the class docstrings.
 import math
 
 import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 
-from ..base import transactional_fit
+from ..base import FederatedEstimatorMixin, transactional_fit
 from ..federated import FederatedAlgorithm
-from ..utils._validation import check_groups, check_scale, check_unknown_client, validate_data
+from ..utils._param_validation import UNKNOWN_CLIENT, nonnegative_real, positive_real
+from ..utils._validation import check_groups, check_scale, validate_data
 from ._admm import (
     DUAL_NORM,
     _ConsensusServer,
@@ -28,8 +31,8 @@ from ._admm import (
     solve_binary_dro_local,
     solve_cs_dro_local,
 )
-from ._base import LinearClientMixin, _LinearFederatedClassifier
-from ._checks import check_real, per_client
+from ._base import LinearClientMixin, LinearPredictionMixin, _LinearFederatedClassifier
+from ._checks import per_client
 from ._privacy_plan import classical_multiplier
 from ._kernels import dro_cs_pass
 
@@ -154,15 +157,21 @@ class _FedOvAAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
 # --------------------------------------------------------------------------
 
 
+_PRIVATE_BASELINE = {
+    **_LinearFederatedClassifier._parameter_constraints,
+    # the privacy budget, checked with the privacy plan (_privacy_plan.privacy_plan)
+    **dict.fromkeys(("epsilon", "delta", "target_epsilon", "target_delta", "accountant"),
+                    "no_validation"),
+    "reg": [nonnegative_real()],
+    "norm_bound": [positive_real()],
+    "alpha": [StrOptions({"uniform", "size"}), "array-like"],
+    "fit_intercept": ["boolean"],
+    "intercept_scaling": [positive_real()],
+}
+
+
 class _FederatedBaseline(_LinearFederatedClassifier):
-    """The federated baselines: fit() is shared; subclasses build the algorithm."""
-
-    def _check_params(self):
-        super()._check_params()
-        self._validate_params_()
-
-    def _validate_params_(self):
-        pass
+    """The federated baselines: fit() is FederatedEstimator's; subclasses build the algorithm."""
 
 
 class DPFedERMClassifier(_FederatedBaseline):
@@ -282,10 +291,8 @@ class DPFedERMClassifier(_FederatedBaseline):
     def _test_instances(cls):
         return [cls(epsilon=None, c_w=20.0, n_rounds=30, random_state=0)]
 
-    def _validate_params_(self):
-        check_real(self.rho, "rho", 0.0, low_open=True)
-        check_real(self.reg, "reg", 0.0)
-        check_real(self.c_w, "c_w", 0.0, low_open=True)
+    _parameter_constraints = {**_PRIVATE_BASELINE, "rho": [positive_real()],
+                              "c_w": [positive_real()]}
 
     def _algorithm(self, plan, n_g, shape, L, alpha):
         k, p = shape
@@ -411,9 +418,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
     def _test_instances(cls):
         return [cls(epsilon=None, learning_rate=1.0, n_rounds=30, random_state=0)]
 
-    def _validate_params_(self):
-        check_real(self.learning_rate, "learning_rate", 0.0, low_open=True)
-        check_real(self.reg, "reg", 0.0)
+    _parameter_constraints = {**_PRIVATE_BASELINE, "learning_rate": [positive_real()]}
 
     def _algorithm(self, plan, n_g, shape, L, alpha):
         if plan is None:
@@ -523,14 +528,16 @@ class FedOvADROClassifier(_FederatedBaseline):
     def _test_instances(cls):
         return [cls(n_rounds=2, rho=0.05)]
 
-    def _validate_params_(self):
-        check_real(self.rho, "rho", 0.0, low_open=True)
-        check_real(self.kappa, "kappa", 0.0, low_open=True)
-        if self.feature_norm not in ("linf", "l1"):
-            raise ValueError(
-                f"feature_norm must be 'linf' or 'l1' (linear programs), got "
-                f"{self.feature_norm!r}."
-            )
+    _parameter_constraints = {
+        **_LinearFederatedClassifier._parameter_constraints,
+        "rho": [positive_real()],
+        "kappa": [positive_real()],
+        "radius": [nonnegative_real(), "array-like"],
+        "feature_norm": [StrOptions({"linf", "l1"})],  # linear programs
+        "alpha": [StrOptions({"uniform", "size"}), "array-like"],
+        "fit_intercept": ["boolean"],
+        "intercept_scaling": [positive_real()],
+    }
 
     def _algorithm(self, plan, n_g, shape, L, alpha):
         radius = per_client(self.radius, n_g.size, "radius")
@@ -540,7 +547,8 @@ class FedOvADROClassifier(_FederatedBaseline):
         return algorithm, {}
 
 
-class CentralizedDROClassifier(_LinearFederatedClassifier):
+class CentralizedDROClassifier(LinearPredictionMixin, FederatedEstimatorMixin, ClassifierMixin,
+                               BaseEstimator):
     """Multiclass Wasserstein DRO SVM on pooled rows (not federated, not private).
 
     The "Centralized DRO" reference of the DP-Fed DRO paper (Ibrahim et al.,
@@ -596,7 +604,17 @@ class CentralizedDROClassifier(_LinearFederatedClassifier):
         self.intercept_scaling = intercept_scaling
         self.unknown_client = unknown_client
 
+    _parameter_constraints = {
+        "kappa": [positive_real()],
+        "radius": [nonnegative_real()],
+        "feature_norm": [StrOptions({"linf", "l1"})],
+        "fit_intercept": ["boolean"],
+        "intercept_scaling": [positive_real()],
+        **UNKNOWN_CLIENT,
+    }
+
     @transactional_fit
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, groups=None):
         """Solve the pooled DRO problem.
 
@@ -617,13 +635,7 @@ class CentralizedDROClassifier(_LinearFederatedClassifier):
         X, y = validate_data(self, X, y, reset=True, dtype=np.float64)
         check_scale(X, "X")  # else the QP solver fails deep inside (LocalSolveError)
         check_classification_targets(y)
-        check_real(self.kappa, "kappa", 0.0, low_open=True)
-        radius = check_real(self.radius, "radius", 0.0)
-        if self.feature_norm not in ("linf", "l1"):
-            raise ValueError(
-                f"feature_norm must be 'linf' or 'l1', got {self.feature_norm!r}."
-            )
-        check_unknown_client(self.unknown_client)
+        radius = float(self.radius)
         clients, _ = check_groups(groups, X.shape[0])
         classes, y_enc = np.unique(y, return_inverse=True)
         if classes.size < 2:
@@ -633,7 +645,7 @@ class CentralizedDROClassifier(_LinearFederatedClassifier):
             )
         Xa = X
         if self.fit_intercept:
-            b = check_real(self.intercept_scaling, "intercept_scaling", 0.0, low_open=True)
+            b = float(self.intercept_scaling)
             Xa = np.hstack([X, np.full((X.shape[0], 1), b)])
         coef, lam = solve_cs_dro_local(
             Xa, y_enc.astype(np.int64), classes.size, np.zeros((classes.size, Xa.shape[1])),

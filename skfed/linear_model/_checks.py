@@ -1,20 +1,8 @@
 """Parameter and input checks of the federated linear classifiers."""
 
-import math
-import numbers
-
 import numpy as np
 
 NORM_RTOL = 1e-9  # rows scaled to norm L in floating point may exceed L by a few ulps
-
-
-def check_real(value, name, low=None, low_open=False):
-    """Return ``value`` as float if finite (and ``>= low`` / ``> low``), else raise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}.")
-    if low is not None and (value < low or (low_open and value == low)):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}.")
-    return float(value)
 
 
 def _label_array(labels, name):

@@ -9,9 +9,12 @@ import numpy as np
 from scipy.special import log_softmax
 
 from ..federated._release import MIN_ROWS_MOMENTS, sends_moments, too_few_rows_warning
+from sklearn.utils._param_validation import StrOptions
+
+from ..utils._param_validation import Number, nonnegative_real, positive_real
 from ._admm import DUAL_NORM, DPFedDROAlgorithm, sensitivities, step_sizes
 from ._base import _LinearFederatedClassifier
-from ._checks import check_real, per_client
+from ._checks import per_client
 from ._privacy_plan import classical_multiplier, privacy_plan
 
 __all__ = ["DPFedDROClassifier"]
@@ -330,41 +333,29 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     # validation
     # ------------------------------------------------------------------
 
+    _parameter_constraints = {
+        **_LinearFederatedClassifier._parameter_constraints,
+        # the privacy budget, checked with the privacy plan (_privacy_plan.privacy_plan)
+        **dict.fromkeys(("epsilon", "delta", "target_epsilon", "target_delta", "accountant"),
+                        "no_validation"),
+        "budget_split": [Number(numbers.Real, 0, 1, closed="neither")],
+        **{name: [positive_real()] for name in (
+            "rho", "gamma", "c_M", "c_lambda", "norm_bound", "intercept_scaling")},
+        "C": [nonnegative_real()],
+        "V": [nonnegative_real()],
+        "kappa": [StrOptions({"auto"}), positive_real()],
+        "radius": [StrOptions({"auto"}), nonnegative_real(), "array-like"],
+        "feature_norm": [StrOptions(set(FEATURE_NORMS))],
+        "alpha": [StrOptions({"uniform", "size"}), "array-like"],
+        "output_model": [StrOptions(set(OUTPUT_MODELS))],
+        "project_lambda": ["boolean"],
+        "fit_intercept": [StrOptions({"auto"}), "boolean"],
+        "standardize": [StrOptions({"auto"}), "boolean"],
+        "class_weight": [StrOptions({"balanced"}), Mapping, None],
+    }
+
     def _check_params(self):
-        super()._check_params()
-        if self.feature_norm not in FEATURE_NORMS:
-            raise ValueError(
-                f"feature_norm must be one of {FEATURE_NORMS}, got {self.feature_norm!r}."
-            )
-        if self.output_model not in OUTPUT_MODELS:
-            raise ValueError(
-                f"output_model must be one of {OUTPUT_MODELS}, got {self.output_model!r}."
-            )
-        check_real(self.rho, "rho", 0.0, low_open=True)
-        check_real(self.gamma, "gamma", 0.0, low_open=True)
-        check_real(self._resolved("kappa"), "kappa", 0.0, low_open=True)
-        if self.fit_intercept not in ("auto", True, False):
-            raise ValueError(
-                f"fit_intercept must be 'auto', True or False, got {self.fit_intercept!r}."
-            )
-        if isinstance(self.radius, str) and self.radius != "auto":
-            raise ValueError(
-                f"radius must be 'auto', a number >= 0 or one per client, got {self.radius!r}."
-            )
-        check_real(self.c_M, "c_M", 0.0, low_open=True)
-        check_real(self.c_lambda, "c_lambda", 0.0, low_open=True)
-        check_real(self.C, "C", 0.0)
-        check_real(self.V, "V", 0.0)
-        check_real(self.norm_bound, "norm_bound", 0.0, low_open=True)
-        check_real(self.intercept_scaling, "intercept_scaling", 0.0, low_open=True)
-        if not isinstance(self.budget_split, numbers.Real) or not 0 < self.budget_split < 1:
-            raise ValueError(
-                f"budget_split must be in the open interval (0, 1), got {self.budget_split!r}."
-            )
-        if self.standardize not in ("auto", True, False):
-            raise ValueError(
-                f"standardize must be 'auto', True or False, got {self.standardize!r}."
-            )
+        """The checks of several parameters together; then the privacy plan."""
         if self.standardize is True and self._is_private():
             raise ValueError(
                 "standardize=True needs the clients' feature means and variances, which the "
@@ -379,10 +370,6 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                 raise ValueError(
                     f"class_weight values must be finite numbers > 0, got {bad!r}."
                 )
-        elif not (cw is None or (isinstance(cw, str) and cw in CLASS_WEIGHTS)):
-            raise ValueError(
-                f"class_weight must be None, 'balanced' or a dict, got {cw!r}."
-            )
         if cw is not None and self._is_private():
             raise ValueError(
                 "class_weight weights the rows unequally, which the sensitivities of "
@@ -394,6 +381,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                 "feature_norm='l2' makes the exact local problem a second-order cone "
                 "program; non-private mode (epsilon=None) supports 'linf' and 'l1'."
             )
+        super()._check_params()
 
     # ------------------------------------------------------------------
     # the federated fit (fit() itself is shared, see _LinearFederatedClassifier)
@@ -414,14 +402,20 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         return privacy_plan(self, float(self.budget_split))
 
     def _federated_algorithm(self, setup):
-        plan = self._privacy_plan()
+        plan = self._plan
         if plan is not None and self.accountant == "paper" and max(plan[0]) >= 1:
             warnings.warn(
                 f"per-round epsilon_M={plan[0][0]:.3g} >= 1: the classical Gaussian "
                 "calibration (Dwork & Roth, Thm 3.22) is proven only for epsilon < 1.",
                 UserWarning,
             )
-        return super()._federated_algorithm(setup)
+        algorithm = super()._federated_algorithm(setup)
+        if "feature_mean" in setup:  # the sites standardize their rows (prepare_client)
+            algorithm.feature_mean = np.asarray(setup["feature_mean"], dtype=float)
+            algorithm.feature_scale = np.asarray(setup["feature_scale"], dtype=float)
+        if "class_weight" in setup:
+            algorithm.class_weight = np.asarray(setup["class_weight"], dtype=float)
+        return algorithm
 
     def _algorithm(self, plan, sizes, shape, L, alpha):
         """Algorithm 2 (private) or 1 with the paper's step sizes and noise per client."""
@@ -514,14 +508,6 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             setup["feature_mean"], setup["feature_scale"] = mean, scale
         return setup
 
-    def _fit_plan(self, setup):
-        out = super()._fit_plan(setup)
-        if "feature_mean" in setup:  # the sites standardize their rows (prepare_client)
-            out[0].feature_mean = np.asarray(setup["feature_mean"], dtype=float)
-            out[0].feature_scale = np.asarray(setup["feature_scale"], dtype=float)
-        if "class_weight" in setup:
-            out[0].class_weight = np.asarray(setup["class_weight"], dtype=float)
-        return out
 
     def _engine_params(self):
         params = super()._engine_params()
@@ -529,9 +515,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             params["n_rounds"] += 1  # the calibration round of predict_proba
         return params
 
-    def _set_federated_result(self, result, setup, labels):
-        super()._set_federated_result(result, setup, labels)
-        server = result.server_state
+    def _set_fitted(self, fit):
+        super()._set_fitted(fit)
+        server, setup = fit.result.server_state, fit.setup
         self.n_iter_ = int(server["round"])
         self.temperature_ = float(server.get("temperature", 1.0))
         norm = float(np.linalg.norm(self._server_model(server)))

@@ -4,13 +4,43 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..base import FederatedEstimatorMixin, scatter_rows
+from ..base import FederatedEstimator, scatter_rows
+from ..federated import Federation
+from ..utils._param_validation import (
+    UNKNOWN_CLIENT, Number, nonnegative_real, positive_int, positive_real,
+)
 from ..utils._validation import validate_data
-from ._tucker import check_tucker_rank
+from ._stages import check_client_range
+from ._tucker import RETRACTIONS, TANGENTS, check_tucker_rank
 
-__all__ = ["_TensorRegressorBase", "check_shape", "check_positive_float"]
+__all__ = ["TENSOR_CONSTRAINTS", "_TensorRegressorBase", "check_shape", "check_positive_float"]
+
+#: The parameters the tensor regressors share (shapes and ranks: checked against the data).
+TENSOR_CONSTRAINTS = {
+    "tensor_shape": "no_validation",
+    "output_shape": "no_validation",
+    "rank": "no_validation",
+    "fit_intercept": ["boolean"],
+    "step_size": [StrOptions({"auto"}), positive_real()],
+    "alpha": [nonnegative_real()],
+    "n_local_iter": [positive_int(0)],
+    "penalty_scaling": [StrOptions({"adaptive", "none"})],
+    "tangent": [StrOptions(set(TANGENTS))],
+    "retraction": [StrOptions(set(RETRACTIONS))],
+    "init_lambda": [nonnegative_real()],
+    "init_alpha": [nonnegative_real()],
+    "init_zeta": [positive_real()],
+    "init_rho": [positive_real()],
+    "init_max_iter": [positive_int()],
+    "init_unfolding": [StrOptions({"auto", "response"})],
+    "rank_scale": [positive_real()],
+    "max_rank": [positive_int(), None],
+    "n_jobs": [Number(numbers.Integral, None, None, closed="neither"), None],
+    **UNKNOWN_CLIENT,
+}
 
 _LAYOUTS = ("scalar", "matrix", "tensor")  # of y: 1-D, 2-D, n-D
 
@@ -76,12 +106,14 @@ def check_positive_float(value, name, *, allow_zero=False, allow_none=False):
     return float(value)
 
 
-class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
+class _TensorRegressorBase(FederatedEstimator, RegressorMixin, BaseEstimator):
     """Tensor covariates given as 2-D ``X`` plus ``tensor_shape`` (or as n-D ``X``).
 
     Subclasses set, in ``fit``, ``shared_coef_``-style coefficient tensors and
     implement ``_coef_for_client(k)`` (``k = -1``: population).
     """
+
+
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -161,21 +193,21 @@ class _TensorRegressorBase(FederatedEstimatorMixin, RegressorMixin, BaseEstimato
 
     def _init_rows(self, output_shape, tensor_shape):
         """Rows of the matricization used by the ADMM initializer's norms."""
-        if self.init_unfolding not in ("auto", "response"):
-            raise ValueError(
-                f"init_unfolding must be 'auto' or 'response', got {self.init_unfolding!r}."
-            )
         if output_shape or self.init_unfolding == "response":
             return None
         return tensor_shape[0]
 
-    # -- the set-up exchange of skfed.federated.fit_federated (also on Flower) --
+    # -- the hooks of skfed.federated.FederatedContract (also run by Flower) --
 
-    def _validate_site_data(self, X, y, reset=False):
+    def _validate_site_data(self, X, y, reset=False, groups=None):
         """The checks a site runs on its own rows: their shapes against
-        ``tensor_shape`` and ``output_shape``; returns ``(X, Y)`` as 2-D float arrays.
+        ``tensor_shape`` and ``output_shape``, and each client's range (named);
+        returns ``(X, Y)`` as 2-D float arrays.
         """
-        return self._validate_fit_data(X, y, reset=reset)
+        X, Y = self._validate_fit_data(X, y, reset=reset)
+        for client in Federation.from_arrays(X, Y, groups).clients:
+            check_client_range(client.X, client.y, client.label)
+        return X, Y
 
     def _site_summary(self, X, y):
         """A site's tensor shapes and response layout (all sites must agree)."""

@@ -4,21 +4,22 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..base import transactional_fit
-from ..federated import FederatedAlgorithm, Federation, fit_federated
+from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
-from ..utils._validation import (
-    check_positive_int, check_scale, check_unknown_client, validate_data,
+from ..utils._param_validation import positive_int
+from ..utils._validation import check_positive_int, check_scale, validate_data
+from ._base import (
+    TENSOR_CONSTRAINTS, _TensorRegressorBase, check_positive_float, check_shape, resolve_shape,
 )
-from ._base import _TensorRegressorBase, check_positive_float, check_shape, resolve_shape
 from ._pftr import PersonalizedTensorRegressor
 from ._rank import make_feasible, ratio_rank
 from ._stages import (
     NUMERICAL_ERRORS,
     admm_init,
-    check_client_range,
     check_finite_step,
     client_failure,
     fit_deviation,
@@ -26,7 +27,6 @@ from ._stages import (
     prepare_site,
     site_intercept,
 )
-from ._tucker import RETRACTIONS, TANGENTS
 
 __all__ = [
     "FedAvgTensorRegressor",
@@ -246,7 +246,9 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         self.unknown_client = unknown_client
         self.n_jobs = n_jobs
 
-    # -- the contract of skfed.federated.fit_federated (also run by Flower) --------
+    _parameter_constraints = {**TENSOR_CONSTRAINTS, "n_iter": [positive_int(0)]}
+
+    # -- the hooks of skfed.federated.FederatedContract (fit is FederatedEstimator's) --
 
     def _engine_params(self):
         return dict(n_rounds=1, random_state=None, n_jobs=self.n_jobs)
@@ -256,71 +258,26 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         tensor_shape = tuple(int(s) for s in setup["tensor_shape"])
         output_shape = tuple(int(s) for s in setup["output_shape"])
         coef_shape = output_shape + tensor_shape
-        if self.penalty_scaling not in ("adaptive", "none"):
-            raise ValueError(
-                f"penalty_scaling must be 'adaptive' or 'none', got {self.penalty_scaling!r}."
-            )
-        if self.tangent not in TANGENTS:
-            raise ValueError(f"tangent must be one of {TANGENTS}, got {self.tangent!r}.")
-        if self.retraction not in RETRACTIONS:
-            raise ValueError(f"retraction must be one of {RETRACTIONS}, got {self.retraction!r}.")
-        check_unknown_client(self.unknown_client)
-        if not isinstance(self.fit_intercept, (bool, np.bool_)):
-            raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}.")
-        check_positive_float(self.rank_scale, "rank_scale")
-        if self.max_rank is not None:
-            check_positive_int(self.max_rank, "max_rank")
-        admm = dict(
-            lam=check_positive_float(self.init_lambda, "init_lambda", allow_zero=True),
-            omega=check_positive_float(self.init_alpha, "init_alpha", allow_zero=True),
-            zeta=check_positive_float(self.init_zeta, "init_zeta"),
-            rho=check_positive_float(self.init_rho, "init_rho"),
-            max_iter=check_positive_int(self.init_max_iter, "init_max_iter"),
-            rows=self._init_rows(output_shape, tensor_shape),
-        )
+        admm = dict(lam=float(self.init_lambda), omega=float(self.init_alpha),
+                    zeta=float(self.init_zeta), rho=float(self.init_rho),
+                    max_iter=int(self.init_max_iter),
+                    rows=self._init_rows(output_shape, tensor_shape))
         return _LocalTwoStage(
             coef_shape, self._check_rank_param(self.rank, coef_shape), admm,
             self.rank_scale, self.max_rank,
-            "auto" if self.step_size == "auto"
-            else check_positive_float(self.step_size, "step_size"),
-            check_positive_int(self.n_iter, "n_iter", minimum=0),
-            check_positive_float(self.alpha, "alpha", allow_zero=True),
-            check_positive_int(self.n_local_iter, "n_local_iter", minimum=0),
+            "auto" if self.step_size == "auto" else float(self.step_size),
+            int(self.n_iter), float(self.alpha), int(self.n_local_iter),
             self.penalty_scaling, self.tangent, self.retraction, self._send_coef,
             bool(self.fit_intercept),
         )
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Fit the two-stage estimator on each client's rows alone.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, prod(tensor_shape)) or (n_samples, *tensor_shape)
-            Covariate tensors.
-        y : array-like of shape (n_samples,) or (n_samples, prod(output_shape))
-            Responses.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : LocalTwoStageTensorRegressor
-            The fitted estimator.
-        """
-        Xm, Ym = self._validate_site_data(X, y, reset=True)
-        # each client's range, named, before any step
-        for client in Federation.from_arrays(Xm, Ym, groups).clients:
-            check_client_range(client.X, client.y, client.label)
-        self._set_federated_result(*fit_federated(self, Xm, Ym, groups))
-        return self
-
-    def _set_federated_result(self, result, setup, labels):
+    def _set_fitted(self, fit):
         """Fitted attributes; the per-client ones are ``None`` on a distributed engine.
 
         There the local fits stay on the sites (``result.client_states`` is
         ``None``) and only the row counts reached the server.
         """
+        result, setup, labels = fit.result, fit.setup, fit.labels
         self._set_shapes(setup)
         sizes = np.asarray(setup["n_samples"], dtype=float)
         self.client_weights_ = sizes / sizes.sum()
@@ -432,35 +389,15 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
         )
         self.weights = weights
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Fit every client locally, then average their coefficient tensors.
+    _parameter_constraints = {
+        **LocalTwoStageTensorRegressor._parameter_constraints,
+        "weights": [StrOptions({"uniform", "n_samples"})],
+    }
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, prod(tensor_shape))
-            Covariate tensors.
-        y : array-like of shape (n_samples,) or (n_samples, prod(output_shape))
-            Responses.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row.
-
-        Returns
-        -------
-        self : FedAvgTensorRegressor
-            The fitted estimator.
-        """
-        return super().fit.__wrapped__(self, X, y, groups)
-
-    def _federated_algorithm(self, setup):
-        if self.weights not in ("uniform", "n_samples"):
-            raise ValueError(f"weights must be 'uniform' or 'n_samples', got {self.weights!r}.")
-        return super()._federated_algorithm(setup)
-
-    def _set_federated_result(self, result, setup, labels):
+    def _set_fitted(self, fit):
         """The averaged tensor, from the server state (also on a distributed engine)."""
-        super()._set_federated_result(result, setup, labels)
-        state = result.server_state
+        super()._set_fitted(fit)
+        state = fit.result.server_state
         w = state["sizes"] / state["sizes"].sum() if self.weights == "n_samples" else \
             np.full(len(state["coefs"]), 1.0 / len(state["coefs"]))
         self.average_coef_ = np.tensordot(w, np.stack(state["coefs"]), axes=1)

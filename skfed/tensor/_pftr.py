@@ -9,17 +9,18 @@ import warnings
 import numpy as np
 
 from sklearn.base import clone
+from sklearn.utils._param_validation import StrOptions
 
-from ..base import transactional_fit
 from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
 from ..privacy import check_privacy_budget, pftr_noise_multiplier, pftr_privacy_spent
 from ..privacy._pftr_bound import check_pftr_accountant
-from ..utils._validation import check_positive_int, check_unknown_client, user_stacklevel
-from ._base import _TensorRegressorBase, check_positive_float
+from ..utils._param_validation import FEDERATION_CONSTRAINTS, Number, positive_int, positive_real
+from ..utils._validation import user_stacklevel
+from ._base import TENSOR_CONSTRAINTS, _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
-from ._stages import PersonalizedTensorPhases, check_client_range, lipschitz
-from ._tucker import RETRACTIONS, TANGENTS, check_tucker_rank
+from ._stages import PersonalizedTensorPhases, lipschitz
+from ._tucker import check_tucker_rank
 
 __all__ = ["PersonalizedTensorRegressor"]
 
@@ -434,50 +435,39 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     # -- validation ---------------------------------------------------------------
 
-    def _validate_params_pftr(self):
-        p = {}
-        p["step_size"] = "auto" if isinstance(self.step_size, str) and \
-            self.step_size == "auto" else check_positive_float(self.step_size, "step_size")
-        p["n_rounds"] = check_positive_int(self.n_rounds, "n_rounds")
-        p["alpha"] = check_positive_float(self.alpha, "alpha", allow_zero=True)
-        p["n_local_iter"] = check_positive_int(self.n_local_iter, "n_local_iter", minimum=0)
-        if self.penalty_scaling not in ("adaptive", "none"):
-            raise ValueError(
-                f"penalty_scaling must be 'adaptive' or 'none', got {self.penalty_scaling!r}."
-            )
+    _parameter_constraints = {
+        **TENSOR_CONSTRAINTS,
+        **FEDERATION_CONSTRAINTS,
+        # the privacy budget, checked together (check_privacy_budget) in _check_params
+        "epsilon": "no_validation",
+        "delta": "no_validation",
+        "accountant": "no_validation",  # check_pftr_accountant
+        "tau_x": [positive_real(), None],
+        "tau_e": [positive_real(), None],
+        "clip_quantile": [Number(numbers.Real, 0, 1, closed="right")],
+        "privacy_mode": [StrOptions(set(PRIVACY_MODES))],
+        "init": [StrOptions(set(INIT_MODES)), "array-like"],
+        "cv": [positive_int(2), None],
+        "param_grid": [dict, None],
+    }
+
+    def _check_params(self):
+        """The checks of several parameters together; ``_fit_params`` for the other hooks."""
+        p = {"n_rounds": int(self.n_rounds), "alpha": float(self.alpha),
+             "n_local_iter": int(self.n_local_iter)}
+        p["step_size"] = self.step_size if isinstance(self.step_size, str) \
+            else float(self.step_size)
         p["epsilon"], p["delta"] = check_privacy_budget(self.epsilon, self.delta)
         if p["epsilon"] is None:
             p["delta"] = float(self.delta) if isinstance(self.delta, numbers.Real) else None
         p["fit_intercept"] = self._check_fit_intercept(p["epsilon"])
-        p["tau_x"] = check_positive_float(self.tau_x, "tau_x", allow_none=True)
-        p["tau_e"] = check_positive_float(self.tau_e, "tau_e", allow_none=True)
-        cq = self.clip_quantile
-        if isinstance(cq, bool) or not isinstance(cq, numbers.Real) or not 0 < cq <= 1:
-            raise ValueError(f"clip_quantile must be in (0, 1], got {cq!r}.")
-        if not isinstance(self.privacy_mode, str) or self.privacy_mode not in PRIVACY_MODES:
-            raise ValueError(
-                f"privacy_mode must be one of {PRIVACY_MODES}, got {self.privacy_mode!r}."
-            )
-        if isinstance(self.init, str) and self.init not in INIT_MODES:
-            raise ValueError(f"init must be one of {INIT_MODES} or an array, got {self.init!r}.")
-        if self.tangent not in TANGENTS:
-            raise ValueError(f"tangent must be one of {TANGENTS}, got {self.tangent!r}.")
-        if self.retraction not in RETRACTIONS:
-            raise ValueError(f"retraction must be one of {RETRACTIONS}, got {self.retraction!r}.")
-        p["admm"] = dict(
-            lam=check_positive_float(self.init_lambda, "init_lambda", allow_zero=True),
-            omega=check_positive_float(self.init_alpha, "init_alpha", allow_zero=True),
-            zeta=check_positive_float(self.init_zeta, "init_zeta"),
-            rho=check_positive_float(self.init_rho, "init_rho"),
-            max_iter=check_positive_int(self.init_max_iter, "init_max_iter"),
-        )
-        check_positive_float(self.rank_scale, "rank_scale")
-        if self.max_rank is not None:
-            check_positive_int(self.max_rank, "max_rank")
-        if self.cv is not None:
-            check_positive_int(self.cv, "cv", minimum=2)
+        p["tau_x"] = None if self.tau_x is None else float(self.tau_x)
+        p["tau_e"] = None if self.tau_e is None else float(self.tau_e)
+        p["admm"] = dict(lam=float(self.init_lambda), omega=float(self.init_alpha),
+                         zeta=float(self.init_zeta), rho=float(self.init_rho),
+                         max_iter=int(self.init_max_iter))
         grid = DEFAULT_GRID if self.param_grid is None else self.param_grid
-        if not hasattr(grid, "items") or not set(grid) <= set(CV_PARAMS):
+        if not set(grid) <= set(CV_PARAMS):
             raise ValueError(
                 f"param_grid must be a dict with keys among {CV_PARAMS}, got {grid!r}."
             )
@@ -487,16 +477,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             for v in values:
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
         p["grid"] = {k: list(v) for k, v in grid.items()}
-        check_unknown_client(self.unknown_client)
         check_pftr_accountant(self.accountant)
         p["init_mode"] = self._init_mode(p["epsilon"])
         p["n_releases"] = p["n_rounds"] + (p["init_mode"] == "moment")
-        # calibrate once here (cached) so an unreachable budget fails before any round
+        # calibrate now so an unreachable budget fails before any round
         pftr_noise_multiplier(p["epsilon"], p["delta"], p["n_releases"], self.accountant)
         p["outside"] = self._outside_guarantee(p)
         if p["epsilon"] is not None and self.privacy_mode == "strict" and p["outside"]:
             raise ValueError(self._strict_message(p))
-        return p
+        self._fit_params = p
 
     def _init_mode(self, epsilon):
         """``"array"``, ``"admm"`` or ``"moment"``: how ``A_0`` starts."""
@@ -554,8 +543,6 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         )
 
     def _check_fit_intercept(self, epsilon):
-        if not isinstance(self.fit_intercept, (bool, np.bool_)):
-            raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}.")
         if self.fit_intercept and epsilon is not None:
             raise ValueError(
                 f"fit_intercept=True is not covered by the privacy guarantee of epsilon="
@@ -571,9 +558,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _site_summary(self, X, y):
         summary = super()._site_summary(X, y)
-        epsilon, _ = check_privacy_budget(self.epsilon, self.delta)
         X = np.asarray(X, dtype=float)
-        intercept = self._check_fit_intercept(epsilon)
+        intercept = self._fit_params["fit_intercept"]
         # sums, not means, and only from two rows up: the sum (or mean) of one
         # row is that row, and the mean of a constant column is its value
         if intercept and sends_sums(X.shape[0]):
@@ -587,7 +573,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _combine_site_summaries(self, labels, summaries):
         setup = super()._combine_site_summaries(labels, summaries)
-        if self._check_fit_intercept(check_privacy_budget(self.epsilon, self.delta)[0]):
+        if self._fit_params["fit_intercept"]:
             # the pooled means of the sites that sent sums (two rows or more)
             sent = [s for s in summaries if "x_sum" in s]
             if sent:
@@ -608,9 +594,6 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _init_tensor(self, coef_shape):
         if isinstance(self.init, str):
-            if self.init not in INIT_MODES:
-                raise ValueError(
-                    f"init must be one of {INIT_MODES} or an array, got {self.init!r}.")
             return None
         init = np.asarray(self.init, dtype=float)
         if init.shape != coef_shape or not np.all(np.isfinite(init)):
@@ -620,9 +603,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             )
         return init
 
-    # -- the contract of skfed.federated.fit_federated (also run by Flower) --------
+    # -- the hooks of skfed.federated.FederatedContract (also run by Flower) --------
 
-    def _engine_params(self):
+    def _refuse_distributed_cv(self):
+        """``cv`` refits on folds, which only the in-process fit can do."""
         if self.cv is not None:
             raise ValueError(
                 f"cv={self.cv!r} tunes step_size and alpha by refitting on folds, which "
@@ -630,23 +614,22 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 "pass the tuned step_size and alpha (e.g. best_params_ of an in-process "
                 "fit) (cv)."
             )
-        p = self._validate_params_pftr()
+
+    def _engine_params(self):
+        self._refuse_distributed_cv()  # in-process, the engine runs a copy without cv
         # the ADMM initializer (and rank vote) takes 2 rounds before Stage I, the
         # private moment initializer 1
-        init_rounds = {"array": 0, "admm": 2, "moment": 1}[p["init_mode"]]
-        return dict(n_rounds=p["n_rounds"] + init_rounds,
-                    client_fraction=self.client_fraction,
-                    on_client_error=self.on_client_error, random_state=self.random_state,
-                    n_jobs=self.n_jobs, verbose=self.verbose)
+        init_rounds = {"array": 0, "admm": 2, "moment": 1}[self._fit_params["init_mode"]]
+        return {**super()._engine_params(), "n_rounds": self._fit_params["n_rounds"] + init_rounds}
 
     def _federated_algorithm(self, setup):
         """Initializer (when needed), Stage I and Stage II as one phased algorithm."""
-        self._engine_params()  # refuses cv
+        self._refuse_distributed_cv()
         return self._phases(setup)
 
     def _phases(self, setup):
         """The phased algorithm, built from the parameters and the set-up summary only."""
-        params = self._validate_params_pftr()
+        params = self._fit_params
         tensor_shape = tuple(int(s) for s in setup["tensor_shape"])
         output_shape = tuple(int(s) for s in setup["output_shape"])
         coef_shape = output_shape + tensor_shape
@@ -679,15 +662,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             moment_init=params["init_mode"] == "moment",
         )
 
-    def _set_federated_result(self, result, setup, labels):
+    def _set_fitted(self, fit):
         """Fitted attributes from the server state and, in-process, the client states.
 
         On a distributed engine (``result.client_states is None``) the
         per-client attributes are ``None``: the personalized parts stay on
         the sites.
         """
-        algorithm = self._phases(setup)
-        params = self._validate_params_pftr()
+        result, setup, labels, algorithm = fit.result, fit.setup, fit.labels, fit.algorithm
+        params = self._fit_params
         self._set_shapes(setup)
         server = dict(zip(algorithm.phases, result.server_state.states))
         init, one = server.get("init"), server["stage_one"]
@@ -785,40 +768,19 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     # -- fitting ------------------------------------------------------------------
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Fit ``A_0`` (federated, private) and each client's ``B_k`` (local).
+    # fit is FederatedEstimator's: A_0 by federated (private) rounds, then each client's
+    # B_k locally; with cv, step_size and alpha are first chosen by the paper's V-fold
+    # criterion and the final fit runs a copy with the chosen values
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, prod(tensor_shape)) or (n_samples, *tensor_shape)
-            Covariate tensors of all clients, one per row.
-        y : array-like of shape (n_samples,) or (n_samples, prod(output_shape))
-            Responses.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : PersonalizedTensorRegressor
-            The fitted estimator.
-        """
-        Xm, Ym = self._validate_site_data(X, y, reset=True)
-        self._validate_params_pftr()  # a refused private setting, before anything is sent
+    def _run_federation(self, X, y, groups):
         self.cv_results_, self.best_params_ = None, None
-        tuned = self
-        # each client's range, named, before the set-up exchange and any step
-        for client in Federation.from_arrays(Xm, Ym, groups).clients:
-            check_client_range(client.X, client.y, client.label)
-        if self.cv is not None:
-            params = self._validate_params_pftr()
-            # one seed for the folds and every refit, also when random_state is None
-            entropy = seed_entropy(self.random_state)
-            self._cross_validate(Xm, Ym, groups, params, entropy)
-            tuned = self._tuned(random_state=entropy, **self.best_params_)
-        result, setup, labels = fit_federated(tuned, Xm, Ym, groups)
-        self._set_federated_result(result, setup, labels)
-        return self
+        if self.cv is None:
+            return super()._run_federation(X, y, groups)
+        # one seed for the folds and every refit, also when random_state is None
+        entropy = seed_entropy(self.random_state)
+        self._cross_validate(X, y, groups, self._fit_params, entropy)
+        tuned = self._tuned(random_state=entropy, **self.best_params_)
+        return super(PersonalizedTensorRegressor, tuned)._run_federation(X, y, groups)
 
     def _tuned(self, **params):
         """A copy without ``cv`` (and with ``params``) that fits rows validated by ``self``."""
@@ -826,6 +788,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         for name in ("tensor_shape_", "output_shape_", "coef_shape_", "_y_layout",
                      "n_features_in_"):
             setattr(est, name, getattr(self, name))
+        est._check_params()
         return est
 
     def _cross_validate(self, Xm, Ym, groups, params, entropy):
@@ -855,8 +818,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 for j, alpha in enumerate(alphas):
                     # every client keeps >= 1 training row, so client indices are kept
                     est = self._tuned(step_size=step, alpha=alpha, random_state=entropy)
-                    est._set_federated_result(
-                        *fit_federated(est, Xm[train], Ym[train], client[train]))
+                    est._set_fitted(fit_federated(est, Xm[train], Ym[train], client[train]))
                     sse = 0.0
                     for k, coef in enumerate(est.coef_):
                         rows = val[client[val] == k]

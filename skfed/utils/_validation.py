@@ -20,9 +20,14 @@ def user_stacklevel():
     Counts the frames from the function calling this one up to the first
     frame outside the ``skfed`` package (e.g. the user's ``fit`` call), so a
     warning names the user's line however deep inside skfed it is raised.
+    scikit-learn's ``_fit_context`` wrapper around ``fit`` is skipped too.
     """
     frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "skfed":
+    while frame is not None and (
+        frame.f_globals.get("__name__", "").split(".")[0] == "skfed"
+        or (frame.f_globals.get("__name__") == "sklearn.base"
+            and frame.f_code.co_name == "wrapper")
+    ):
         frame, level = frame.f_back, level + 1
     del frame
     return level

@@ -181,8 +181,8 @@ def test_admm_server_mirrors_each_clients_dual_under_sampling(make):
     X, y, groups = _class_data()
     est = make(client_fraction=0.5)
     est.fit(X, y, groups=groups)  # the fitted set-up entries (classes, moments)
-    result, _, _ = fit_federated(est, X, np.searchsorted(est.classes_, y), groups,
-                                 min_samples=2)
+    result = fit_federated(est, X, np.searchsorted(est.classes_, y), groups,
+                           min_samples=2).result
     server = result.server_state
     assert len(server["last"]) == N_CLIENTS
     for k, state in enumerate(result.client_states):
@@ -195,7 +195,8 @@ def test_pfedhgp_server_sums_each_clients_latest_statistics():
     """With sampling the closed-form server sums every client's last reply."""
     X, y, groups = _gp_data()
     est = PFedHGPRegressor(**GP, client_fraction=0.5)
-    result, _, _ = fit_federated(est, X, y, groups)
+    est._check_params()
+    result = fit_federated(est, X, y, groups).result
     replies = result.server_state["replies"]
     assert sorted(replies) == list(range(N_CLIENTS))
     n = sum(float(m["n"]) for m in replies.values())

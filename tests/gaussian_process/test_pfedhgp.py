@@ -254,10 +254,12 @@ def test_site_checks_of_the_federated_contract():
     """What a site checks on its own rows, and the set-up summary (see also the Flower tests)."""
     X = np.repeat(np.arange(4.0)[:, None], 3, axis=0)  # 4 distinct rows
     model = PFedHGPRegressor(n_inducing_local=5)
+    model._check_params()  # fit runs it first (FederatedEstimator)
     with pytest.warns(UserWarning, match="n_inducing_local=5 is more than the 4 distinct rows"):
         model._validate_site_data(X, np.zeros(12), reset=True)
-    X_ok, y_ok = PFedHGPRegressor(n_inducing_local=4)._validate_site_data(
-        X, np.zeros((12, 1)), reset=True)
+    model = PFedHGPRegressor(n_inducing_local=4)
+    model._check_params()
+    X_ok, y_ok = model._validate_site_data(X, np.zeros((12, 1)), reset=True)
     assert y_ok.shape == (12,)  # a single column is the scalar model
     summaries = [{"n_outputs": np.int64(1)}, {"n_outputs": np.int64(3)}]
     with pytest.raises(ValueError, match="disagree on the number of outputs"):
@@ -323,8 +325,9 @@ def test_basis_cache_reuses_only_for_equal_parameters_and_is_not_pickled():
 def test_broadcast_globals_are_unpacked_once_per_broadcast_and_read_only():
     import pickle
 
-    steps = PFedHGPRegressor(n_inducing_global=4, n_inducing_local=3,
-                             normalize_X=False)._steps_algorithm(1)
+    model = PFedHGPRegressor(n_inducing_global=4, n_inducing_local=3, normalize_X=False)
+    model._check_params()
+    steps = model._steps_algorithm(1)
     _, broadcast = steps.server_step(
         {"phase": 0}, {0: {"n": np.int64(5), "sum_y": 1.0, "sum_y2": 2.0,
                            "sum_x": np.full(1, 2.5), "sum_x2": np.full(1, 2.0)}},

@@ -110,5 +110,5 @@ def test_the_cross_products_are_in_the_ledger_only_with_the_linear_mean():
 
 def test_bad_mean_function_is_refused():
     X, y, groups = _data()
-    with pytest.raises(ValueError, match="mean_function must be one of"):
+    with pytest.raises(ValueError, match="'mean_function' parameter"):
         PFedHGPRegressor(mean_function="quadratic").fit(X, y, groups=groups)

@@ -90,7 +90,7 @@ def test_site_trend_sends_nothing_more_and_leaves_new_sites_alone():
 @pytest.mark.parametrize("value", ["affine", None, 1, True])
 def test_bad_site_trend_is_a_value_error(value):
     X, y, groups = _data()
-    with pytest.raises(ValueError, match="site_trend must be one of"):
+    with pytest.raises(ValueError, match="'site_trend' parameter"):
         PFedHGPRegressor(site_trend=value, **SMALL).fit(X, y, groups=groups)
 
 

@@ -93,7 +93,7 @@ def test_private_fit_requires_fit_intercept_false(data):
         X, y, groups=groups)
     # epsilon=inf is no privacy: the intercept is allowed
     PersonalizedTensorRegressor(epsilon=float("inf"), **KW).fit(X, y, groups=groups)
-    with pytest.raises(ValueError, match="fit_intercept must be True or False"):
+    with pytest.raises(ValueError, match="'fit_intercept' parameter"):
         PersonalizedTensorRegressor(fit_intercept="yes", **KW).fit(X, y, groups=groups)
 
 

@@ -135,9 +135,9 @@ def test_strict_refuses_each_release_outside_the_guarantee(data, params, name):
 
 def test_bad_privacy_mode_and_init_are_refused(data):
     X, y, groups = data
-    with pytest.raises(ValueError, match="privacy_mode must be one of"):
+    with pytest.raises(ValueError, match="'privacy_mode' parameter"):
         PersonalizedTensorRegressor(**SHAPE, privacy_mode="loose").fit(X, y, groups=groups)
-    with pytest.raises(ValueError, match="init must be one of"):
+    with pytest.raises(ValueError, match="'init' parameter"):
         PersonalizedTensorRegressor(**SHAPE, init="zeros").fit(X, y, groups=groups)
 
 

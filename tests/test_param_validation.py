@@ -1,0 +1,32 @@
+"""Every estimator with ``_parameter_constraints`` declares all its parameters and
+refuses each invalid value with scikit-learn's ``InvalidParameterError`` naming it."""
+
+import warnings
+
+import pytest
+from sklearn.utils.estimator_checks import check_param_validation
+
+import skfed
+
+ESTIMATORS = [
+    getattr(module, name)
+    for module in (skfed.gaussian_process, skfed.linear_model, skfed.tensor, skfed.baselines)
+    for name in module.__all__
+    if hasattr(getattr(module, name), "_parameter_constraints")
+]
+
+
+def test_every_federated_estimator_declares_constraints():
+    names = {cls.__name__ for cls in ESTIMATORS}
+    for module in (skfed.gaussian_process, skfed.linear_model, skfed.tensor, skfed.baselines):
+        for name in module.__all__:
+            if hasattr(getattr(module, name), "_federated_algorithm"):
+                assert name in names
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_param_validation(cls):
+    est = cls._test_instances()[0] if hasattr(cls, "_test_instances") else cls()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_param_validation(cls.__name__, est)
