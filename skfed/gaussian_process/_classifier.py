@@ -142,12 +142,13 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         est = self.estimator_
         grid = self._grid_
         m = grid.shape[0]
-        Y = (X - est._prior_mean(grid)) / est.y_std_
         out = np.empty((X.shape[0], len(self.classes_)))
         for c in range(len(self.classes_)):
-            mean, cov = est._moments(grid, np.full(m, c), full=True)
-            L, _ = chol_jitter(cov, est.jitter)
-            R = Y - mean
+            # class c is client c of the regressor: its joint predictive over the grid;
+            # factored on the normalized scale, where the jitter is set
+            mean, cov = est.predict(grid, groups=np.full(m, c), return_cov=True)
+            L, _ = chol_jitter(cov / est.y_std_**2, est.jitter)
+            R = (X - mean) / est.y_std_
             quad = np.sum(R * cho_solve((L, True), R.T).T, axis=1)
             logdet = 2 * np.sum(np.log(np.diag(L))) + 2 * m * np.log(est.y_std_)
             out[:, c] = -0.5 * (quad + logdet + m * np.log(2 * np.pi))

@@ -6,7 +6,6 @@ from sklearn.cluster import SpectralClustering
 from sklearn.utils.validation import check_is_fitted
 
 from ..utils._validation import check_groups, check_positive_int
-from ._elbo import softplus
 from ._kernels import kernel_matrix
 
 __all__ = ["client_dissimilarity", "cluster_clients"]
@@ -14,42 +13,6 @@ __all__ = ["client_dissimilarity", "cluster_clients"]
 COMPONENTS = ("both", "deviation", "local")
 DEVIATION_KERNELS = ("global", "deviation")
 MULTIOUTPUT = ("outputs", "latent")
-
-
-def _fitted_kernels(model, k):
-    """What the operators need from the fitted ``model`` for client ``k``.
-
-    The only place that reads the estimator's private state, so that a change
-    of where the client states live touches this function alone. Everything
-    is on the model's internal (normalized) scale, which leaves the
-    trace-normalized operators unchanged.
-
-    Returns
-    -------
-    out : dict
-        ``noise`` (``sigma^2``), ``phi``, ``kind`` and, per present component
-        (``"deviation"``, ``"local"``), a list of latents ``(Z, lengthscale,
-        variance, loading)``; ``loading`` is the ``(Q,)`` column of ``B_delta_i``
-        or ``B_l_i`` (multi-output fits) or ``[1.0]`` (scalar fits).
-    """
-    cfg, g, loc = model._cfg, model._global, model._locals[k]
-    multi = getattr(model, "n_outputs_", 1) > 1
-    out = {"noise": float(softplus(g["noise"])), "kind": cfg.kind,
-           "phi": float(softplus(g["phi"])) if cfg.use_deviation else 0.0}
-    # (name, Z, raw lengthscales, raw scalar variance, fixed ILMM latent variance, loadings)
-    parts = []
-    if cfg.use_deviation:
-        parts.append(("deviation", g["Zg"], g["ls_g"], g.get("var_g"),
-                      getattr(cfg, "variance_global", None), loc.get("Bd")))
-    if cfg.use_local:
-        parts.append(("local", loc["Zl"], loc["ls_l"], loc.get("var_l"),
-                      getattr(cfg, "variance_local", None), loc.get("Bl")))
-    for name, Z, ls, var_raw, var_fixed, B in parts:
-        if multi:
-            out[name] = [(Z, cfg.lengthscale(ls[r]), var_fixed, B[:, r]) for r in range(B.shape[1])]
-        else:
-            out[name] = [(Z, cfg.lengthscale(ls), float(softplus(var_raw)), np.ones(1))]
-    return out
 
 
 def _projection(X, latents, kind, noise, scale=1.0):
@@ -157,7 +120,8 @@ def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel
                                  ("multioutput", multioutput, MULTIOUTPUT)):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
-    X = model._scale_X(np.asarray(X, dtype=float))  # the fitted kernels' input units
+    # the fitted kernels' input units (client_kernels)
+    X = (np.asarray(X, dtype=float) - model.x_mean_) / model.x_std_
     labels, index = check_groups(groups, X.shape[0])
     missing = set(model.clients_.tolist()) - set(labels.tolist())
     if missing:
@@ -166,7 +130,7 @@ def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel
     ops = []
     for k, label in enumerate(model.clients_.tolist()):
         Xi = X[index == int(np.flatnonzero(labels == label)[0])]
-        fk = _fitted_kernels(model, k)
+        fk = model.client_kernels(label)
         blocks = []
         for name in wanted:
             if name not in fk:

@@ -835,6 +835,55 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         else:
             self.lengthscale_global_ = self.variance_global_ = None
 
+    def client_kernels(self, client):
+        """The fitted kernels of one client's deviation and local GPs.
+
+        What :func:`skfed.gaussian_process.client_dissimilarity` (paper sec.
+        3.8.2) needs. Everything is in the model's internal units: inputs
+        ``(X - x_mean_) / x_std_``, variances on the normalized ``y`` scale
+        (divide by ``y_std_**2`` to get there from ``y``'s units), which leaves
+        trace-normalized operators unchanged.
+
+        Parameters
+        ----------
+        client : object
+            A label of ``clients_`` (fitted in-process: a distributed fit keeps
+            the personalized parts on the sites).
+
+        Returns
+        -------
+        kernels : dict
+            ``"noise"`` (``sigma^2``), ``"phi"``, ``"kind"`` (the kernel) and, per
+            fitted component (``"deviation"``, ``"local"``), a list of latents
+            ``(Z, lengthscale, variance, loading)``: inducing inputs, lengthscale(s),
+            variance and the ``(Q,)`` column of ``B_delta_i`` or ``B_l_i``
+            (multi-output fits) or ``[1.0]`` (scalar fits).
+        """
+        check_is_fitted(self)
+        index = self._client_index(np.array([client]), 1)
+        if index[0] < 0:
+            raise ValueError(f"client {client!r} is not one of clients_.")
+        check_on_site(index, self.clients_, self._locals is None)
+        cfg, g, loc = self._cfg, self._global, self._locals[int(index[0])]
+        multi = self._multi
+        out = {"noise": float(softplus(g["noise"])), "kind": cfg.kind,
+               "phi": float(softplus(g["phi"])) if cfg.use_deviation else 0.0}
+        # (name, Z, raw lengthscales, raw scalar variance, fixed ILMM latent variance, loadings)
+        parts = []
+        if cfg.use_deviation:
+            parts.append(("deviation", g["Zg"], g["ls_g"], g.get("var_g"),
+                          getattr(cfg, "variance_global", None), loc.get("Bd")))
+        if cfg.use_local:
+            parts.append(("local", loc["Zl"], loc["ls_l"], loc.get("var_l"),
+                          getattr(cfg, "variance_local", None), loc.get("Bl")))
+        for name, Z, ls, var_raw, var_fixed, B in parts:
+            if multi:
+                out[name] = [(Z, cfg.lengthscale(ls[r]), var_fixed, B[:, r])
+                             for r in range(B.shape[1])]
+            else:
+                out[name] = [(Z, cfg.lengthscale(ls), float(softplus(var_raw)), np.ones(1))]
+        return out
+
     def _scale_X(self, X):
         """Inputs in the model's units: ``(X - x_mean_) / x_std_``."""
         return (np.asarray(X, dtype=float) - self.x_mean_) / self.x_std_
