@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import dp_accounting
 
 from ..privacy import (
-    ACCOUNTANTS,
+    PFTR_ACCOUNTANTS,
     calibrate_noise_multiplier,
     check_epsilon,
     check_privacy_budget,
@@ -22,9 +22,10 @@ from ..privacy import (
     gaussian_event,
     split_round_budget,
 )
+from ..privacy._pftr_bound import check_accountant
 
 # the paper's closed-form bound, or one of dp-accounting's accountants
-PRIVACY_ACCOUNTANTS = ("paper",) + ACCOUNTANTS
+PRIVACY_ACCOUNTANTS = PFTR_ACCOUNTANTS
 
 
 def classical_multiplier(epsilon, delta):
@@ -84,10 +85,7 @@ def _cached_plan(epsilon, delta, target_epsilon, target_delta, accountant, n_rou
 
 
 def _privacy_plan(est, split):
-    if est.accountant not in PRIVACY_ACCOUNTANTS:
-        raise ValueError(
-            f"accountant must be one of {PRIVACY_ACCOUNTANTS}, got {est.accountant!r}."
-        )
+    check_accountant(est.accountant)
 
     def split_eps(eps):
         return split_round_budget(eps, split) if split is not None else (eps,)

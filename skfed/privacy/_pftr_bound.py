@@ -33,8 +33,13 @@ __all__ = ["PFTR_ACCOUNTANTS", "pftr_noise_multiplier", "pftr_noise_std", "pftr_
 PFTR_ACCOUNTANTS = ("paper",) + ACCOUNTANTS
 
 
-def check_pftr_accountant(accountant):
-    """``accountant`` if it is one of :data:`PFTR_ACCOUNTANTS`, else a ``ValueError``."""
+def check_accountant(accountant):
+    """``accountant`` if it is ``"paper"`` (the paper's own bound) or one of
+    dp-accounting's :data:`ACCOUNTANTS`, else a ``ValueError``.
+
+    The ``accountant`` parameter of every private estimator
+    (:data:`PFTR_ACCOUNTANTS`; DP-Fed DRO and its baselines take the same values).
+    """
     if not isinstance(accountant, str) or accountant not in PFTR_ACCOUNTANTS:
         raise ValueError(
             f"accountant must be one of {PFTR_ACCOUNTANTS}, got {accountant!r}."
@@ -74,7 +79,7 @@ def pftr_noise_multiplier(epsilon, delta, n_rounds, accountant="paper"):
     >>> round(pftr_noise_multiplier(20.0, 0.1, 20, accountant="rdp"), 2)
     0.93
     """
-    check_pftr_accountant(accountant)
+    check_accountant(accountant)
     epsilon, delta = check_privacy_budget(epsilon, delta)
     if epsilon is None:
         return 0.0
@@ -161,7 +166,7 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
     >>> round(s["epsilon"], 3), round(s["noise_multiplier"], 3)
     (20.0, 0.926)
     """
-    check_pftr_accountant(calibration)
+    check_accountant(calibration)
     epsilon, delta = check_privacy_budget(epsilon, delta)
     if epsilon is None:
         return {

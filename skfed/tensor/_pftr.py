@@ -14,7 +14,7 @@ from sklearn.utils._param_validation import StrOptions
 from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
 from ..privacy import check_privacy_budget, pftr_noise_multiplier, pftr_privacy_spent
-from ..privacy._pftr_bound import check_pftr_accountant
+from ..privacy._pftr_bound import check_accountant
 from ..utils._param_validation import FEDERATION_CONSTRAINTS, Number, positive_int, positive_real
 from ..utils._validation import user_stacklevel
 from ._base import TENSOR_CONSTRAINTS, _TensorRegressorBase, check_positive_float
@@ -441,7 +441,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         # the privacy budget, checked together (check_privacy_budget) in _check_params
         "epsilon": "no_validation",
         "delta": "no_validation",
-        "accountant": "no_validation",  # check_pftr_accountant
+        "accountant": "no_validation",  # check_accountant
         "tau_x": [positive_real(), None],
         "tau_e": [positive_real(), None],
         "clip_quantile": [Number(numbers.Real, 0, 1, closed="right")],
@@ -477,7 +477,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             for v in values:
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
         p["grid"] = {k: list(v) for k, v in grid.items()}
-        check_pftr_accountant(self.accountant)
+        check_accountant(self.accountant)
         p["init_mode"] = self._init_mode(p["epsilon"])
         p["n_releases"] = p["n_rounds"] + (p["init_mode"] == "moment")
         # calibrate now so an unreachable budget fails before any round
