@@ -77,8 +77,10 @@ for row, (name, model) in enumerate(models.items()):
 fig.tight_layout()
 
 # %%
-# What the private fit guarantees: ``privacy_spent_`` is the total
+# What the private fit guarantees: ``privacy_spent_`` holds the total
 # (epsilon, delta) per voter, over everything each region released.
 private = models["epsilon = 10"]
-print("privacy spent (epsilon, delta):", private.privacy_spent_)
+spent = private.privacy_spent_
+print("privacy spent (epsilon, delta):", round(spent["epsilon"], 3), spent["delta"])
+print("it covers:", spent["covers"])
 print("noise multiplier (model, norm bound):", private.noise_multiplier_)

@@ -97,4 +97,6 @@ fig.tight_layout()
 #
 # The guarantee each fit reports covers all ``n_rounds`` releases of every
 # region's model:
-print("last fit:", model.privacy_spent_, "over", model.n_iter_, "rounds")
+spent = model.privacy_spent_
+print("last fit: epsilon", round(spent["epsilon"], 3), "delta", spent["delta"], "over",
+      model.n_iter_, "rounds")

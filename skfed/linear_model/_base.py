@@ -16,7 +16,7 @@ from ..privacy import check_epsilon
 from ..utils._param_validation import FEDERATION_CONSTRAINTS
 from ..utils._validation import check_scale, map_clients, validate_data
 from ._checks import _label_array, check_norm_bound, client_weights
-from ._privacy_plan import classical_multiplier, privacy_plan, privacy_spent
+from ._privacy_plan import classical_multiplier, privacy_plan, privacy_report
 
 
 class LinearClientMixin:
@@ -225,17 +225,15 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
         self.communication_ = result.ledger
         for name, value in algorithm.fitted_attrs.items():
             setattr(self, name, value)
+        self.privacy_spent_ = privacy_report(self.n_iter_, plan,
+                                             getattr(self, "accountant", "paper"))
         if plan is not None:
-            eps, delta, delta_bar = plan
+            eps, delta, _ = plan
             self.epsilon_round_ = tuple(eps)
             self.noise_multiplier_ = tuple(classical_multiplier(e, delta) for e in eps)
-            self.privacy_spent_ = (
-                privacy_spent(self.n_iter_, eps, delta, delta_bar, self.accountant), delta_bar
-            )
             self.privacy_unit_ = "record"
         else:
-            self.epsilon_round_ = self.noise_multiplier_ = None
-            self.privacy_spent_ = self.privacy_unit_ = None
+            self.epsilon_round_ = self.noise_multiplier_ = self.privacy_unit_ = None
         self._set_client_results(result, algorithm)
 
     def _set_client_results(self, result, algorithm):

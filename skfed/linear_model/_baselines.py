@@ -241,9 +241,10 @@ class DPFedERMClassifier(_FederatedBaseline):
     ----------
     coef_, intercept_, classes_, clients_, n_iter_, communication_ :
         As :class:`skfed.DPFedDROClassifier`.
-    privacy_spent_ : tuple or None
-        Total ``(epsilon, delta)``; ``None`` without privacy (``epsilon=None``
-        or ``inf``).
+    privacy_spent_ : dict
+        As :class:`skfed.DPFedDROClassifier`'s: total ``"epsilon"``,
+        ``"delta"`` and what they cover; ``"epsilon"`` is ``inf`` without
+        privacy (``epsilon=None`` or ``inf``).
     noise_sigma_ : ndarray of shape (n_clients,)
         Noise standard deviation per client.
     eta_ : ndarray of shape (n_clients,)
@@ -258,7 +259,7 @@ class DPFedERMClassifier(_FederatedBaseline):
     >>> X = np.eye(3)[y] + 0.1 * rng.standard_normal((300, 3))
     >>> X /= np.linalg.norm(X, axis=1, keepdims=True)
     >>> clf = DPFedERMClassifier(c_w=5.0, random_state=0).fit(X, y, groups=y % 2)
-    >>> round(clf.privacy_spent_[0], 3)
+    >>> round(clf.privacy_spent_["epsilon"], 3)
     3.73
     """
 

@@ -235,9 +235,13 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         (``sum_g alpha_g ||mean_t M~_g - mean_t M||_F``), ``"convergence_metric"``
         (running mean of the objective + 0.4 x violation, the paper's Fig. 2),
         ``"lambda"`` and ``"tau"`` (shape ``(n_clients, n_rounds)``).
-    privacy_spent_ : tuple of float or None
-        ``(epsilon, delta)`` spent in total per client by the chosen accountant,
-        ``None`` without privacy (``epsilon=None`` or ``inf``): no guarantee.
+    privacy_spent_ : dict
+        The guarantee of everything a client released, with the keys of
+        :class:`skfed.tensor.PersonalizedTensorRegressor`'s: ``"epsilon"``,
+        ``"delta"`` (total per client, by the chosen accountant),
+        ``"n_releases"``, ``"noise_multiplier"``, ``"calibration"``,
+        ``"strict"``, ``"covers"``, ``"outside"``. Without privacy
+        (``epsilon=None`` or ``inf``) ``"epsilon"`` is ``inf``: no guarantee.
     privacy_unit_ : str or None
         ``"record"``: one row of one client (replace-one).
     epsilon_round_ : tuple of float or None
@@ -276,7 +280,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     >>> groups = rng.integers(0, 3, 300)
     >>> clf = DPFedDROClassifier(epsilon=0.5, delta=1e-6, n_rounds=50, c_M=2.0,
     ...                          random_state=0).fit(X, y, groups=groups)
-    >>> round(clf.privacy_spent_[0], 4)
+    >>> round(clf.privacy_spent_["epsilon"], 4)
     3.7299
     >>> bool(clf.score(X, y) > 0.9)
     True

@@ -52,6 +52,36 @@ def privacy_spent(n_rounds, epsilons, delta, delta_bar, accountant):
     return epsilon_spent(_rounds_event(n_rounds, epsilons, delta), delta_bar, accountant)
 
 
+def privacy_report(n_rounds, plan, accountant):
+    """``privacy_spent_``: the guarantee of everything a client released, or none.
+
+    The keys are those of :class:`skfed.tensor.PersonalizedTensorRegressor`'s
+    report: ``epsilon``, ``delta`` (total, per client, replace-one record
+    level), ``n_releases``, ``noise_multiplier`` (one per release of a round),
+    ``calibration`` (the accountant), ``strict``, ``covers`` and ``outside``.
+    Without privacy (``plan`` None) ``epsilon`` is ``inf``: no guarantee.
+    """
+    if plan is None:
+        return {"epsilon": math.inf, "delta": 0.0, "n_releases": 0, "noise_multiplier": 0.0,
+                "calibration": accountant, "strict": False,
+                "covers": "nothing: no noise was added", "outside": []}
+    eps, delta, delta_bar = plan
+    per_round = [e for e in eps if e > 0]
+    return {
+        "epsilon": privacy_spent(n_rounds, eps, delta, delta_bar, accountant),
+        "delta": delta_bar,
+        "n_releases": n_rounds * len(per_round),
+        "noise_multiplier": tuple(classical_multiplier(e, delta) for e in eps),
+        "calibration": accountant,
+        "strict": True,
+        "covers": (f"everything a client releases: its noisy local model(s) of each of "
+                   f"{n_rounds} rounds (Gaussian mechanism, sensitivity from the norm bound "
+                   "and the client's row count); its row count and the set of class labels "
+                   "it holds are public"),
+        "outside": [],
+    }
+
+
 def _rounds_event(n_rounds, epsilons, delta):
     """dp-accounting event of ``n_rounds`` rounds of the classical releases ``epsilons``."""
     events = [gaussian_event(classical_multiplier(e, delta), n_rounds) for e in epsilons]

@@ -27,7 +27,7 @@ def test_dp_erm_privacy_and_noise(blobs):
     X, y, groups = blobs
     clf = DPFedERMClassifier(epsilon=0.5, delta=1e-6, n_rounds=50, c_w=5.0,
                              random_state=0).fit(X, y, groups=groups)
-    assert clf.privacy_spent_[0] == pytest.approx(dpfeddro_epsilon(50, 0.5, 0.0, 1e-6))
+    assert clf.privacy_spent_["epsilon"] == pytest.approx(dpfeddro_epsilon(50, 0.5, 0.0, 1e-6))
     n_g = np.bincount(groups)
     z = math.sqrt(2 * math.log(1.25e6)) / 0.5
     np.testing.assert_allclose(clf.noise_sigma_,
@@ -43,11 +43,11 @@ def test_dp_sgd_privacy_and_learning(blobs):
                              accountant="rdp", random_state=0).fit(X, y, groups=groups)
     z = math.sqrt(2 * math.log(1.25e6)) / 0.5
     np.testing.assert_allclose(clf.noise_sigma_, 2 * math.sqrt(2) / np.bincount(groups) * z)
-    assert clf.privacy_spent_[0] < dpfeddro_epsilon(30, 0.5, 0.0, 1e-6)
+    assert clf.privacy_spent_["epsilon"] < dpfeddro_epsilon(30, 0.5, 0.0, 1e-6)
     assert clf.score(X, y) > 0.9
     target = DPFedSGDClassifier(target_epsilon=1.0, target_delta=1e-5, n_rounds=10,
                                 random_state=0).fit(X, y, groups=groups)
-    assert target.privacy_spent_[0] == pytest.approx(1.0, rel=1e-4)
+    assert target.privacy_spent_["epsilon"] == pytest.approx(1.0, rel=1e-4)
 
 
 def test_ova_and_centralized_separate(blobs):

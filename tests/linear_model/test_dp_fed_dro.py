@@ -275,7 +275,10 @@ def test_estimator_reports_paper_total(small_problem):
     X, y, groups = small_problem
     clf = DPFedDROClassifier(epsilon=0.5, delta=1e-6, n_rounds=50, random_state=0)
     clf.fit(X, y, groups=groups)
-    assert clf.privacy_spent_ == pytest.approx((3.7299, 1e-6), abs=1e-4)
+    spent = clf.privacy_spent_
+    assert (spent["epsilon"], spent["delta"]) == pytest.approx((3.7299, 1e-6), abs=1e-4)
+    assert spent["strict"] and spent["n_releases"] == 100 and spent["outside"] == []
+    assert spent["noise_multiplier"] == clf.noise_multiplier_
     assert clf.privacy_unit_ == "record"
     z = math.sqrt(2 * math.log(1.25e6))
     e_M, e_l = split_round_budget(0.5)
@@ -296,9 +299,9 @@ def test_rdp_accountant_matches_dp_accounting(small_problem):
     acc = dp_accounting.rdp.RdpAccountant()
     acc.compose(dp_accounting.GaussianDpEvent(z_M), 20)
     acc.compose(dp_accounting.GaussianDpEvent(z_l), 20)
-    assert clf.privacy_spent_[0] == pytest.approx(acc.get_epsilon(1e-6), rel=1e-9)
+    assert clf.privacy_spent_["epsilon"] == pytest.approx(acc.get_epsilon(1e-6), rel=1e-9)
     paper = dpfeddro_epsilon(20, *split_round_budget(0.5), 1e-6)
-    assert clf.privacy_spent_[0] < paper  # RDP is tighter than the closed form
+    assert clf.privacy_spent_["epsilon"] < paper  # RDP is tighter than the closed form
 
 
 @pytest.mark.parametrize("accountant", ["paper", "rdp", "pld"])
@@ -306,9 +309,9 @@ def test_target_epsilon_is_spent(small_problem, accountant):
     X, y, groups = small_problem
     clf = DPFedDROClassifier(target_epsilon=2.0, target_delta=1e-5, n_rounds=10,
                              accountant=accountant, random_state=0).fit(X, y, groups=groups)
-    assert clf.privacy_spent_[0] == pytest.approx(2.0, rel=1e-4)
-    assert clf.privacy_spent_[0] <= 2.0 + 1e-9
-    assert clf.privacy_spent_[1] == 1e-5
+    assert clf.privacy_spent_["epsilon"] == pytest.approx(2.0, rel=1e-4)
+    assert clf.privacy_spent_["epsilon"] <= 2.0 + 1e-9
+    assert clf.privacy_spent_["delta"] == 1e-5
     if accountant != "paper":  # direct dp-accounting computation of what was released
         acc = (dp_accounting.rdp.RdpAccountant() if accountant == "rdp"
                else dp_accounting.pld.PLDAccountant())
@@ -391,7 +394,7 @@ def test_separable_data_is_separated():
     exact = DPFedDROClassifier(epsilon=None, n_rounds=8, rho=0.5, radius=1e-3,
                                kappa=0.5).fit(X[:120], y[:120], groups=groups[:120])
     assert exact.score(X, y) == 1.0
-    assert exact.privacy_spent_ is None
+    assert exact.privacy_spent_["epsilon"] == math.inf and not exact.privacy_spent_["strict"]
     assert exact.history_["objective"].shape == (8,)
 
 
