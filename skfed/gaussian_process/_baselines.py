@@ -38,6 +38,9 @@ class PFedGPRegressor(PFedHGPRegressor):
     ----------
     kernel : {"rbf", "matern32", "matern52"}, default="rbf"
     ard : bool, default=False
+        One lengthscale per feature. Unlike :class:`PFedHGPRegressor` (whose
+        default became ``True`` by measurement), this baseline keeps one
+        shared lengthscale, as in the paper's benchmark.
     n_latents : int, default=2
         Multi-output ``y`` only: latent GPs per client.
     n_inducing : int, default=25
