@@ -52,9 +52,11 @@ from skfed.datasets import load_multilevel
 
 DATASETS = ("sleepstudy", "chickweight", "produc", "exam", "hsb82")
 SEEDS = (0, 1, 2)
+# measured at ard=False (the default then; ard=True is the default since the
+# measurement of benchmarks/pfedhgp_local_linear.py): pinned so the table reproduces
 CANDIDATES = {
-    "constant (old default)": dict(mean_function="constant"),
-    "linear": dict(mean_function="linear"),
+    "constant (old default)": dict(mean_function="constant", ard=False),
+    "linear": dict(mean_function="linear", ard=False),
 }
 BASELINES = {
     "Local Ridge": lambda seed: LocalEstimator(Ridge()),

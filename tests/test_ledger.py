@@ -347,3 +347,75 @@ def test_dro_two_row_sites_send_no_moments():
     with pytest.warns(UserWarning, match="standardize"):
         clf = DPFedDROClassifier(epsilon=None, n_rounds=2).fit(X2, y2, groups=g2)
     assert clf.feature_mean_ is None
+
+
+# -- per-column nonzero contributors: a column nonzero on one row of a client sums to
+# that row's value however many rows the client has (skfed.federated._release)
+
+
+def _zero_but(values, rows, keep):
+    """``values[rows]`` set to 0 except on its first ``keep`` rows (in place)."""
+    idx = np.flatnonzero(rows)
+    values[idx[keep:]] = 0.0
+
+
+def test_pfedhgp_sparse_columns_send_no_sums():
+    sizes = (1, 2, 7, 9, 12, 8)
+    X, y, groups = _regression(sizes)
+    _zero_but(X[:, 1], groups == 2, 1)  # nonzero on one row
+    _zero_but(X[:, 1], groups == 3, 2)  # on two: the sum of squares gives both
+    _zero_but(X[:, 1], groups == 4, 0)  # all zero: its sums are 0, it still sends
+    _zero_but(y, groups == 5, 2)  # y nonzero on two rows
+    model = fit_keeping(PFedHGPRegressor(**GP_SMALL), X, y, groups)
+    names = _setup_up(model.communication_, 0)
+    ys, xs, cross = {"sum_y", "sum_y2"}, {"sum_x", "sum_x2"}, {"xtx", "xty"}
+    expected = [{"n"}, {"n"}, {"n"} | ys, {"n"} | ys, {"n"} | ys | xs | cross, {"n"} | xs]
+    for client, want in enumerate(expected):
+        assert names[client] == want, (client, names[client])
+    # the constant mean: the pooled centre of y is that of the clients that sent sum_y
+    const = fit_keeping(PFedHGPRegressor(mean_function="constant", **GP_SMALL), X, y,
+                        groups)
+    assert const.y_mean_ == pytest.approx(y[np.isin(groups, [2, 3, 4])].mean())
+
+
+def test_pfedhgp_multioutput_sparse_output_sends_no_sums():
+    X, y, groups = _regression((7, 9, 12), n_outputs=2)
+    _zero_but(y[:, 1], groups == 0, 1)
+    model = fit_keeping(PFedHGPRegressor(**GP_SMALL), X, y, groups)
+    names = _setup_up(model.communication_, 0)
+    assert "sum_y" not in names[0] and "xty" not in names[0]
+    assert {"sum_y", "yty", "xty"} <= names[1] and {"sum_y", "yty", "xty"} <= names[2]
+
+
+def test_dro_sparse_feature_sends_no_moments():
+    X, y, groups = _classification(SIZES_LINEAR)
+    _zero_but(X[:, 1], groups == 3, 1)
+    _zero_but(X[:, 1], groups == 4, 2)
+    _zero_but(X[:, 1], groups == 5, 0)
+    clf = fit_keeping(DPFedDROClassifier(epsilon=None, n_rounds=2, random_state=0), X, y,
+                      groups)
+    names = _setup_up(clf.communication_, -1)
+    for client in range(len(SIZES_LINEAR)):
+        assert ("feature_sum" in names[client]) == (client == 5), client
+    np.testing.assert_allclose(clf.feature_mean_, X[groups == 5].mean(axis=0))
+
+
+def test_tensor_sparse_columns_send_no_sums_nor_intercept():
+    X, y, groups = _regression(SIZES, n_features=6)
+    _zero_but(X[:, 0], groups == 4, 1)  # one nonzero value: no sums
+    _zero_but(X[:, 0], groups == 5, 2)  # two: sums alone may be sent
+    _zero_but(X[:, 0], groups == 6, 0)  # none: sends
+    _zero_but(y, groups == 3, 1)  # y nonzero on one of two rows: no sums
+    sends = {0: False, 1: True, 2: False, 3: False, 4: False, 5: True, 6: True}
+    model = fit_keeping(PersonalizedTensorRegressor(**TENSOR, rank=(1, 1), n_rounds=2,
+                                                    random_state=0), X, y, groups)
+    names = _setup_up(model.communication_, -1)
+    for client, want in sends.items():
+        assert ("x_sum" in names[client]) == want, client
+    big = np.isin(groups, [k for k, want in sends.items() if want])
+    np.testing.assert_allclose(
+        model.shared_intercept_, y[big].mean() - X[big].mean(0) @ model.shared_coef_.ravel())
+    avg = fit_keeping(FedAvgTensorRegressor(**TENSOR, rank=(1, 1), n_iter=3), X, y, groups)
+    sent = _setup_up(avg.communication_, 0)
+    for client, want in sends.items():
+        assert ("intercept" in sent[client]) == want, client

@@ -57,7 +57,7 @@ def _models(size, input_bounds):
                   tol=None, server_lr=0.1,
                   # the paper's protocol: raw targets and inputs, grid on the inputs' range
                   normalize_y=False, normalize_X=False, input_bounds=input_bounds,
-                  mean_function="constant")
+                  mean_function="constant", ard=False)
     models = {name: (lambda comps=comps: PFedHGPRegressor(components=comps, **common))
               for name, comps in ABLATIONS.items()}
     models["Full (cavi)"] = lambda: PFedHGPRegressor(

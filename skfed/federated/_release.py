@@ -1,14 +1,23 @@
 """Which aggregates of its own rows a client may send in the clear.
 
 No message may carry a raw value of any row (``doc/releases.md``). A sum of
-one row is that row, and from the sum and the sum of squares of two numbers
-both numbers follow (they are the roots of ``t^2 - s t + (s^2 - q) / 2``).
-So a client sends per-column sums only if it has at least
-:data:`MIN_ROWS_SUM` rows, and sums together with sums of squares only if it
-has at least :data:`MIN_ROWS_MOMENTS`; a smaller client sends its row count
-alone and is left out of the pooled statistic. Clients send sums, not means
-(a mean of a constant column is a raw value; the sum of ``n >= 2`` equal
-values is not).
+one nonzero value is that value, and from the sum and the sum of squares of
+two numbers both numbers follow (they are the roots of
+``t^2 - s t + (s^2 - q) / 2``). Zeros add nothing to a sum: a column that is
+nonzero on a single row of a client (an indicator, a rare category, a mostly
+zero measurement) has that row's value as its sum however many rows the
+client has. So the rule counts *nonzero entries* per column, and rows:
+
+* per-column sums (:func:`sends_sums`): at least :data:`MIN_ROWS_SUM` rows,
+  and every column of every array sent is a sum of no nonzero entries (it is
+  then 0) or of at least :data:`MIN_ROWS_SUM`;
+* sums together with sums of squares (:func:`sends_moments`): the same with
+  :data:`MIN_ROWS_MOMENTS`.
+
+The arrays are all that is summed: ``X`` and ``y`` alike. A client that
+fails sends its row count alone and is left out of the pooled statistic.
+Clients send sums, not means (a mean of a constant column is a raw value;
+the sum of ``n >= 2`` equal values is not).
 
 Sums of products (``X^T X``, ``X^T y``) count the rows whose *product* is
 nonzero: where an indicator column is 1 on a single row, ``sum_i x_ij y_i``
@@ -30,14 +39,57 @@ MIN_ROWS_SUM = 2
 MIN_ROWS_MOMENTS = 3
 
 
-def sends_sums(n_rows):
-    """Whether a client of ``n_rows`` rows may send per-column sums."""
-    return int(n_rows) >= MIN_ROWS_SUM
+def _columns(a):
+    """``a`` as a 2-D array of rows (a 1-D array is one column)."""
+    arr = np.asarray(a)
+    if arr.ndim == 0:
+        raise TypeError(
+            "the release checks take the arrays a client would sum (rows first), not a "
+            f"row count; got the scalar {a!r}")
+    return arr.reshape(arr.shape[0], -1)
 
 
-def sends_moments(n_rows):
-    """Whether a client of ``n_rows`` rows may send sums and sums of squares."""
-    return int(n_rows) >= MIN_ROWS_MOMENTS
+def _every_column_has(minimum, arrays):
+    """Whether the arrays share a row count of ``minimum`` or more and each of their
+    columns has no nonzero entry or ``minimum`` or more."""
+    if not arrays:
+        raise TypeError("the release checks need at least one array")
+    cols = [_columns(a) for a in arrays]
+    n_rows = {c.shape[0] for c in cols}
+    if len(n_rows) != 1:
+        raise ValueError(f"the arrays of one client differ in row count: {sorted(n_rows)}")
+    if n_rows.pop() < minimum:
+        return False
+    return all(bool(np.all((counts == 0) | (counts >= minimum)))
+               for counts in (np.count_nonzero(c, axis=0) for c in cols))
+
+
+def sends_sums(*arrays):
+    """Whether a client may send the per-column sums of ``arrays`` (its ``X``, ``y``).
+
+    It needs :data:`MIN_ROWS_SUM` rows or more, and every column a sum of no
+    nonzero entries or of :data:`MIN_ROWS_SUM` or more.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.federated._release import sends_sums
+    >>> X = np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 5.0]])
+    >>> sends_sums(X)  # column 1's sum would be the third row's 5.0
+    False
+    >>> sends_sums(X[:, :1], np.array([0.5, 0.7, 0.2]))
+    True
+    """
+    return _every_column_has(MIN_ROWS_SUM, arrays)
+
+
+def sends_moments(*arrays):
+    """Whether a client may send the per-column sums and sums of squares of ``arrays``.
+
+    As :func:`sends_sums` with :data:`MIN_ROWS_MOMENTS`: two nonzero values
+    follow from their sum and sum of squares.
+    """
+    return _every_column_has(MIN_ROWS_MOMENTS, arrays)
 
 
 def sends_products(A, B=None):
@@ -53,9 +105,10 @@ def sends_products(A, B=None):
 
 
 def too_few_rows_warning(what, minimum, fallback):
-    """Warn that no client had ``minimum`` rows to contribute to ``what``."""
+    """Warn that no client passed the ``minimum`` rule to contribute to ``what``."""
     warnings.warn(
-        f"no client has {minimum} or more rows, so none sent the sums {what} needs (a "
-        f"smaller client's sums would be its raw values); {fallback}.",
+        f"no client has {minimum} or more rows with {minimum} or more nonzero values in each "
+        f"column that is not all zero, so none sent the sums {what} needs (a smaller "
+        f"client's sums would give its raw values); {fallback}.",
         UserWarning, stacklevel=user_stacklevel(),
     )

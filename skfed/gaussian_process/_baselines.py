@@ -39,6 +39,9 @@ class PFedGPRegressor(PFedHGPRegressor):
     ----------
     kernel : {"rbf", "matern32", "matern52"}, default="rbf"
     ard : bool, default=False
+        One lengthscale per feature. Unlike :class:`PFedHGPRegressor` (whose
+        default became ``True`` by measurement), this baseline keeps one
+        shared lengthscale, as in the paper's benchmark.
     n_latents : int, default=2
         Multi-output ``y`` only: latent GPs per client.
     n_inducing : int, default=25
@@ -61,7 +64,7 @@ class PFedGPRegressor(PFedHGPRegressor):
         A public box of the inputs, ``(lower, upper)``: its width / 10 scales
         the Adam steps of the inducing inputs. ``None``: from the clients'
         pooled sums (centre +- sqrt(3) scale per feature; clients with fewer
-        than 3 rows send none), see :class:`PFedHGPRegressor`.
+        than 3 rows, or a column with one or two nonzero values, send none), see :class:`PFedHGPRegressor`.
     jitter : float, default=1e-6
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round; as in :class:`PFedHGPRegressor`

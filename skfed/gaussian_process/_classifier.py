@@ -37,7 +37,9 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
     estimator : PFedHGPRegressor or None, default=None
         The regressor to clone. ``None`` uses ``PFedHGPRegressor(optimizer=
         "cavi", n_rounds=10, tol=None, server_lr=0.1, normalize_y=True,
-        mean_function="constant")`` with ``min(40, n_features)``
+        mean_function="constant", ard=False)`` (one lengthscale, as before
+        the regressor's ARD default: the same model on the default
+        one-column grid) with ``min(40, n_features)``
         global and ``min(20, n_features)`` local inducing inputs and initial
         lengthscales 0.1 (global) and 0.05 (local) times the grid's range.
         With ``normalize_X=False`` and no ``input_bounds`` (the default
@@ -106,7 +108,7 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
             span = float(np.mean(np.ptp(grid, axis=0))) or 1.0
             # tol and server_lr as before the real-data defaults (not measured here)
             est = PFedHGPRegressor(optimizer="cavi", n_rounds=10, tol=None, server_lr=0.1,
-                                   normalize_y=True, mean_function="constant",
+                                   normalize_y=True, mean_function="constant", ard=False,
                                    n_inducing_global=min(40, m), n_inducing_local=min(20, m),
                                    init_lengthscale_global=0.1 * span,
                                    init_lengthscale_local=0.05 * span, random_state=0,

@@ -1,7 +1,8 @@
 """Client and server steps of pFedHGP on :mod:`skfed.federated` (paper Alg. 1).
 
 Round 0 is a set-up round: each client sends its row count and, if it has
-at least ``MIN_ROWS_MOMENTS`` rows, the sum and the sum of squares of its
+at least ``MIN_ROWS_MOMENTS`` rows and each column no or at least that many
+nonzero values (:mod:`skfed.federated._release`), the sum and the sum of squares of its
 targets (for ``normalize_y``) and of each input feature (to scale ``X`` and
 place the global inducing inputs, unless ``input_bounds`` gives their box);
 never a minimum, maximum or single row (``doc/releases.md``). The following rounds are
@@ -353,19 +354,22 @@ def input_summary(X, wanted=True):
     """A client's set-up summary of its inputs: per-feature sum and sum of squares.
 
     Sent only if ``wanted`` (the server needs the input moments) and the
-    client has enough rows (:func:`skfed.federated._release.sends_moments`:
-    the sums of one or two rows give the rows); otherwise nothing. Never a
+    client has enough rows and enough nonzero entries in each column that is
+    not all zero (:func:`skfed.federated._release.sends_moments`: the sums of
+    one or two nonzero values give the values); otherwise nothing. Never a
     minimum, maximum or other single row's value.
     """
-    if not wanted or not sends_moments(X.shape[0]):
+    if not wanted or not sends_moments(X):
         return {}
     return {"sum_x": X.sum(axis=0), "sum_x2": np.einsum("ij,ij->j", X, X)}
 
 
 def target_summary(y):
-    """A client's set-up sums of its targets (none with fewer than ``MIN_ROWS_MOMENTS`` rows)."""
+    """A client's set-up sums of its targets: none unless each output has no or at least
+    ``MIN_ROWS_MOMENTS`` nonzero values (and, for several outputs, each cross product
+    ``sum_i y_iq y_ir`` is a sum of no or of at least that many nonzero products)."""
     y = np.asarray(y, dtype=float)
-    if not sends_moments(y.shape[0]):
+    if not sends_moments(y) or (y.ndim == 2 and not sends_products(y)):
         return {}
     if y.ndim == 1:
         return {"sum_y": y.sum(), "sum_y2": y @ y}
@@ -383,11 +387,15 @@ def cross_summary(X, y):
     client's rows are equal, when the sums alone already give them, as before).
     A client where some entry is a sum over one or two nonzero products (an
     indicator column set on one row makes ``sum_i x_ij y_i`` that row's ``y``)
-    sends nothing and is left out of the linear mean.
+    sends nothing and is left out of the linear mean; so does one that sends
+    no sums of ``X`` or ``y`` (:func:`input_summary`, :func:`target_summary`),
+    which the linear mean needs with the products.
     """
-    if not (sends_moments(X.shape[0]) and sends_products(X) and sends_products(X, y)):
+    y = np.asarray(y, dtype=float)
+    if not (sends_moments(X, y) and sends_products(X) and sends_products(X, y)
+            and (y.ndim == 1 or sends_products(y))):
         return {}
-    return {"xtx": tril_pack(X.T @ X), "xty": X.T @ np.asarray(y, dtype=float)}
+    return {"xtx": tril_pack(X.T @ X), "xty": X.T @ y}
 
 
 def linear_mean(messages, x_shift, x_scale, fallback_shift, alpha=LINEAR_MEAN_ALPHA):
@@ -497,7 +505,8 @@ def input_setup(messages, normalize_X, M, init_inducing_global, rng, n_features,
     Returns ``(Zg, z_scale, x_shift, x_scale)``; the model works on
     ``(X - x_shift) / x_scale``. The pooled centre and scale come from the
     clients' per-feature sums and sums of squares (clients with fewer than
-    ``MIN_ROWS_MOMENTS`` rows send none and are left out; if none sent any,
+    ``MIN_ROWS_MOMENTS`` rows, or a column with fewer nonzero values but some,
+    send none and are left out; if none sent any,
     centre 0 and scale 1, with a warning): the row-weighted median of the
     client means, and the square root of the weighted medians of the
     within-client variance plus the squared deviation of the client means.

@@ -165,8 +165,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     standardize : {"auto", True, False}, default="auto"
         Standardize the features with the pooled mean and standard deviation
         of the rows of the sites with 3 rows or more, formed from their
-        per-site sums and sums of squared deviations (a smaller site sends
-        none: they would give its rows; non-private only:
+        per-site sums and sums of squared deviations (a smaller site, or one
+        with a feature nonzero on only one or two rows, sends none: they
+        would give those values; non-private only:
         these aggregates are not covered by a privacy guarantee, so ``True``
         with ``epsilon``/``target_epsilon`` is an error). ``"auto"``: ``True``
         without privacy, ``False`` with it. The paper's protocol scales the
@@ -469,14 +470,15 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     def _site_summary(self, X, y):
         """Class labels; when standardizing, also the site's feature sums and
         sums of squared deviations from its mean (aggregates of its rows, sent
-        in the clear: non-private mode only). Sums, not means, and only from
-        ``MIN_ROWS_MOMENTS`` rows up: the two numbers of a two-row site follow
-        from their sum and squared deviation (:mod:`skfed.federated._release`)."""
+        in the clear: non-private mode only). Sums, not means, and only when
+        every feature has no or at least ``MIN_ROWS_MOMENTS`` nonzero values
+        (and the site that many rows): two numbers follow from their sum and
+        squared deviation (:mod:`skfed.federated._release`)."""
         summary = super()._site_summary(X, y)
         if self.class_weight == "balanced":
             # the site's class histogram, in the order of summary["classes"]
             summary["class_counts"] = np.unique(y, return_counts=True)[1].astype(np.int64)
-        if self._standardizes() and sends_moments(X.shape[0]):
+        if self._standardizes() and sends_moments(X):
             mean = X.mean(axis=0)
             summary["feature_sum"] = X.sum(axis=0)
             summary["feature_m2"] = ((X - mean) ** 2).sum(axis=0)

@@ -9,7 +9,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import transactional_fit
 from ..federated import FederatedAlgorithm
-from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
+from ..federated._release import MIN_ROWS_SUM, too_few_rows_warning
 from ..utils._param_validation import positive_int
 from ..utils._validation import check_positive_int, check_scale, validate_data
 from ._base import (
@@ -90,9 +90,10 @@ class _LocalTwoStage(FederatedAlgorithm):
         message = {"n_samples": np.int64(data.n_samples)}
         if self.send_coef:
             message["coef"] = A0 + B
-            # a one-row client's centred rows are zeros, so its intercept is its y:
-            # it sends none (skfed.federated._release)
-            if not self.fit_intercept or sends_sums(data.n_samples):
+            # the intercept is mean(y) - <coef, mean(X)>: a one-row client's is its y,
+            # and a column nonzero on one row puts that value in it; such a client
+            # sends none (skfed.federated._release)
+            if not self.fit_intercept or data.sums_releasable:
                 message["intercept"] = state["intercept"]
         return state, message
 
@@ -336,7 +337,8 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
         The averaged tensor used for every prediction.
     average_intercept_ : float or ndarray of shape output_shape_
         The same average of the intercepts of the clients with two rows or
-        more (0, with a warning, if there are none).
+        more and no column of ``X`` or ``y`` nonzero on a single row (0, with
+        a warning, if there are none).
 
     Examples
     --------
@@ -401,7 +403,7 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
         w = state["sizes"] / state["sizes"].sum() if self.weights == "n_samples" else \
             np.full(len(state["coefs"]), 1.0 / len(state["coefs"]))
         self.average_coef_ = np.tensordot(w, np.stack(state["coefs"]), axes=1)
-        # the intercepts of the clients that sent one (two rows or more with fit_intercept)
+        # the intercepts of the clients that sent one (skfed.federated._release)
         sizes, intercepts = state.get("intercept_sizes", state["sizes"]), state["intercepts"]
         if not intercepts:
             too_few_rows_warning("the average intercept", MIN_ROWS_SUM,

@@ -79,7 +79,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     clients with two rows or more, from their row counts and their sums of
     ``X`` and ``y`` sent in the set-up exchange (the ``n_k`` weighted mean of
     their intercepts under ``A_0``; a one-row client's sums would be its row,
-    so it sends none; if no client has two rows the population intercept is
+    and a column nonzero on a single row would give that value, so such a
+    client sends none; if no client sends, the population intercept is
     0, with a warning). The paper's model
     has no intercept and centres the data beforehand: ``fit_intercept=False``
     reproduces it. Local centring makes every centred row depend on all rows
@@ -560,11 +561,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         summary = super()._site_summary(X, y)
         X = np.asarray(X, dtype=float)
         intercept = self._fit_params["fit_intercept"]
-        # sums, not means, and only from two rows up: the sum (or mean) of one
-        # row is that row, and the mean of a constant column is its value
-        if intercept and sends_sums(X.shape[0]):
+        # sums, not means, and only of two nonzero values or more per column (or
+        # none): the sum (or mean) of one is that value, and the mean of a
+        # constant column is its value (skfed.federated._release)
+        y = np.asarray(y, dtype=float).reshape(len(y), -1)
+        if intercept and sends_sums(X, y):
             summary["x_sum"] = X.sum(axis=0)
-            summary["y_sum"] = np.asarray(y, dtype=float).reshape(len(y), -1).sum(axis=0)
+            summary["y_sum"] = y.sum(axis=0)
         if isinstance(self.step_size, str) and self.step_size == "auto":
             # ||X_k^T X_k / n_k||_op of the rows the steps see (centred with an intercept)
             Xs = X - X.mean(axis=0) if intercept else X
@@ -574,7 +577,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     def _combine_site_summaries(self, labels, summaries):
         setup = super()._combine_site_summaries(labels, summaries)
         if self._fit_params["fit_intercept"]:
-            # the pooled means of the sites that sent sums (two rows or more)
+            # the pooled means of the sites that sent sums (skfed.federated._release)
             sent = [s for s in summaries if "x_sum" in s]
             if sent:
                 n = sum(float(s["n_samples"]) for s in sent)

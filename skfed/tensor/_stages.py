@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..federated import ClientData, FederatedAlgorithm, PhasedAlgorithm
+from ..federated._release import sends_sums
 from ..privacy import gaussian_mechanism, gaussian_noise, pftr_noise_multiplier
 from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient, weighted_step
 from ._rank import make_feasible, ratio_rank, vote_ranks
@@ -53,10 +54,13 @@ class SiteData(ClientData):
     """A client's rows centred on their own means (``fit_intercept=True``).
 
     ``x_mean`` and ``y_mean`` stay on the site; they give its intercept.
+    ``sums_releasable``: whether the raw rows' per-column sums may be sent
+    (:func:`skfed.federated._release.sends_sums`, checked before centring).
     """
 
     x_mean: np.ndarray | None = None
     y_mean: np.ndarray | None = None
+    sums_releasable: bool = False
 
 
 def check_client_range(X, Y, label):
@@ -93,7 +97,8 @@ def prepare_site(data, fit_intercept):
     x_mean = data.X.mean(axis=0)
     y_mean = data.y.mean(axis=0)
     return SiteData(X=data.X - x_mean, y=data.y - y_mean, sample_weight=data.sample_weight,
-                    label=data.label, index=data.index, x_mean=x_mean, y_mean=y_mean)
+                    label=data.label, index=data.index, x_mean=x_mean, y_mean=y_mean,
+                    sums_releasable=sends_sums(data.X, data.y))
 
 
 def site_intercept(data, coef):
