@@ -34,8 +34,9 @@ same structure.
 
 Run: ``python benchmarks/pfedhgp_demos.py --part classification --seeds 0-2``,
 ``python benchmarks/pfedhgp_demos.py --part clustering --settings S1,S2,S3,S4
---seeds 0-2`` and ``python benchmarks/pfedhgp_demos.py --part zones --seeds 0-2`` (``PYTHONPATH=.`` from the repository root, so that the
-checkout's ``skfed`` is imported).
+--seeds 0-2`` and ``python benchmarks/pfedhgp_demos.py --part zones --seeds
+0-2`` (``PYTHONPATH=.`` from the repository root, so that the checkout's
+``skfed`` is imported).
 """
 
 import argparse
