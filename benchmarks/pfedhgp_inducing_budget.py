@@ -5,8 +5,9 @@ clients, 4 outputs, 50 rows each, ILMM rank 2, 20 rounds, 10 local steps;
 the very estimator of the benchmark's "Full (cavi)" row, so the first variant
 reproduces that row) on the data of ``run(seed, "full")`` with the paper's
 inducing budget (M = M_i = 25) and with larger budgets or more rounds, and
-prints the client-averaged metrics beside the Bayes oracle of ``benchmarks/pfedhgp_oracle.py`` (exact
-posterior under the true model, same data).
+prints the client-averaged metrics beside the Bayes oracle of
+``benchmarks/pfedhgp_oracle.py`` (exact posterior under the true model, same
+data). Fit time is wall clock (fit and predict).
 
 Run: ``python benchmarks/pfedhgp_inducing_budget.py [--scenario A] [--seeds 0-3]``.
 """
