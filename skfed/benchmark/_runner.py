@@ -258,7 +258,7 @@ def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None, w
         if exp.description:
             lines += ["", exp.description]
         if exp.paper and mode not in exp.paper_modes:
-            shown = " or ".join(f"`--mode {m}`" for m in exp.paper_modes)
+            shown = " or ".join(f"`--{m}`" for m in exp.paper_modes)
             lines += ["", f"Published values are shown with {shown} (the paper's protocol) "
                       "only."]
         for setting, header, body in _tables(exp, summary, mode):
@@ -278,6 +278,23 @@ def _write_csv(path, rows, fields):
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def _crop_wild_intervals(ax, centres, bottoms, tops):
+    """Keep the axis on the bars when an interval is far wider than the bars' range.
+
+    One wild interval (e.g. an NLL blowing up on one seed) would otherwise
+    flatten every bar; its error bar then runs off the panel, which says so,
+    and the table holds its numbers.
+    """
+    values = np.asarray([v for v in centres if np.isfinite(v)])
+    if values.size == 0:
+        return
+    lo, hi = min(values.min(), 0.0), max(values.max(), 0.0)
+    span = hi - lo or 1.0
+    if max(tops, default=hi) > hi + 2 * span or min(bottoms, default=lo) < lo - 2 * span:
+        ax.set_ylim(lo - 0.15 * span * (lo < 0), hi + 0.25 * span)
+        ax.set_title(ax.get_title() + "; some intervals cut", fontsize=9)
 
 
 def _error_bar(cell):
@@ -322,6 +339,7 @@ def _write_figures(experiments, summary, folder):
         bar = 0.8 / max(len(methods), 1)
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         for ax, metric in zip(axes.flat, metrics):
+            tops, bottoms, centres = [], [], []
             for j, method in enumerate(methods):
                 cells = {
                     s["setting"]: s
@@ -331,11 +349,16 @@ def _write_figures(experiments, summary, folder):
                 x = [i + j * bar for i, st in enumerate(settings) if st in cells]
                 means = [cells[st]["mean"] for st in settings if st in cells]
                 err = np.array([_error_bar(cells[st]) for st in settings if st in cells]).T
-                ax.bar(x, means, bar, yerr=err.reshape(2, -1), capsize=2, label=method,
+                err = err.reshape(2, -1)
+                ax.bar(x, means, bar, yerr=err, capsize=2, label=method,
                        color=colors[j % len(colors)])
+                centres += means
+                bottoms += list(np.asarray(means) - err[0])
+                tops += list(np.asarray(means) + err[1])
             ax.set_xticks([i + 0.4 - bar / 2 for i in range(len(settings))])
             ax.set_xticklabels([s or "all" for s in settings], rotation=20, ha="right", fontsize=8)
             ax.set_title(f"{metric} ({_better(exp.metrics[metric])})", fontsize=9)
+            _crop_wild_intervals(ax, centres, bottoms, tops)
             ax.grid(axis="y", alpha=0.3)
         handles, labels = axes.flat[0].get_legend_handles_labels()
         spare = list(axes.flat)[len(metrics):]
