@@ -32,7 +32,7 @@ criterion; within 0.01 of it, the current default.
 (is it the loss or the federation?); ``--seeds 100`` gives the folds of the
 reported tables.
 
-Run (one process per command, n_jobs=1; results in ``doc/results/real_data.md``,
+Run (one process per command, n_jobs=1; results in ``doc/results/real_data_defaults.md``,
 "DP-Fed DRO on Chile: why the target is missed, and class weights")::
 
     python benchmarks/dro_defaults_real_data.py --datasets chile --out dro_cw.jsonl

@@ -22,7 +22,7 @@ clients, 10% flipped labels) and on ``make_correlated_faults`` ("moderate",
 standardized), to check that a new default does not make them worse.
 
 Run (one process, n_jobs=1; the commands and results are in
-``doc/results/real_data.md``, "How the DP-Fed DRO non-private defaults were chosen")::
+``doc/results/real_data_defaults.md``, "How the DP-Fed DRO non-private defaults were chosen")::
 
     python benchmarks/dro_nonprivate_defaults.py --seeds 0 --out dro_np.jsonl
     python benchmarks/dro_nonprivate_defaults.py --seeds 1 --only "LABEL" ... --out dro_np.jsonl

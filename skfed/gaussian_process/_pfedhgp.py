@@ -173,7 +173,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         one shared lengthscale per kernel (``False``, the default before
         issue 14; the same model for one feature). The default was chosen by
         the committed protocol of ``benchmarks/pfedhgp_local_linear.py`` on
-        five real data sets (``doc/results/real_data.md``).
+        five real data sets (``doc/results/real_data_defaults.md``).
     n_latents : int or tuple of 3 int, default=2
         Multi-output ``y`` only: the latent ranks ``(R_g, R_delta, R_l)``, or
         one int for all three (the paper uses 2). ``R_delta`` must equal
@@ -241,7 +241,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         ``n_rounds=k``. ``None`` (or 0) runs all ``n_rounds``. The defaults
         ``tol``, ``n_rounds`` and ``server_lr`` were chosen on real grouped
         data (``benchmarks/pfedhgp_convergence.py``, selection split seeds,
-        see ``doc/results/real_data.md``): ``tol=1e-3`` with 60 rounds at most
+        see ``doc/results/real_data_defaults.md``): ``tol=1e-3`` with 60 rounds at most
         stopped some fits before their kernel converged and predicted worse.
     local_steps : int or None, default=None
         Client Adam steps per round (``None``: 80 for ``"paper"``, 10 for
@@ -295,7 +295,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         instead of the pooled mean. ``"constant"``: the pooled mean with
         ``normalize_y`` (0 without): the paper's model. Chosen on real
         grouped data (``benchmarks/pfedhgp_mean.py``, see
-        ``doc/results/real_data.md``).
+        ``doc/results/real_data_defaults.md``).
     site_trend : {"none", "linear"}, default="none"
         ``"linear"``: each client adds an affine deviation ``b_i^T [1, x]``
         (model units) from the prior mean, a random intercept and slope as
@@ -309,7 +309,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         a new client's population prediction is unchanged. 1-D ``y`` only.
         Measured on real grouped data and not adopted as the default
         (``benchmarks/pfedhgp_local_linear.py``, see
-        ``doc/results/real_data.md``): fitted in two steps, it leaves the
+        ``doc/results/real_data_defaults.md``): fitted in two steps, it leaves the
         noise to be learned after the trend, so on small sites the intervals
         are too narrow (seen-site 95% coverage 0.82 on sleepstudy).
     input_bounds : array-like of shape (2,) or (2, n_features), default=None
