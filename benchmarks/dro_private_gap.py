@@ -1,9 +1,10 @@
 """Where does the private DP-Fed DRO Table 1 shortfall come from? (issue 16 diagnostic)
 
 A diagnostic, not a new table. On Iris and Wine, for every seed, the private rows of
-Table 1 (DP-Fed DRO with the paper's accountant, eps=0.5/round, delta=1e-6, T=50;
-DP-Fed ERM; DP-Fed SGD) and the non-private Centralized DRO are refitted with **fixed
-hyperparameters** while ONE factor of the data protocol is changed at a time:
+Table 1 (DP-Fed DRO with the paper's accountant, eps=0.5/round, delta=1e-6, T=50; its
+PLD row, noise calibrated to the total (3.7299, 1e-6); DP-Fed ERM; DP-Fed SGD) and the
+non-private Centralized DRO are refitted with **fixed hyperparameters** while ONE
+factor of the data protocol is changed at a time:
 
 * ``split`` (client split; scaling and flips as the protocol):
   ``dirichlet`` (ours: ``dirichlet_client_split(concentration=0.5)``, all classes on
@@ -40,14 +41,20 @@ Criterion: test macro-F1, mean over seeds (each seed averaged over its noise
 repetitions), and the paired difference from the baseline cell with its standard
 error over seeds. ``--oracle`` adds the Centralized DRO's test-set oracle over the
 paper's 16 (kappa, r) points under each scaling and flip variant (an upper bound on
-any tuning, as ``benchmarks/dro_uci_ceiling.py``).
+any tuning, as ``benchmarks/dro_uci_ceiling.py``); ``--nonprivate`` adds Table 1's
+non-private Fed DRO (rho=0.01, T=100, the Centralized DRO's (kappa, r)) in the cells
+it names (every cell without a value; 5-15 s a fit).
+Each private row at rep 0 also records the noise standard deviation that reaches the
+consensus per entry and round and (ADMM models) the smallest client's step size
+``eta_g`` over the largest's.
 
 Run (one process, one BLAS thread)::
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice -n 10 python benchmarks/dro_private_gap.py \\
-        --datasets iris wine --seeds 0 1 2 3 4 5 6 7 8 9 --reps 3 --hparams cv --oracle \\
-        --out gap_cv.jsonl
-    python benchmarks/dro_private_gap.py --summarize gap_cv.jsonl
+        --datasets iris wine --seeds 0 1 2 3 4 5 6 7 8 9 --reps 5 --hparams cv --oracle \\
+        --nonprivate split=dirichlet split=dominant70 model=alpha_size --out gap_cv.jsonl
+    python benchmarks/dro_private_gap.py --summarize gap_cv.jsonl    # every cell
+    python benchmarks/dro_private_gap.py --compact gap_cv.jsonl --hparams cv  # the doc's
 """
 
 import argparse
@@ -73,6 +80,7 @@ from skfed.benchmark._dp_fed_dro import (  # noqa: E402
     UCI_ADMM,
     UCI_PRIVACY,
     UCI_ROUNDS,
+    UCI_TOTAL,
     _c_w,
     _cv_select,
     _uci_split,
@@ -99,9 +107,11 @@ VARIANTS = ([("split", v) for v in ("dirichlet", "dominant70", "dominant50", "st
 # stated setting): a fitted intercept (constant feature, intercept_scaling=1; the
 # sensitivities use sqrt(L^2 + 1)) or client weights alpha_g proportional to size
 MODEL_KW = {"intercept": dict(fit_intercept=True), "alpha_size": dict(alpha="size")}
-PRIVATE = ("DP-Fed DRO", "DP-Fed ERM", "DP-Fed SGD")
+PLD = "DP-Fed DRO (PLD, eps_total 3.73)"
+PRIVATE = ("DP-Fed DRO", PLD, "DP-Fed ERM", "DP-Fed SGD")
 PUMP = {  # the paper's Sec. 7.1 values
     "DP-Fed DRO": dict(kappa=0.5, radius=0.1, c_M=2.0, c_lambda=6.0),
+    PLD: dict(kappa=0.5, radius=0.1, c_M=2.0, c_lambda=6.0),
     "DP-Fed ERM": dict(reg=1e-4),
     "DP-Fed SGD": dict(learning_rate=8.0),
     "Centralized DRO": dict(kappa=2.0, radius=1e-2),
@@ -185,18 +195,47 @@ def recorded_params():
     return out
 
 
+def pld_round_epsilon():
+    """The per-round budget of Table 1's PLD row: ``DPFedDROClassifier(**UCI_TOTAL)``
+    calibrates the noise multipliers with the PLD accountant (about 1 s per fit, since
+    every fit calibrates anew); the same multipliers and step sizes follow from the
+    paper's accountant at the per-round epsilon ``sqrt(eps_M^2 + eps_lambda^2)`` of that
+    fit (0.5 -> 0.59), so the PLD row is refitted at that epsilon (checked: equal
+    coefficients)."""
+    X, y, groups, _, _ = _uci_split("iris", 0)
+    kw = dict(n_rounds=UCI_ROUNDS["full"]["private"], random_state=0, kappa=1.0,
+              radius=0.02, c_M=2.0, c_lambda=1.0, **UCI_ADMM)
+    ref = DPFedDROClassifier(**UCI_TOTAL, **kw).fit(X, y, groups=groups)
+    eps = float(np.hypot(*ref.epsilon_round_))
+    same = DPFedDROClassifier(epsilon=eps, delta=UCI_TOTAL["target_delta"], **kw)
+    assert np.array_equal(same.fit(X, y, groups=groups).coef_, ref.coef_)
+    return eps
+
+
+PLD_EPSILON = None  # set in main()
+
+
 def make(method, params, random_state, c_w=None, model_kw=None):
     T = UCI_ROUNDS["full"]["private"]
     kw = dict(model_kw or {})
     if method == "DP-Fed DRO":
         return DPFedDROClassifier(n_rounds=T, random_state=random_state,
                                   **UCI_PRIVACY, **{**UCI_ADMM, **kw}, **params)
+    if method == PLD:
+        return DPFedDROClassifier(n_rounds=T, random_state=random_state,
+                                  epsilon=PLD_EPSILON, delta=UCI_TOTAL["target_delta"],
+                                  **{**UCI_ADMM, **kw}, **params)
     if method == "DP-Fed ERM":
         return DPFedERMClassifier(n_rounds=T, c_w=c_w, random_state=random_state,
                                   **UCI_PRIVACY, **kw, **params)
     if method == "DP-Fed SGD":
         return DPFedSGDClassifier(n_rounds=T, reg=1e-6, random_state=random_state,
                                   **UCI_PRIVACY, **kw, **params)
+    if method == "Non-Private Fed DRO":  # Table 1's row: rho=0.01, T=100
+        return DPFedDROClassifier(epsilon=None, standardize=False,
+                                  n_rounds=UCI_ROUNDS["full"]["np"],
+                                  **{**UCI_ADMM, "rho": UCI_ROUNDS["full"]["np_rho"], **kw},
+                                  **params)
     if method == "Centralized DRO":
         return CentralizedDROClassifier(**{k: v for k, v in kw.items() if k != "alpha"},
                                         **params)
@@ -226,7 +265,8 @@ def mechanism(est):
     return out
 
 
-def run_cell(name, seed, factor, variant, hparams, reps, oracle, recorded):
+def run_cell(name, seed, factor, variant, hparams, reps, oracle, recorded,
+             nonprivate=False):
     cell = {**BASE, factor: variant} if factor != "model" else dict(BASE)
     model_kw = MODEL_KW.get(variant) if factor == "model" else None
     X, y, groups, X_te, y_te = prepare(name, seed, **cell)
@@ -238,7 +278,7 @@ def run_cell(name, seed, factor, variant, hparams, reps, oracle, recorded):
                   min_client=int(sizes.min()), max_client=int(sizes.max()))
     c_w = _c_w(X, y, groups)
     if hparams == "recv":  # the Table 1 protocol's CV, rerun on this variant's rows
-        grids = {**GRIDS, "Centralized DRO": GRIDS["NP"]}
+        grids = {**GRIDS, PLD: GRIDS["DP-Fed DRO"], "Centralized DRO": GRIDS["NP"]}
         params = {m: _cv_select(lambda p, m=m: make(m, p, seed, c_w, model_kw), grids[m],
                                 X, y, groups, seed)
                   for m in (*PRIVATE, "Centralized DRO")}
@@ -254,6 +294,10 @@ def run_cell(name, seed, factor, variant, hparams, reps, oracle, recorded):
                          "macro_f1": f1(est, X, y, groups, X_te, y_te)})
             if rep == 0:
                 rows[-1].update(mechanism(est))
+    if nonprivate:  # the federated optimum moves with the split (Table 1's (kappa, r))
+        rows.append({**common, "method": "Non-Private Fed DRO", "rep": 0,
+                     "macro_f1": f1(make("Non-Private Fed DRO", params["Centralized DRO"],
+                                         None, model_kw=model_kw), X, y, groups, X_te, y_te)})
     # the pooled model ignores the split and the client weights
     if (factor != "split" or variant == "dirichlet") and variant != "alpha_size":
         rows.append({**common, "method": "Centralized DRO", "rep": 0,
@@ -265,6 +309,72 @@ def run_cell(name, seed, factor, variant, hparams, reps, oracle, recorded):
             rows.append({**common, "method": "Centralized DRO, test oracle", "rep": 0,
                          "macro_f1": max(scores)})
     return rows
+
+
+def compact(paths, hparams="cv"):
+    """One line per cell: mean over seeds (paired difference from the baseline) of
+    every private method on each data set, for the doc."""
+    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines()]
+    per_seed = defaultdict(list)
+    for r in rows:
+        per_seed[(r["hparams"], r["dataset"], r["method"], r["factor"], r["variant"],
+                  r["seed"])].append(r["macro_f1"])
+    cells = defaultdict(dict)
+    for (*key, seed), v in per_seed.items():
+        cells[tuple(key)][seed] = float(np.mean(v))
+    names = list(dict.fromkeys(r["dataset"] for r in rows))
+    methods = [m for m in (*PRIVATE, "Non-Private Fed DRO", "Centralized DRO",
+                           "Centralized DRO, test oracle")
+               if any(r["method"] == m for r in rows)]
+    for n in names:
+        have = [m for m in methods if any(k[1] == n and k[2] == m for k in cells)]
+        print(f"\n{n} ({hparams})\n")
+        print("| cell | " + " | ".join(have) + " |")
+        print("|---|" + "---|" * len(have))
+        print("| paper | " + " | ".join(
+            f"{TABLE1[n].get(m.split(' (PLD')[0].split(',')[0], float('nan')):.3f}"
+            for m in have) + " |")
+        for factor, variant in VARIANTS:
+            out = []
+            for m in have:
+                v = cells.get((hparams, n, m, factor, variant))
+                base = (cells.get((hparams, n, m, "split", "dirichlet"))
+                        or cells.get(("cv", n, m, "split", "dirichlet")))
+                if not v:
+                    out.append("")
+                    continue
+                mean = np.mean(list(v.values()))
+                if (factor, variant) == ("split", "dirichlet") or not base:
+                    out.append(f"{mean:.3f}")
+                else:
+                    d = np.mean([v[s] - base[s] for s in v if s in base])
+                    out.append(f"{mean:.3f} ({d:+.3f})")
+            if any(out):
+                print(f"| {factor} = {variant} | " + " | ".join(out) + " |")
+
+
+def per_seed_csv(paths, out):
+    """One row per (hparams, data set, method, cell, seed): macro-F1 averaged over the
+    noise repetitions, at rep 0, and the rep-0 mechanism numbers (the committed
+    record; the JSON lines of a run hold every repetition)."""
+    import csv
+
+    groups = defaultdict(list)
+    for line in (line for p in paths for line in Path(p).read_text().splitlines()):
+        r = json.loads(line)
+        groups[(r["hparams"], r["dataset"], r["method"], r["factor"], r["variant"],
+                r["seed"])].append(r)
+    fields = ["hparams", "dataset", "method", "factor", "variant", "seed", "n_reps",
+              "macro_f1_mean", "macro_f1_rep0", "min_client", "max_client",
+              "consensus_sigma", "eta_min_over_max"]
+    with open(out, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(fields)
+        for key, rs in groups.items():
+            r0 = next(r for r in rs if r["rep"] == 0)
+            w.writerow([*key, len(rs), f"{np.mean([r['macro_f1'] for r in rs]):.6f}",
+                        f"{r0['macro_f1']:.6f}", r0["min_client"], r0["max_client"],
+                        *(f"{r0[k]:.6g}" if k in r0 else "" for k in fields[-2:])])
 
 
 def summarize(paths):
@@ -299,7 +409,9 @@ def summarize(paths):
                                             order.get((k[3], k[4]), 99))):
         hp, name, method, factor, variant = key
         v = cells[key]
-        base = cells.get((hp, name, method, "split", "dirichlet"), {})
+        # ``recv`` at the baseline cell is the Table 1 run's own CV, i.e. ``cv``'s baseline
+        base = (cells.get((hp, name, method, "split", "dirichlet"))
+                or cells.get(("cv", name, method, "split", "dirichlet"), {}))
         seeds = sorted(set(v) & set(base))
         vals = np.array([v[s] for s in sorted(v)])
         if (factor, variant) == ("split", "dirichlet"):
@@ -311,7 +423,7 @@ def summarize(paths):
                     if d.size > 1 else "")
         sz = sizes.get((name, factor, variant), [])
         sz = f"{min(a for a, _ in sz)}-{max(b for _, b in sz)}" if sz else ""
-        paper = TABLE1[name].get(method.split(",")[0])
+        paper = TABLE1[name].get(method.split(" (PLD")[0].split(",")[0])
         print(f"| {hp} | {name} | {method} | {label} | {sz} | {vals.mean():.3f} ± "
               f"{vals.std(ddof=1) if vals.size > 1 else 0:.3f} | {diff} | "
               f"{np.mean(rep0[key]):.3f} | {'' if paper is None else f'{paper:.3f}'} | "
@@ -343,14 +455,27 @@ def main():
     parser.add_argument("--hparams", default="cv", choices=["cv", "pump", "recv"])
     parser.add_argument("--oracle", action="store_true",
                         help="add the Centralized DRO's test-set oracle over its grid")
+    parser.add_argument("--nonprivate", nargs="*",
+                        help="add the non-private Fed DRO (Table 1's ADMM) in these "
+                             "factor=variant cells (no value: every cell)")
     parser.add_argument("--only", nargs="*", help="factor=variant cells to run")
     parser.add_argument("--out", default="dro_private_gap.jsonl")
     parser.add_argument("--summarize", nargs="*")
+    parser.add_argument("--csv", help="with --summarize: write the per-seed record here")
+    parser.add_argument("--compact", nargs="*", help="one line per cell (--hparams picks)")
     args = parser.parse_args()
     if args.summarize:
         summarize(args.summarize)
+        if args.csv:
+            per_seed_csv(args.summarize, args.csv)
+        return
+    if args.compact:
+        compact(args.compact, args.hparams)
         return
     recorded = recorded_params() if args.hparams == "cv" else None
+    global PLD_EPSILON
+    PLD_EPSILON = pld_round_epsilon()
+    print(f"PLD row: per-round epsilon {PLD_EPSILON:.4f}", flush=True)
     variants = VARIANTS if not args.only else [tuple(c.split("=")) for c in args.only]
     for name in args.datasets:
         for seed in args.seeds:
@@ -360,7 +485,10 @@ def main():
                 warnings.simplefilter("ignore")
                 for factor, variant in variants:
                     rows += run_cell(name, seed, factor, variant, args.hparams, args.reps,
-                                     args.oracle, recorded)
+                                     args.oracle, recorded,
+                                     args.nonprivate is not None
+                                     and (not args.nonprivate
+                                          or f"{factor}={variant}" in args.nonprivate))
             took = time.perf_counter() - t0
             with open(args.out, "a") as fh:
                 for r in rows:
