@@ -17,10 +17,15 @@ predictive mean and residual on every call). The numbers are those of
 checks them against it.
 """
 
+import weakref
+
 import numpy as np
 from scipy.linalg import LinAlgError
 
 from ._elbo import (
+    SMALL_INDUCING,
+    Basis,
+    CholeskyError,
     _inv_chol_spd,
     basis_backward,
     cho_solve,
@@ -29,7 +34,7 @@ from ._elbo import (
     softplus,
     solve_triangular,
 )
-from ._kernels import closed_form_q, factor_stats
+from ._kernels import cavi_local_steps, closed_form_q, factor_stats, marginal_dev_stats
 
 
 #: up to this many joint coefficients (M + M_i) the closed-form solve is one numba
@@ -151,6 +156,93 @@ class ClosedFormClient:
             self._u_terms = (Lu,) + _factor_terms(self.lb, Lu, s2, 1.0)
         return out
 
+    # --- the local steps as one compiled call -----------------------------------
+    def fusable(self):
+        """Whether :meth:`fused_local_steps` applies: a local component whose
+        inducing Cholesky and joint solve are numba's (small sizes)."""
+        cfg, lb = self.cfg, self.lb
+        if not cfg.use_local or lb is None:
+            return False
+        m = lb.L.shape[0]
+        k = self.gb.W.shape[0] if cfg.use_deviation else 0
+        return m <= SMALL_INDUCING and k + m <= SMALL_JOINT
+
+    def fused_local_steps(self, X, loc, adam, n_steps, lr, z_scale, b1=0.9, b2=0.999,
+                          eps=1e-8):
+        """``n_steps`` local steps (gradient, Adam step on the local kernel, new
+        basis, closed-form solve) in one call of :func:`._kernels.cavi_local_steps`.
+
+        The same steps as ``_steps._cavi_local``'s loop of :meth:`local_hyper_grad`,
+        ``adam_ascent``, a new local basis, :meth:`set_local` and :meth:`solve`
+        (tested against it), without their per-call overhead. Call after the
+        round's first :meth:`solve`. Returns ``(loc, adam, jitter)``.
+
+        The last basis serves the rest of this round (message, kernel gradient)
+        but is not kept for the next: that round forms it again with
+        ``basis_forward`` and BLAS, as a client whose state was stored and
+        reloaded (a Flower site) does, so both give the same fit to the bit.
+        """
+        cfg, lb, gb = self.cfg, self.lb, self.gb
+        n = X.shape[0]
+        m = lb.L.shape[0]
+        hyper = ("ls_l", "var_l", "Zl") if cfg.learn_inducing else ("ls_l", "var_l")
+        t0 = adam["t"]
+        c1s = np.array([1 - b1**t for t in range(t0 + 1, t0 + n_steps + 1)])
+        c2s = np.array([1 - b2**t for t in range(t0 + 1, t0 + n_steps + 1)])
+        shapes = [np.shape(loc[k]) for k in hyper]
+        moments = [np.concatenate([np.ravel(adam[w][k]) for k in hyper]).astype(float)
+                   for w in ("m", "v")]
+        M = gb.W.shape[0] if gb is not None else 0
+        Wt = gb.W.T if gb is not None else np.empty((n, 0))
+        mbase = self.mg if cfg.use_global else np.zeros(M)
+        if cfg.use_deviation:
+            Gw = gb.gram
+            rw = self.wy - Gw @ self.mg if cfg.use_global else self.wy
+            md = loc["md"]
+        else:
+            Gw, rw, md = np.empty((0, 0)), np.empty(0), np.empty(0)
+        C = self.C if self.C is not None else np.empty((0, m))
+        c = np.ascontiguousarray
+        (info, Z, ls_raw, var_raw, m_new, v_new, ls, var, md, mu, Lu, L, K, Vt, Gv, C,
+         vy, jit_last, jit) = cavi_local_steps(
+            c(X, dtype=float), c(self.y, dtype=float), c(Wt), c(mbase, dtype=float), c(Gw),
+            c(rw), c(md, dtype=float), c(loc["mu"], dtype=float), c(loc["Lu"], dtype=float),
+            c(loc["Zl"], dtype=float), c(np.ravel(loc["ls_l"]), dtype=float),
+            float(loc["var_l"]), moments[0], moments[1], c1s, c2s, float(lr), b1, b2, eps,
+            c(np.ravel(z_scale), dtype=float), self.s2,
+            1.0 / self.phi if cfg.use_deviation else 1.0, cfg.kind, float(cfg.jitter),
+            bool(cfg.ard), bool(cfg.learn_inducing), c(lb.L), c(lb.K), c(lb.W.T), c(lb.gram),
+            c(C), c(self.vy))
+        if info == 1:
+            raise CholeskyError(
+                f"a kernel matrix is not positive definite even with jitter {jit:.1e}; "
+                "check for NaN hyperparameters or raise jitter.")
+        if info != 0:
+            raise LinAlgError("a closed-form precision is not positive definite.")
+        out = dict(loc)
+        out["ls_l"] = ls_raw.reshape(shapes[0])
+        out["var_l"] = np.asarray(var_raw)
+        out["Zl"] = Z
+        if cfg.use_deviation:
+            out["md"] = md
+        out["mu"], out["Lu"] = mu, Lu
+        # Adam's state as adam_ascent leaves it
+        new_m, new_v, start = dict(adam["m"]), dict(adam["v"]), 0
+        for key, shape in zip(hyper, shapes):
+            stop = start + (int(np.prod(shape)) if shape else 1)
+            new_m[key] = m_new[start:stop].reshape(shape)
+            new_v[key] = v_new[start:stop].reshape(shape)
+            start = stop
+        adam = {"t": t0 + n_steps, "m": new_m, "v": new_v}
+        # the last basis, as basis_forward and set_local would leave it
+        new = Basis(L=L, W=Vt.T, jitter=jit_last, K=K, ls=ls, var=float(var), _gram=Gv)
+        new._proj = (self.y, vy)
+        if gb is not None:
+            gb._cross.append((weakref.ref(new), C))
+        self.lb, self.vy, self.C = new, vy, (C if gb is not None else None)
+        self._u_terms = (Lu,) + _factor_terms(new, Lu, self.s2, 1.0)
+        return out, adam, jit
+
     # --- the global mean with the client's own blocks integrated out -----------
     def marginal_global_stats(self):
         """The client's ``(A_i, a_i)``: its means objective reduced to ``m_g``.
@@ -175,6 +267,15 @@ class ClosedFormClient:
         """
         cfg, s2, gb = self.cfg, self.s2, self.gb
         Gw, M = gb.gram, gb.gram.shape[0]
+        if cfg.use_deviation and M + (self.lb.L.shape[0] if cfg.use_local else 0) <= SMALL_JOINT:
+            # the same quantities in one numba pass (the LAPACK path below for large sizes)
+            Gv = self.lb.gram if cfg.use_local else np.empty((0, 0))
+            C = self.C if cfg.use_local else np.empty((M, 0))
+            vy = self.vy if cfg.use_local else np.empty(0)
+            info, A, a = marginal_dev_stats(Gw, C, Gv, self.wy, vy, s2, self.phi)
+            if info != 0:
+                raise LinAlgError(f"matrix not positive definite (info={info}).")
+            return A, a
         if cfg.use_deviation:
             phi = self.phi
             Gv = self.lb.gram if cfg.use_local else np.empty((0, 0))
