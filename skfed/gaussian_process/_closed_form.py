@@ -17,8 +17,6 @@ predictive mean and residual on every call). The numbers are those of
 checks them against it.
 """
 
-import weakref
-
 import numpy as np
 from scipy.linalg import LinAlgError
 
@@ -34,8 +32,22 @@ from ._elbo import (
     softplus,
     solve_triangular,
 )
-from ._kernels import cavi_local_steps, closed_form_q, factor_stats, marginal_dev_stats
+from ._kernels import (
+    cavi_local_steps,
+    closed_form_q,
+    factor_stats,
+    local_basis_small,
+    local_products,
+    marginal_dev_stats,
+)
 
+
+#: up to this many rows a client runs its local steps as one numba call
+#: (:meth:`ClosedFormClient.fused_local_steps`); with more, the per-call overhead
+#: it saves is small against the row work, which BLAS does faster than its
+#: loops, and the step-by-step loop keeps its last basis for the next round
+#: (measured: ``benchmarks/bench_pfedhgp.py``, doc/performance.md)
+FUSED_MAX_ROWS = 256
 
 #: up to this many joint coefficients (M + M_i) the closed-form solve is one numba
 #: pass; beyond, LAPACK's blocked factorizations are faster (from about 160 on)
@@ -69,6 +81,23 @@ def _factor_terms(basis, L, s2=None, inv_prior=None):
     if s2 is None:
         return sq, logdet, basis.quad(L)
     return sq, logdet, s2 * (L.shape[0] - inv_prior * sq)
+
+
+def fused_local_basis(X, loc, cfg):
+    """The local basis as the fused loop forms it (:func:`._kernels.local_basis_small`).
+
+    The same basis as ``_elbo.local_basis`` up to rounding: numba loops
+    instead of LAPACK's triangular solve.
+    """
+    info, L, K, Vt, jit, ls, var = local_basis_small(
+        np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(loc["Zl"], dtype=float),
+        np.ascontiguousarray(np.ravel(loc["ls_l"]), dtype=float), float(loc["var_l"]),
+        cfg.kind, float(cfg.jitter))
+    if info != 0:
+        raise CholeskyError(
+            f"a kernel matrix is not positive definite even with jitter {jit:.1e}; "
+            "check for NaN hyperparameters or raise jitter.")
+    return Basis(L=L, W=Vt.T, jitter=jit, K=K, ls=ls, var=float(var))
 
 
 class ClosedFormClient:
@@ -157,15 +186,26 @@ class ClosedFormClient:
         return out
 
     # --- the local steps as one compiled call -----------------------------------
-    def fusable(self):
-        """Whether :meth:`fused_local_steps` applies: a local component whose
-        inducing Cholesky and joint solve are numba's (small sizes)."""
-        cfg, lb = self.cfg, self.lb
-        if not cfg.use_local or lb is None:
+    def fusable(self, m):
+        """Whether :meth:`fused_local_steps` applies: a local component of ``m``
+        inducing inputs whose Cholesky and joint solve are numba's, on at most
+        ``FUSED_MAX_ROWS`` rows (small clients)."""
+        cfg = self.cfg
+        if not cfg.use_local or self.n > FUSED_MAX_ROWS:
             return False
-        m = lb.L.shape[0]
         k = self.gb.W.shape[0] if cfg.use_deviation else 0
         return m <= SMALL_INDUCING and k + m <= SMALL_JOINT
+
+    def set_local_fused(self, lb):
+        """:meth:`set_local` for a basis of :func:`fused_local_basis`: its products
+        from the same numba code as the fused loop's (so that a kept basis and
+        one formed again, as on a Flower site, give the same bits)."""
+        gb = self.gb
+        Wt = np.ascontiguousarray(gb.W.T) if gb is not None else np.empty((self.n, 0))
+        Gv, C, vy = local_products(Wt, np.ascontiguousarray(lb.W.T),
+                                   np.ascontiguousarray(self.y, dtype=float))
+        lb._gram = Gv
+        self.lb, self.vy, self.C = lb, vy, (C if gb is not None else None)
 
     def fused_local_steps(self, X, loc, adam, n_steps, lr, z_scale, b1=0.9, b2=0.999,
                           eps=1e-8):
@@ -175,15 +215,11 @@ class ClosedFormClient:
         The same steps as ``_steps._cavi_local``'s loop of :meth:`local_hyper_grad`,
         ``adam_ascent``, a new local basis, :meth:`set_local` and :meth:`solve`
         (tested against it), without their per-call overhead. Call after the
-        round's first :meth:`solve`. Returns ``(loc, adam, jitter)``.
-
-        The last basis serves the rest of this round (message, kernel gradient)
-        but is not kept for the next: that round forms it again with
-        ``basis_forward`` and BLAS, as a client whose state was stored and
-        reloaded (a Flower site) does, so both give the same fit to the bit.
+        round's first :meth:`solve` with a basis of :func:`fused_local_basis` set
+        by :meth:`set_local_fused`. Returns ``(loc, adam, jitter)``; the last
+        basis is ``self.lb``.
         """
         cfg, lb, gb = self.cfg, self.lb, self.gb
-        n = X.shape[0]
         m = lb.L.shape[0]
         hyper = ("ls_l", "var_l", "Zl") if cfg.learn_inducing else ("ls_l", "var_l")
         t0 = adam["t"]
@@ -193,7 +229,7 @@ class ClosedFormClient:
         moments = [np.concatenate([np.ravel(adam[w][k]) for k in hyper]).astype(float)
                    for w in ("m", "v")]
         M = gb.W.shape[0] if gb is not None else 0
-        Wt = gb.W.T if gb is not None else np.empty((n, 0))
+        Wt = gb.W.T if gb is not None else np.empty((X.shape[0], 0))
         mbase = self.mg if cfg.use_global else np.zeros(M)
         if cfg.use_deviation:
             Gw = gb.gram
@@ -236,9 +272,6 @@ class ClosedFormClient:
         adam = {"t": t0 + n_steps, "m": new_m, "v": new_v}
         # the last basis, as basis_forward and set_local would leave it
         new = Basis(L=L, W=Vt.T, jitter=jit_last, K=K, ls=ls, var=float(var), _gram=Gv)
-        new._proj = (self.y, vy)
-        if gb is not None:
-            gb._cross.append((weakref.ref(new), C))
         self.lb, self.vy, self.C = new, vy, (C if gb is not None else None)
         self._u_terms = (Lu,) + _factor_terms(new, Lu, self.s2, 1.0)
         return out, adam, jit

@@ -608,8 +608,29 @@ def _local_basis_fused(X, Z, ls, var, kind, jitter):
     return 0, L, K, Vt, jit
 
 
+@njit(cache=True, nogil=True)
+def _constrained(ls_raw, var_raw, d):
+    """Lengthscales (one per feature; a shared one repeated) and variance from raw values."""
+    ls = np.empty(d)
+    n_ls = ls_raw.shape[0]
+    for j in range(d):
+        ls[j] = _softplus(ls_raw[j if n_ls == d else 0])
+    return ls, _softplus(var_raw)
+
+
+@njit(cache=True, nogil=True)
+def local_basis_small(X, Z, ls_raw, var_raw, kind, jitter):
+    """A small local basis from raw kernel parameters, as :func:`cavi_local_steps` forms it.
+
+    Returns ``(info, L, K, Vt, jitter used, lengthscales, variance)``.
+    """
+    ls, var = _constrained(ls_raw, var_raw, X.shape[1])
+    info, L, K, Vt, jit = _local_basis_fused(X, Z, ls, var, kind, jitter)
+    return info, L, K, Vt, jit, ls, var
+
+
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _local_products(Wt, Vt, y):
+def local_products(Wt, Vt, y):
     """``V V^T``, ``W V^T`` and ``V y`` from the row-major ``W^T``, ``V^T``."""
     n, m = Vt.shape
     M = Wt.shape[1]
@@ -746,14 +767,11 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
     n_ls = ls_raw.shape[0]
     jit_max = jitter
     jit = jitter
-    ls = np.empty(d)
-    var = 0.0
+    ls, var = _constrained(ls_raw, var_raw, d)
     Cq = C if k > 0 else np.empty((0, m))
     for s in range(c1s.shape[0]):
         # constrained parameters the current basis was formed with
-        for j in range(d):
-            ls[j] = _softplus(ls_raw[j if n_ls == d else 0])
-        var = _softplus(var_raw)
+        ls, var = _constrained(ls_raw, var_raw, d)
         mbar = mbase.copy()
         for a in range(k):
             mbar[a] += md[a]
@@ -790,15 +808,12 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
         if learn_inducing:
             Z = p[n_ls + 1:].copy().reshape(m, d)
         # the new local basis and its products
-        for j in range(d):
-            ls[j] = _softplus(ls_raw[j if n_ls == d else 0])
-        var = _softplus(var_raw)
-        info, L, K, Vt, jit = _local_basis_fused(X, Z, ls, var, kind, jitter)
+        info, L, K, Vt, jit, ls, var = local_basis_small(X, Z, ls_raw, var_raw, kind, jitter)
         if info != 0:
             return (1, Z, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt,
                     Gv, C, vy, jit, jit_max)
         jit_max = max(jit_max, jit)
-        Gv, C, vy = _local_products(Wt, Vt, y)
+        Gv, C, vy = local_products(Wt, Vt, y)
         # the joint closed-form solve at the new basis
         rv = vy.copy()
         for b in range(m):

@@ -43,7 +43,7 @@ from ..federated import FederatedAlgorithm
 from ..federated._release import (
     MIN_ROWS_MOMENTS, sends_moments, sends_products, too_few_rows_warning,
 )
-from ._closed_form import ClosedFormClient
+from ._closed_form import ClosedFormClient, fused_local_basis
 from ._elbo import (
     LOG2PI,
     client_terms,
@@ -109,6 +109,10 @@ class BasisCache:
         value = build()
         self._store[name] = (key, value)
         return value
+
+    def put(self, name, params, value):
+        """Keep ``value`` as the basis ``name`` for ``params`` (formed elsewhere)."""
+        self._store[name] = (tuple(_param_key(p) for p in params), value)
 
     def targets(self, y, shift, scale):
         """The client's normalized targets ``(y - shift) / scale``, one array
@@ -830,16 +834,24 @@ class _PFedHGPSteps(FederatedAlgorithm):
             adam = adam_init(loc, hyper)
         cf = ClosedFormClient(y, g, cfg, gb)
         jit = 0.0
-        if cfg.use_local:
+        n_steps = self.local_steps if hyper else 0
+        # small clients: the local steps as one compiled call (the same steps); its
+        # bases are kept under their own name (formed by numba, not LAPACK)
+        fused = bool(n_steps) and cf.fusable(np.shape(loc.get("Zl", ()))[0])
+        if fused:
+            lb = cache.get("local_fused", [loc[k] for k in LOCAL_HYPER if k in loc],
+                           lambda: fused_local_basis(X, loc, cfg))
+            jit = lb.jitter
+            cf.set_local_fused(lb)
+        elif cfg.use_local:
             lb = self._local_basis(X, loc, cache)
             jit = lb.jitter
             cf.set_local(lb)
         loc = cf.solve(loc)
-        n_steps = self.local_steps if hyper else 0
-        if n_steps and cf.fusable():
-            # many small clients: the whole loop as one compiled call (same steps)
+        if fused:
             loc, adam, jit_f = cf.fused_local_steps(X, loc, adam, n_steps, self.local_lr,
                                                     zscale["Zl"])
+            cache.put("local_fused", [loc[k] for k in LOCAL_HYPER if k in loc], cf.lb)
             return loc, adam, max(jit, jit_f), cf
         for _ in range(n_steps):
             gl = cf.local_hyper_grad(X, loc)

@@ -59,7 +59,7 @@ def test_fused_local_steps_match_the_step_by_step_loop(use, kind, ard, learn):
     msg_ref = cf.message(ref)
     # fused
     cf2, out = start(X, y, g, loc, cfg)
-    assert cf2.fusable()
+    assert cf2.fusable(cf2.lb.L.shape[0])
     out, adam_out, jit = cf2.fused_local_steps(X, out, adam_fused, steps, lr, zscale["Zl"])
     assert jit == cfg.jitter and adam_out["t"] == adam_ref["t"]
     for k in ref:
@@ -111,3 +111,20 @@ def test_marginal_statistics_numba_and_lapack_paths_agree(monkeypatch, use_local
     np.testing.assert_allclose(A, A_ref, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(a, a_ref, rtol=1e-9, atol=1e-12)
     np.testing.assert_array_equal(A, A.T)
+
+
+@pytest.mark.parametrize("use", COMPONENTS)
+def test_fused_local_basis_and_products_match_the_lapack_ones(use):
+    rng = np.random.default_rng(4)
+    cfg = ModelConfig(kind=1, ard=True, n_features=2, use_global=use[0],
+                      use_deviation=use[1], use_local=use[2])
+    X, y, g, loc = make_client(rng, cfg, 2)
+    ref, _ = start(X, y, g, loc, cfg)
+    cf = ClosedFormClient(y, g, cfg, ref.gb)
+    cf.set_local_fused(_closed_form.fused_local_basis(X, loc, cfg))
+    for a, b in ((cf.lb.W, ref.lb.W), (cf.lb.L, ref.lb.L), (cf.lb.K, ref.lb.K),
+                 (cf.lb.gram, ref.lb.gram), (cf.vy, ref.vy), (cf.lb.ls, ref.lb.ls)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+    assert cf.lb.var == pytest.approx(ref.lb.var, rel=1e-14)
+    if cfg.global_basis:
+        np.testing.assert_allclose(cf.C, ref.C, rtol=1e-10, atol=1e-13)
