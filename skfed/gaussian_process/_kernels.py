@@ -768,7 +768,6 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
     jit_max = jitter
     jit = jitter
     ls, var = _constrained(ls_raw, var_raw, d)
-    Cq = C if k > 0 else np.empty((0, m))
     for s in range(c1s.shape[0]):
         # constrained parameters the current basis was formed with
         ls, var = _constrained(ls_raw, var_raw, d)
