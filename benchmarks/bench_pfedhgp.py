@@ -19,12 +19,17 @@ Measures, in one run:
   number of clients (log-log slopes; close to 1 means linear; ``--plot``
   draws both);
 * a single-client fit (deviation and local off) against scikit-learn's exact
-  ``GaussianProcessRegressor`` (time and test NLL).
+  ``GaussianProcessRegressor`` (time and test NLL);
+* many small clients (``--only clients``): a closed-form round over 500
+  clients of 40 rows, d=1, M=20, M_i=10, per client and round, split into
+  the client steps (called directly), the server step and a round through
+  the engine (``run_federation``'s transport and message checks), process
+  CPU time per client; criterion: at most 0.5 ms per client and round.
 
 The GPyTorch comparison is ``benchmarks/bench_pfedhgp_gpytorch.py``.
 
 Usage: ``python benchmarks/bench_pfedhgp.py [--quick] [--plot out.png]
-[--only rounds|scaling|exact]``
+[--only rounds|scaling|exact|clients]``
 """
 
 import argparse
@@ -44,7 +49,7 @@ def make(T, n, d=2, seed=0, n_outputs=None):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0, 1, (T * n, d))
     groups = np.repeat(np.arange(T), n)
-    f = np.column_stack([np.sin(6 * X[:, 0]), np.cos(4 * X[:, 1])])
+    f = np.column_stack([np.sin(6 * X[:, 0]), np.cos(4 * X[:, -1])])
     if n_outputs is None:
         y = f.sum(1) + 0.2 * rng.normal(size=T)[groups] + 0.1 * rng.normal(size=T * n)
         return X, y, groups
@@ -210,11 +215,83 @@ def against_exact_gp(quick):
           f"NLL {gaussian_nll(yt, mu2, sd2):.3f}")
 
 
+def many_small_clients(quick, T=500, n=40, d=1, repeat=7):
+    """Per-client process time of a closed-form round over many small clients.
+
+    The steps are driven as in :func:`paired_round_ratios` (set-up round and
+    two warm-up rounds first); each repeat times two consecutive rounds (the
+    global kernel moves every other round) and splits them into the client
+    steps and the server steps; then the same rounds through the in-process
+    engine (transport, message checks, ledger, per-client random streams).
+    Prints medians over the repeats, in ms per client and round.
+    """
+    from skfed.federated import Ledger
+    from skfed.federated._engine import InProcessTransport, _collect
+
+    if quick:
+        T, repeat = 100, 3
+    for n_outputs in (None, 3):
+        X, y, groups = make(T, n, d=d, n_outputs=n_outputs)
+        kw = {} if n_outputs is None else {"n_latents": 2}
+        model = PFedHGPRegressor(optimizer="cavi", n_rounds=10_000, n_inducing_global=20,
+                                 n_inducing_local=10, random_state=0, **kw)
+        model._check_params()
+        steps = model._steps_algorithm(d, n_outputs)
+        fed = Federation.from_arrays(X, y, groups)
+        rng = np.random.default_rng(0)
+        states = [steps.client_init(c, rng) for c in fed.clients]
+        server = list(steps.server_init(rng))
+
+        def one_round(split):
+            tic = time.process_time()
+            msgs = {}
+            for k, c in enumerate(fed.clients):
+                states[k], msgs[k] = steps.client_step(c, states[k], server[1], rng)
+            mid = time.process_time()
+            server[0], server[1] = steps.server_step(server[0], msgs, rng)
+            split[0] += mid - tic
+            split[1] += time.process_time() - mid
+
+        transport = InProcessTransport(steps, fed, 0)
+        transport.init()
+        transport.states = states
+        ledger = Ledger()
+        asked = np.arange(T)
+
+        def engine_round(rnd):
+            ledger.record_broadcast(rnd, transport.labels, server[1])
+            msgs = _collect(transport.round(rnd, asked, server[1]), asked, transport.labels,
+                            rnd, "raise", ledger)
+            server[0], server[1] = steps.server_step(server[0], msgs, rng)
+
+        reps = repeat if n_outputs is None else max(2, repeat // 3)  # ILMM: slow rounds
+        with threadpool_limits(1, "blas"):
+            for _ in range(3):
+                one_round([0.0, 0.0])
+            client, srv, engine = [], [], []
+            for r in range(reps):
+                split = [0.0, 0.0]
+                one_round(split)
+                one_round(split)
+                client.append(split[0] / 2)
+                srv.append(split[1] / 2)
+                tic = time.process_time()
+                engine_round(2 * r)
+                engine_round(2 * r + 1)
+                engine.append((time.process_time() - tic) / 2)
+        ms = 1e3 / T
+        name = "scalar" if n_outputs is None else f"multi-output Q={n_outputs} R=2"
+        print(f"{name:24s} T={T} n={n} d={d} M=20 M_i=10, ms per client and round "
+              f"(median of {reps}): client steps {np.median(client) * ms:.3f}, "
+              f"server step {np.median(srv) * ms:.3f}, "
+              f"round via the engine {np.median(engine) * ms:.3f}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--plot", default=None, help="file for the scaling plot")
-    parser.add_argument("--only", choices=("rounds", "scaling", "exact"), default=None)
+    parser.add_argument("--only", choices=("rounds", "scaling", "exact", "clients"), default=None)
     args = parser.parse_args()
     if args.only in (None, "rounds"):
         rounds_against_floor(args.quick)
@@ -222,6 +299,8 @@ def main():
         scaling(args.quick, args.plot)
     if args.only in (None, "exact"):
         against_exact_gp(args.quick)
+    if args.only in (None, "clients"):
+        many_small_clients(args.quick)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ import numpy as np
 from scipy.linalg import LinAlgError
 
 from ._elbo import (
+    SMALL_INDUCING,
+    Basis,
+    CholeskyError,
     _inv_chol_spd,
     basis_backward,
     cho_solve,
@@ -29,8 +32,22 @@ from ._elbo import (
     softplus,
     solve_triangular,
 )
-from ._kernels import closed_form_q, factor_stats
+from ._kernels import (
+    cavi_local_steps,
+    closed_form_q,
+    factor_stats,
+    local_basis_small,
+    local_products,
+    marginal_dev_stats,
+)
 
+
+#: up to this many rows a client runs its local steps as one numba call
+#: (:meth:`ClosedFormClient.fused_local_steps`); with more, the per-call overhead
+#: it saves is small against the row work, which BLAS does faster than its
+#: loops, and the step-by-step loop keeps its last basis for the next round
+#: (measured: ``benchmarks/bench_pfedhgp.py``, doc/performance.md)
+FUSED_MAX_ROWS = 256
 
 #: up to this many joint coefficients (M + M_i) the closed-form solve is one numba
 #: pass; beyond, LAPACK's blocked factorizations are faster (from about 160 on)
@@ -64,6 +81,23 @@ def _factor_terms(basis, L, s2=None, inv_prior=None):
     if s2 is None:
         return sq, logdet, basis.quad(L)
     return sq, logdet, s2 * (L.shape[0] - inv_prior * sq)
+
+
+def fused_local_basis(X, loc, cfg):
+    """The local basis as the fused loop forms it (:func:`._kernels.local_basis_small`).
+
+    The same basis as ``_elbo.local_basis`` up to rounding: numba loops
+    instead of LAPACK's triangular solve.
+    """
+    info, L, K, Vt, jit, ls, var = local_basis_small(
+        np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(loc["Zl"], dtype=float),
+        np.ascontiguousarray(np.ravel(loc["ls_l"]), dtype=float), float(loc["var_l"]),
+        cfg.kind, float(cfg.jitter))
+    if info != 0:
+        raise CholeskyError(
+            f"a kernel matrix is not positive definite even with jitter {jit:.1e}; "
+            "check for NaN hyperparameters or raise jitter.")
+    return Basis(L=L, W=Vt.T, jitter=jit, K=K, ls=ls, var=float(var))
 
 
 class ClosedFormClient:
@@ -151,6 +185,97 @@ class ClosedFormClient:
             self._u_terms = (Lu,) + _factor_terms(self.lb, Lu, s2, 1.0)
         return out
 
+    # --- the local steps as one compiled call -----------------------------------
+    def fusable(self, m):
+        """Whether :meth:`fused_local_steps` applies: a local component of ``m``
+        inducing inputs whose Cholesky and joint solve are numba's, on at most
+        ``FUSED_MAX_ROWS`` rows (small clients)."""
+        cfg = self.cfg
+        if not cfg.use_local or self.n > FUSED_MAX_ROWS:
+            return False
+        k = self.gb.W.shape[0] if cfg.use_deviation else 0
+        return m <= SMALL_INDUCING and k + m <= SMALL_JOINT
+
+    def set_local_fused(self, lb):
+        """:meth:`set_local` for a basis of :func:`fused_local_basis`: its products
+        from the same numba code as the fused loop's (so that a kept basis and
+        one formed again, as on a Flower site, give the same bits)."""
+        gb = self.gb
+        Wt = np.ascontiguousarray(gb.W.T) if gb is not None else np.empty((self.n, 0))
+        Gv, C, vy = local_products(Wt, np.ascontiguousarray(lb.W.T),
+                                   np.ascontiguousarray(self.y, dtype=float))
+        lb._gram = Gv
+        self.lb, self.vy, self.C = lb, vy, (C if gb is not None else None)
+
+    def fused_local_steps(self, X, loc, adam, n_steps, lr, z_scale, b1=0.9, b2=0.999,
+                          eps=1e-8):
+        """``n_steps`` local steps (gradient, Adam step on the local kernel, new
+        basis, closed-form solve) in one call of :func:`._kernels.cavi_local_steps`.
+
+        The same steps as ``_steps._cavi_local``'s loop of :meth:`local_hyper_grad`,
+        ``adam_ascent``, a new local basis, :meth:`set_local` and :meth:`solve`
+        (tested against it), without their per-call overhead. Call after the
+        round's first :meth:`solve` with a basis of :func:`fused_local_basis` set
+        by :meth:`set_local_fused`. Returns ``(loc, adam, jitter)``; the last
+        basis is ``self.lb``.
+        """
+        cfg, lb, gb = self.cfg, self.lb, self.gb
+        m = lb.L.shape[0]
+        hyper = ("ls_l", "var_l", "Zl") if cfg.learn_inducing else ("ls_l", "var_l")
+        t0 = adam["t"]
+        c1s = np.array([1 - b1**t for t in range(t0 + 1, t0 + n_steps + 1)])
+        c2s = np.array([1 - b2**t for t in range(t0 + 1, t0 + n_steps + 1)])
+        shapes = [np.shape(loc[k]) for k in hyper]
+        moments = [np.concatenate([np.ravel(adam[w][k]) for k in hyper]).astype(float)
+                   for w in ("m", "v")]
+        M = gb.W.shape[0] if gb is not None else 0
+        Wt = gb.W.T if gb is not None else np.empty((X.shape[0], 0))
+        mbase = self.mg if cfg.use_global else np.zeros(M)
+        if cfg.use_deviation:
+            Gw = gb.gram
+            rw = self.wy - Gw @ self.mg if cfg.use_global else self.wy
+            md = loc["md"]
+        else:
+            Gw, rw, md = np.empty((0, 0)), np.empty(0), np.empty(0)
+        C = self.C if self.C is not None else np.empty((0, m))
+        c = np.ascontiguousarray
+        (info, Z, ls_raw, var_raw, m_new, v_new, ls, var, md, mu, Lu, L, K, Vt, Gv, C,
+         vy, jit_last, jit) = cavi_local_steps(
+            c(X, dtype=float), c(self.y, dtype=float), c(Wt), c(mbase, dtype=float), c(Gw),
+            c(rw), c(md, dtype=float), c(loc["mu"], dtype=float), c(loc["Lu"], dtype=float),
+            c(loc["Zl"], dtype=float), c(np.ravel(loc["ls_l"]), dtype=float),
+            float(loc["var_l"]), moments[0], moments[1], c1s, c2s, float(lr), b1, b2, eps,
+            c(np.ravel(z_scale), dtype=float), self.s2,
+            1.0 / self.phi if cfg.use_deviation else 1.0, cfg.kind, float(cfg.jitter),
+            bool(cfg.ard), bool(cfg.learn_inducing), c(lb.L), c(lb.K), c(lb.W.T), c(lb.gram),
+            c(C), c(self.vy))
+        if info == 1:
+            raise CholeskyError(
+                f"a kernel matrix is not positive definite even with jitter {jit:.1e}; "
+                "check for NaN hyperparameters or raise jitter.")
+        if info != 0:
+            raise LinAlgError("a closed-form precision is not positive definite.")
+        out = dict(loc)
+        out["ls_l"] = ls_raw.reshape(shapes[0])
+        out["var_l"] = np.asarray(var_raw)
+        out["Zl"] = Z
+        if cfg.use_deviation:
+            out["md"] = md
+        out["mu"], out["Lu"] = mu, Lu
+        # Adam's state as adam_ascent leaves it
+        new_m, new_v, start = dict(adam["m"]), dict(adam["v"]), 0
+        for key, shape in zip(hyper, shapes):
+            stop = start + (int(np.prod(shape)) if shape else 1)
+            new_m[key] = m_new[start:stop].reshape(shape)
+            new_v[key] = v_new[start:stop].reshape(shape)
+            start = stop
+        adam = {"t": t0 + n_steps, "m": new_m, "v": new_v}
+        # the last basis, as basis_forward and set_local would leave it
+        new = Basis(L=L, W=Vt.T, jitter=jit_last, K=K, ls=ls, var=float(var), _gram=Gv)
+        self.lb, self.vy, self.C = new, vy, (C if gb is not None else None)
+        self._u_terms = (Lu,) + _factor_terms(new, Lu, self.s2, 1.0)
+        return out, adam, jit
+
     # --- the global mean with the client's own blocks integrated out -----------
     def marginal_global_stats(self):
         """The client's ``(A_i, a_i)``: its means objective reduced to ``m_g``.
@@ -175,6 +300,15 @@ class ClosedFormClient:
         """
         cfg, s2, gb = self.cfg, self.s2, self.gb
         Gw, M = gb.gram, gb.gram.shape[0]
+        if cfg.use_deviation and M + (self.lb.L.shape[0] if cfg.use_local else 0) <= SMALL_JOINT:
+            # the same quantities in one numba pass (the LAPACK path below for large sizes)
+            Gv = self.lb.gram if cfg.use_local else np.empty((0, 0))
+            C = self.C if cfg.use_local else np.empty((M, 0))
+            vy = self.vy if cfg.use_local else np.empty(0)
+            info, A, a = marginal_dev_stats(Gw, C, Gv, self.wy, vy, s2, self.phi)
+            if info != 0:
+                raise LinAlgError(f"matrix not positive definite (info={info}).")
+            return A, a
         if cfg.use_deviation:
             phi = self.phi
             Gv = self.lb.gram if cfg.use_local else np.empty((0, 0))

@@ -17,7 +17,7 @@ from numba import njit
 __all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_sym",
            "kernel_adjoint_cross",
            "inducing_cholesky", "chol_backward", "closed_form_q", "factor_stats",
-           "adam_update"]
+           "adam_update", "cavi_local_steps"]
 
 #: public kernel names -> the ``kind`` code of the numba functions
 KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
@@ -547,3 +547,362 @@ def inducing_cholesky(Z, lengthscale, variance, kind, jitter):
             L[i, j] = variance * f
         L[i, i] = variance + jitter  # f(0) = 1 for every kind
     return _chol_in_place(L), L
+
+
+# ----------------------------------------------------------------------------
+# the closed-form client's local loop, fused (many small clients: a round's
+# cost is then the Python and call overhead of its many small operations)
+# ----------------------------------------------------------------------------
+_LOG2 = np.log(2.0)
+
+
+@njit(cache=True, nogil=True)
+def _softplus(x):
+    """``np.logaddexp(0.0, x)`` (the same branches as numpy's ``npy_logaddexp``)."""
+    if x == 0.0:
+        return _LOG2
+    if x < 0.0:
+        return np.log1p(np.exp(x))
+    return x + np.log1p(np.exp(-x))
+
+
+@njit(cache=True, nogil=True)
+def _sigmoid(x):
+    """``0.5 (1 + tanh(x / 2))``, as ``_elbo.sigmoid``."""
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _local_basis_fused(X, Z, ls, var, kind, jitter):
+    """``_elbo.basis_forward`` for small ``Z``: ``(info, L, K, Vt, jitter used)``.
+
+    The jitter escalates as in ``_elbo.chol_jitter`` (x10, at least 1e-12, 8
+    tries); ``info`` is nonzero if every try failed. ``Vt = K L^{-T}`` by
+    forward substitution on each row of ``K = k(X, Z)``.
+    """
+    jit = jitter
+    info = 1
+    L = np.empty((0, 0))
+    for _ in range(8):
+        info, L = inducing_cholesky(Z, ls, var, kind, jit)
+        if info == 0:
+            ok = True
+            for i in range(L.shape[0]):
+                if not np.isfinite(L[i, i]):
+                    ok = False
+            if ok:
+                break
+            info = 1
+        jit = max(jit * 10.0, 1e-12)
+    K = kernel_matrix(X, Z, ls, var, kind)
+    n, m = K.shape
+    Vt = np.empty((n, m))
+    if info != 0:
+        return info, L, K, Vt, jit
+    for i in range(n):
+        for a in range(m):
+            t = K[i, a]
+            for b in range(a):
+                t -= L[a, b] * Vt[i, b]
+            Vt[i, a] = t / L[a, a]
+    return 0, L, K, Vt, jit
+
+
+@njit(cache=True, nogil=True)
+def _constrained(ls_raw, var_raw, d):
+    """Lengthscales (one per feature; a shared one repeated) and variance from raw values."""
+    ls = np.empty(d)
+    n_ls = ls_raw.shape[0]
+    for j in range(d):
+        ls[j] = _softplus(ls_raw[j if n_ls == d else 0])
+    return ls, _softplus(var_raw)
+
+
+@njit(cache=True, nogil=True)
+def local_basis_small(X, Z, ls_raw, var_raw, kind, jitter):
+    """A small local basis from raw kernel parameters, as :func:`cavi_local_steps` forms it.
+
+    Returns ``(info, L, K, Vt, jitter used, lengthscales, variance)``.
+    """
+    ls, var = _constrained(ls_raw, var_raw, X.shape[1])
+    info, L, K, Vt, jit = _local_basis_fused(X, Z, ls, var, kind, jitter)
+    return info, L, K, Vt, jit, ls, var
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def local_products(Wt, Vt, y):
+    """``V V^T``, ``W V^T`` and ``V y`` from the row-major ``W^T``, ``V^T``."""
+    n, m = Vt.shape
+    M = Wt.shape[1]
+    Gv = np.zeros((m, m))
+    C = np.zeros((M, m))
+    vy = np.zeros(m)
+    for i in range(n):
+        vi = Vt[i]
+        wi = Wt[i]
+        yi = y[i]
+        for a in range(m):
+            va = vi[a]
+            vy[a] += va * yi
+            ga = Gv[a]
+            for b in range(a + 1):
+                ga[b] += va * vi[b]
+        for a in range(M):
+            wa = wi[a]
+            ca = C[a]
+            for b in range(m):
+                ca[b] += wa * vi[b]
+    for a in range(m):
+        for b in range(a):
+            Gv[b, a] = Gv[a, b]
+    return Gv, C, vy
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy, mu, Lu, s2):
+    """Gradients (variance, ARD lengthscales, ``Z``) of the client's ELBO terms
+    through the local basis: ``ClosedFormClient.local_hyper_grad`` before the
+    softplus chain rule, with ``mbar`` the shared-basis mean (length 0 without one).
+    """
+    n, m = Vt.shape
+    M = Wt.shape[1]
+    # residual e = y - W^T mbar - V^T m_u
+    e = np.empty(n)
+    for i in range(n):
+        t = 0.0
+        for a in range(M):
+            t += Wt[i, a] * mbar[a]
+        u = 0.0
+        for a in range(m):
+            u += Vt[i, a] * mu[a]
+        e[i] = (y[i] - t) - u
+    # V e = V y - V V^T m_u - (W V^T)^T mbar
+    Ve = np.empty(m)
+    for a in range(m):
+        t = 0.0
+        for b in range(m):
+            t += Gv[a, b] * mu[b]
+        u = 0.0
+        for b in range(M):
+            u += C[b, a] * mbar[b]
+        Ve[a] = (vy[a] - t) - u
+    # W_bar = A V + P e^T with A = (I - S_u) / s2, P = m_u / s2; [LA, LP] = L^{-T} [A, P]
+    LAP = np.empty((m, m + 1))
+    for a in range(m):
+        la = Lu[a]
+        for b in range(m):
+            lb = Lu[b]
+            t = 0.0
+            for c in range(min(a, b) + 1):
+                t += la[c] * lb[c]
+            LAP[a, b] = ((1.0 if a == b else 0.0) - t) / s2
+        LAP[a, m] = mu[a] / s2
+    _solve_lower_t_rows(L, LAP)
+    # L_bar = -LP (V e)^T - LA V V^T
+    L_bar = np.empty((m, m))
+    for a in range(m):
+        for b in range(m):
+            t = 0.0
+            for c in range(m):
+                t += LAP[a, c] * Gv[c, b]
+            L_bar[a, b] = -LAP[a, m] * Ve[b] - t
+    # G = V^T LA^T, (n, m)
+    G = np.empty((n, m))
+    for i in range(n):
+        vi = Vt[i]
+        for a in range(m):
+            t = 0.0
+            for c in range(m):
+                t += vi[c] * LAP[a, c]
+            G[i, a] = t
+    LP = np.ascontiguousarray(LAP[:, m:])
+    Kzz_bar = chol_backward(L, L_bar)
+    gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
+    gv2, gl2, gZ2 = kernel_adjoint_cross(X, Z, ls, var, kind, K, G, e.reshape(n, 1), LP)
+    return gv1 + gv2 - n / (2.0 * s2), gl1 + gl2, gZ1 + gZ2
+
+
+@njit(cache=True, nogil=True)
+def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw, adam_m0,
+                     adam_v0, c1s, c2s, lr, b1, b2, eps, z_scale, s2, inv_prior, kind, jitter,
+                     ard, learn_inducing, L0, K0, Vt0, Gv0, C0, vy0):
+    """The local steps of a closed-form client round, fused (``_steps._cavi_local``).
+
+    Each step: the gradient of the client's ELBO terms with respect to the
+    local kernel (``Z``, raw lengthscales, raw variance), one Adam ascent step
+    on them (bias corrections ``c1s[s]``, ``c2s[s]``; the inducing inputs'
+    step scaled by ``z_scale``), the new local basis and its products, and
+    the joint closed-form solve of ``q(delta_i)``, ``q(u_i)`` (the
+    ``q(delta_i)`` covariance is the round's, not recomputed). The starting
+    basis (``L, K, Vt, Gv, C, vy``) and solve (``md, mu, Lu``) are the
+    round's first. ``Wt`` is ``W^T`` of the shared basis (``(n, 0)`` without
+    one), ``mbase`` the global mean ``m_g`` (zeros without the global
+    component), ``Gw, rw`` the deviation block's Gram matrix and right-hand
+    side (empty without a deviation). Adam's moments are flat in the order
+    raw lengthscales, raw variance, ``Z`` (if ``learn_inducing``).
+
+    Returns
+    -------
+    info : int
+        0; 1 if a local kernel matrix stayed not positive definite after
+        every jitter retry; 2 if a closed-form precision was not positive
+        definite (the caller raises).
+    Z, ls_raw, var_raw, adam_m, adam_v
+        The new local kernel parameters and Adam moments.
+    ls, var
+        The constrained lengthscales and variance of the last basis.
+    md, mu, Lu
+        The last solve.
+    L, K, Vt, Gv, C, vy, jitter_last, jitter_max
+        The last basis, its products, its jitter and the largest jitter used.
+    """
+    # the inputs are read only (they may be the caller's kept arrays)
+    md, mu, Lu, Z, ls_raw = md0.copy(), mu0.copy(), Lu0.copy(), Z0.copy(), ls_raw0.copy()
+    adam_m, adam_v = adam_m0.copy(), adam_v0.copy()
+    L, K, Vt, Gv, C, vy = L0.copy(), K0.copy(), Vt0.copy(), Gv0.copy(), C0.copy(), vy0.copy()
+    n, d = X.shape
+    m = Z.shape[0]
+    M = Wt.shape[1]
+    k = Gw.shape[0]
+    n_ls = ls_raw.shape[0]
+    jit_max = jitter
+    jit = jitter
+    ls, var = _constrained(ls_raw, var_raw, d)
+    for s in range(c1s.shape[0]):
+        # constrained parameters the current basis was formed with
+        ls, var = _constrained(ls_raw, var_raw, d)
+        mbar = mbase.copy()
+        for a in range(k):
+            mbar[a] += md[a]
+        gv, gl, gZ = _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy,
+                                 mu, Lu, s2)
+        # Adam (ascent) on [raw lengthscales, raw variance, Z]
+        size = n_ls + 1 + (m * d if learn_inducing else 0)
+        g = np.empty(size)
+        p = np.empty(size)
+        unit = np.ones(size)
+        if ard:
+            for j in range(n_ls):
+                g[j] = gl[j] * _sigmoid(ls_raw[j])
+        else:
+            t = 0.0
+            for j in range(d):
+                t += gl[j]
+            g[0] = t * _sigmoid(ls_raw[0])
+        for j in range(n_ls):
+            p[j] = ls_raw[j]
+        g[n_ls] = gv * _sigmoid(var_raw)
+        p[n_ls] = var_raw
+        if learn_inducing:
+            o = n_ls + 1
+            for a in range(m):
+                for j in range(d):
+                    g[o + a * d + j] = gZ[a, j]
+                    p[o + a * d + j] = Z[a, j]
+                    unit[o + a * d + j] = z_scale[j % z_scale.shape[0]]
+        p, adam_m, adam_v = adam_update(p, g, adam_m, adam_v, lr, b1, b2, eps, c1s[s],
+                                        c2s[s], unit)
+        ls_raw = p[:n_ls].copy()
+        var_raw = p[n_ls]
+        if learn_inducing:
+            Z = p[n_ls + 1:].copy().reshape(m, d)
+        # the new local basis and its products
+        info, L, K, Vt, jit, ls, var = local_basis_small(X, Z, ls_raw, var_raw, kind, jitter)
+        if info != 0:
+            return (1, Z, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt,
+                    Gv, C, vy, jit, jit_max)
+        jit_max = max(jit_max, jit)
+        Gv, C, vy = local_products(Wt, Vt, y)
+        # the joint closed-form solve at the new basis
+        rv = vy.copy()
+        for b in range(m):
+            t = 0.0
+            for a in range(M):
+                t += C[a, b] * mbase[a]
+            rv[b] -= t
+        Cq = C if k > 0 else np.empty((0, m))
+        info, means, Lu, _ = closed_form_q(Gw, Cq, Gv, rw, rv, s2, inv_prior, False)
+        if info != 0:
+            return (2, Z, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt,
+                    Gv, C, vy, jit, jit_max)
+        md = means[:k].copy()
+        mu = means[k:].copy()
+    return (0, Z, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt, Gv, C, vy,
+            jit, jit_max)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
+    """``(A_i, a_i)`` of ``ClosedFormClient.marginal_global_stats`` with a deviation.
+
+    ``P = [[Gw, C], [C^T, Gv]] / s2 + diag(I / phi, I)`` (the local block
+    may be empty), ``s_0 = [P^{-1} [wy; vy] / s2]_s``, ``A = (I -
+    [P^{-1}]_ss / phi) / phi`` symmetrized, ``a = s_0 / phi``; ``info`` is
+    nonzero if ``P`` is not positive definite.
+    """
+    k = Gw.shape[0]
+    nu = Gv.shape[0]
+    N = k + nu
+    P = np.zeros((N, N))
+    for i in range(k):
+        for j in range(i + 1):
+            P[i, j] = Gw[i, j] / s2
+        P[i, i] += 1.0 / phi
+    for i in range(nu):
+        for j in range(k):
+            P[k + i, j] = C[j, i] / s2
+        for j in range(i + 1):
+            P[k + i, k + j] = Gv[i, j] / s2
+        P[k + i, k + i] += 1.0
+    A = np.zeros((k, k))
+    a = np.zeros(k)
+    info = _chol_in_place(P)
+    if info != 0:
+        return info, A, a
+    x = np.empty(N)
+    for i in range(k):
+        x[i] = wy[i] / s2
+    for i in range(nu):
+        x[k + i] = vy[i] / s2
+    for i in range(N):  # L z = b
+        t = x[i]
+        for p in range(i):
+            t -= P[i, p] * x[p]
+        x[i] = t / P[i, i]
+    for i in range(N - 1, -1, -1):  # L^T s = z
+        t = x[i]
+        for p in range(i + 1, N):
+            t -= P[p, i] * x[p]
+        x[i] = t / P[i, i]
+    # Xs = L^{-1} [I_k; 0], by rows: row i depends on the rows above it
+    Xs = np.zeros((N, k))
+    for i in range(N):
+        xi = Xs[i]
+        if i < k:
+            xi[i] = 1.0
+        for p in range(i):
+            lip = P[i, p]
+            xp = Xs[p]
+            for j in range(k):
+                xi[j] -= lip * xp[j]
+        d = 1.0 / P[i, i]
+        for j in range(k):
+            xi[j] *= d
+    # [P^{-1}]_ss = Xs^T Xs
+    for i in range(N):
+        xi = Xs[i]
+        for r in range(k):
+            xr = xi[r]
+            ar = A[r]
+            for c in range(k):
+                ar[c] += xr * xi[c]
+    for r in range(k):
+        for c in range(k):
+            A[r, c] = ((1.0 if r == c else 0.0) - A[r, c] / phi) / phi
+    for r in range(k):
+        for c in range(r):
+            v = 0.5 * (A[r, c] + A[c, r])
+            A[r, c] = v
+            A[c, r] = v
+        a[r] = x[r] / phi
+    return 0, A, a

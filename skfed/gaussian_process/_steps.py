@@ -34,6 +34,7 @@ hyperparameters to its last message (for the population prediction).
 """
 
 import functools
+import math
 
 import numpy as np
 from scipy.stats import qmc
@@ -43,7 +44,7 @@ from ..federated import FederatedAlgorithm
 from ..federated._release import (
     MIN_ROWS_MOMENTS, sends_moments, sends_products, too_few_rows_warning,
 )
-from ._closed_form import ClosedFormClient
+from ._closed_form import ClosedFormClient, fused_local_basis
 from ._elbo import (
     LOG2PI,
     client_terms,
@@ -110,6 +111,10 @@ class BasisCache:
         self._store[name] = (key, value)
         return value
 
+    def put(self, name, params, value):
+        """Keep ``value`` as the basis ``name`` for ``params`` (formed elsewhere)."""
+        self._store[name] = (tuple(_param_key(p) for p in params), value)
+
     def targets(self, y, shift, scale):
         """The client's normalized targets ``(y - shift) / scale``, one array
         while ``y`` and the normalization stay the same (bases keep their
@@ -142,21 +147,32 @@ class BasisCache:
         return (BasisCache, ())
 
 
-_BLAS = []  # one ThreadpoolController, made on first use (making one scans the libraries)
+_BLAS = []  # the BLAS libraries' controllers, found on first use (a scan of the libraries)
 
 
 def one_blas_thread(step):
     """Run ``step`` with one BLAS thread, wherever it runs (a Flower site too).
 
     The steps are many small (M x M) BLAS calls: threaded BLAS only adds
-    overhead, tenfold on a busy machine.
+    overhead, tenfold on a busy machine. A library already at one thread is
+    left alone (threadpoolctl's ``limit`` context sets and restores every
+    library on each call, about 20 us: a fixed cost per client and round).
     """
     @functools.wraps(step)
     def wrapper(*args, **kwargs):
         if not _BLAS:
-            _BLAS.append(ThreadpoolController())
-        with _BLAS[0].limit(limits=1, user_api="blas"):
+            _BLAS.append(ThreadpoolController().select(user_api="blas").lib_controllers)
+        changed = []
+        try:
+            for lib in _BLAS[0]:
+                n = lib.get_num_threads()
+                if n != 1:
+                    lib.set_num_threads(1)
+                    changed.append((lib, n))
             return step(*args, **kwargs)
+        finally:
+            for lib, n in changed:
+                lib.set_num_threads(n)
 
     return wrapper
 
@@ -234,8 +250,12 @@ def reported_client_failures(step):
         try:
             new_state, msg = step(self, data, state, broadcast, rng)
             for k, v in msg.items():
-                v = np.asarray(v)
-                if v.dtype.kind in "fc" and not np.all(np.isfinite(v)):
+                if type(v) is float:  # most entries: no array round trip
+                    finite = math.isfinite(v)
+                else:
+                    v = np.asarray(v)
+                    finite = v.dtype.kind not in "fc" or bool(np.isfinite(v).all())
+                if not finite:
                     raise FloatingPointError(f"the message entry {k!r} is not finite")
         except NUMERICAL_ERRORS as exc:
             raise client_failure(exc, data.label, rnd) from exc
@@ -823,12 +843,26 @@ class _PFedHGPSteps(FederatedAlgorithm):
             adam = adam_init(loc, hyper)
         cf = ClosedFormClient(y, g, cfg, gb)
         jit = 0.0
-        if cfg.use_local:
+        n_steps = self.local_steps if hyper else 0
+        # small clients: the local steps as one compiled call (the same steps); its
+        # bases are kept under their own name (formed by numba, not LAPACK)
+        fused = bool(n_steps) and cf.fusable(np.shape(loc.get("Zl", ()))[0])
+        if fused:
+            lb = cache.get("local_fused", [loc[k] for k in LOCAL_HYPER if k in loc],
+                           lambda: fused_local_basis(X, loc, cfg))
+            jit = lb.jitter
+            cf.set_local_fused(lb)
+        elif cfg.use_local:
             lb = self._local_basis(X, loc, cache)
             jit = lb.jitter
             cf.set_local(lb)
         loc = cf.solve(loc)
-        for _ in range(self.local_steps if hyper else 0):
+        if fused:
+            loc, adam, jit_f = cf.fused_local_steps(X, loc, adam, n_steps, self.local_lr,
+                                                    zscale["Zl"])
+            cache.put("local_fused", [loc[k] for k in LOCAL_HYPER if k in loc], cf.lb)
+            return loc, adam, max(jit, jit_f), cf
+        for _ in range(n_steps):
             gl = cf.local_hyper_grad(X, loc)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
             lb = self._local_basis(X, loc, cache)
