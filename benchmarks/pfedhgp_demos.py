@@ -51,6 +51,8 @@ from skfed import PFedHGPRegressor
 from skfed.datasets import make_monitoring_stations, make_press_tonnage
 from skfed.gaussian_process import PFedHGPClassifier, client_dissimilarity, cluster_clients
 
+from pfedhgp_oracle import _seeds  # noqa: E402  (this folder is on sys.path when run)
+
 SETTINGS = {
     "S1": dict(n_times=100, M=15, init={}),
     "S2": dict(n_times=100, M=15, init=dict(normalize_y=True, init_lengthscale_global=0.15,
@@ -64,14 +66,6 @@ READINGS = {
     'deviation_kernel="deviation"': dict(deviation_kernel="deviation"),
     'component="local"': dict(component="local"),
 }
-
-
-def _seeds(text):
-    out = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def classification(seeds):

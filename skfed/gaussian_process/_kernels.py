@@ -304,6 +304,22 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _chol_solve_in_place(L, x):
+    """Overwrite ``x`` with ``(L L^T)^{-1} x``, ``L`` lower triangular (``_chol_in_place``)."""
+    n = x.shape[0]
+    for i in range(n):  # L z = x
+        t = x[i]
+        for p in range(i):
+            t -= L[i, p] * x[p]
+        x[i] = t / L[i, i]
+    for i in range(n - 1, -1, -1):  # L^T out = z
+        t = x[i]
+        for p in range(i + 1, n):
+            t -= L[p, i] * x[p]
+        x[i] = t / L[i, i]
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _chol_in_place(A):
     """Lower Cholesky factor of the SPD matrix whose lower triangle is ``A`` (in place).
 
@@ -464,16 +480,7 @@ def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
         x[i] = rw[i] / s2
     for i in range(nu):
         x[k + i] = rv[i] / s2
-    for i in range(N):  # L z = b
-        t = x[i]
-        for p in range(i):
-            t -= P[i, p] * x[p]
-        x[i] = t / P[i, i]
-    for i in range(N - 1, -1, -1):  # L^T m = z
-        t = x[i]
-        for p in range(i + 1, N):
-            t -= P[p, i] * x[p]
-        x[i] = t / P[i, i]
+    _chol_solve_in_place(P, x)
     return 0, x, Lu, Ld
 
 
@@ -864,16 +871,7 @@ def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
         x[i] = wy[i] / s2
     for i in range(nu):
         x[k + i] = vy[i] / s2
-    for i in range(N):  # L z = b
-        t = x[i]
-        for p in range(i):
-            t -= P[i, p] * x[p]
-        x[i] = t / P[i, i]
-    for i in range(N - 1, -1, -1):  # L^T s = z
-        t = x[i]
-        for p in range(i + 1, N):
-            t -= P[p, i] * x[p]
-        x[i] = t / P[i, i]
+    _chol_solve_in_place(P, x)
     # Xs = L^{-1} [I_k; 0], by rows: row i depends on the rows above it
     Xs = np.zeros((N, k))
     for i in range(N):
