@@ -41,6 +41,17 @@ def _n_outputs(y):
     return y.shape[1] if y.ndim == 2 else None
 
 
+def _gaussian_draws(rng, mean, cov, n_samples, jitter):
+    """``n_samples`` draws of ``N(mean, cov)`` (normalized scale), shape ``(n_samples, n)``.
+
+    Through the Cholesky factor, which is unique: two fits equal to rounding
+    give draws equal to rounding. (``multivariate_normal`` factors by SVD,
+    whose eigenvectors turn freely in a repeated eigenvalue's eigenspace.)
+    """
+    L, _ = chol_jitter(np.asarray(cov, dtype=float), jitter)
+    return mean + rng.standard_normal((n_samples, mean.shape[0])) @ L.T
+
+
 def _check_components(components):
     if isinstance(components, str):
         components = (components,)
@@ -1097,16 +1108,18 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
             Multi-output draws are joint over rows and outputs.
         """
         rng = check_random_state(random_state)
+        X, index = self._validate_predict(X, groups)
         if self._multi:
-            X, index = self._validate_predict(X, groups)
             mean, cov = ilmm_moments(self._scale_X(X), index, self._cfg, self._global, self._locals,
                                      self.jitter_, joint=True, released=self._released)
             n, Q = mean.shape
-            draws = rng.multivariate_normal(mean.ravel(), cov.reshape(n * Q, n * Q), n_samples)
+            draws = _gaussian_draws(rng, mean.ravel(), cov.reshape(n * Q, n * Q), n_samples,
+                                    self.jitter_)
             draws = draws.reshape(n_samples, n, Q) * self.y_std_ + self._prior_mean(X)
             return np.moveaxis(draws, 0, -1)
-        mean, cov = self.predict(X, groups=groups, return_cov=True)
-        return rng.multivariate_normal(mean, cov, n_samples).T
+        mean, cov = self._moments(X, index, full=True)
+        draws = _gaussian_draws(rng, mean, cov, n_samples, self.jitter_)
+        return (draws * self.y_std_ + self._prior_mean(X)).T
 
     def score(self, X, y, groups=None, sample_weight=None):
         """R^2 of the personalized predictions (averaged uniformly over outputs).
