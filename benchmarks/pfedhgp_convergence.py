@@ -120,12 +120,17 @@ def measure(out, datasets, seeds, names):
                 run_cells(writer, fh, dname, seed, X, y, g, CANDIDATES, BASELINES, names, done)
 
 
-def summary(out):
-    rows = defaultdict(dict)  # (data, seed, model) -> setting -> row
+def read_cells(out, candidates):
+    """The CSV's rows as ``{(data, seed, model): {setting: row}}`` and the candidates in it."""
+    rows = defaultdict(dict)
     with open(out, newline="") as fh:
         for r in csv.DictReader(fh):
             rows[(r["data"], r["seed"], r["model"])][r["setting"]] = r
-    models = [m for m in CANDIDATES if any(k[2] == m for k in rows)]
+    return rows, [m for m in candidates if any(k[2] == m for k in rows)]
+
+
+def summary(out):
+    rows, models = read_cells(out, CANDIDATES)
     print("| data | model | seen RMSE | new RMSE | seen cov95 | new cov95 | rounds | fit s "
           "| score |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -47,7 +47,7 @@ from skfed.baselines import LocalEstimator, PooledEstimator
 
 # the same fold loop and CSV rows as the convergence study
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pfedhgp_convergence import run_cells  # noqa: E402
+from pfedhgp_convergence import read_cells, run_cells  # noqa: E402
 from skfed.datasets import load_multilevel
 
 DATASETS = ("sleepstudy", "chickweight", "produc", "exam", "hsb82")
@@ -83,11 +83,7 @@ def measure(out, datasets, seeds, names):
 
 
 def summary(out):
-    rows = defaultdict(dict)  # (data, seed, model) -> setting -> row
-    with open(out, newline="") as fh:
-        for r in csv.DictReader(fh):
-            rows[(r["data"], r["seed"], r["model"])][r["setting"]] = r
-    models = [m for m in CANDIDATES if any(k[2] == m for k in rows)]
+    rows, models = read_cells(out, CANDIDATES)
     print("| data (seeds) | model | seen RMSE | new RMSE | seen cov95 | new cov95 | fit s/fold "
           "| score |")
     print("|---|---|---|---|---|---|---|---|")
