@@ -34,6 +34,7 @@ import numpy as np
 from scipy.linalg import LinAlgError
 from scipy.linalg.lapack import dpotrf, dpotri
 
+from ._kernels import ilmm_local_sweeps
 from ._elbo import (
     LOG2PI,
     ModelConfig,
@@ -278,29 +279,132 @@ def block_cov_gram(Phi, beta, s2, prior_prec=1.0):
     return Ls
 
 
-def ridge_loadings(R, H, v):
-    """Optimal loadings ``R^T H (H^T H + diag(v))^{-1}`` (derived here, not in the paper)."""
-    A = H.T @ H
-    A[np.diag_indices_from(A)] += v
-    return np.linalg.solve(A, H.T @ R).T
+#: up to this many stacked coefficients (the sizes of a client's deviation and
+#: local latents summed) its sweeps are one numba call; beyond, LAPACK's blocked
+#: factorizations are faster (measured: ``benchmarks/bench_pfedhgp.py``)
+ILMM_SMALL_JOINT = 256
 
 
-def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3):
+def ridge_loadings_gram(HtH, HtR, v):
+    """Optimal loadings ``R^T H (H^T H + diag(v))^{-1}`` from ``H^T H`` and ``H^T R``
+    (derived here, not in the paper)."""
+    A = HtH + np.diag(v)
+    return np.linalg.solve(A, HtR).T
+
+
+def _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps):
+    """:func:`._kernels.ilmm_local_sweeps` with LAPACK (for large stacks).
+
+    Returns the means and covariance factors as lists (one per latent) and
+    the loadings.
+    """
+    off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    blk = [slice(off[k], off[k + 1]) for k in range(len(sizes))]
+    for sweep in range(n_sweeps + 1):
+        beta = np.sum(B * B, axis=0)
+        Ls = [block_cov_gram(G[b, b], beta[k], s2, prior[k]) for k, b in enumerate(blk)]
+        means = joint_means_gram(G, C, list(B.T), prior, sizes, s2)
+        if sweep == n_sweeps:  # end with q optimal for the final loadings
+            break
+        HtH = np.array([[means[k] @ G[bk, bl] @ means[l] for l, bl in enumerate(blk)]
+                        for k, bk in enumerate(blk)])
+        HtR = np.array([means[k] @ C[bk] for k, bk in enumerate(blk)])
+        v = np.array([np.sum(G[b, b] * (L @ L.T)) for b, L in zip(blk, Ls)]) + kt
+        B = ridge_loadings_gram(HtH, HtR, v)
+    return means, Ls, B
+
+
+class IlmmClientGram:
+    """Gram statistics of a client's stacked deviation and local bases (closed form).
+
+    With ``S = [W_1; ...; W_Rg; V_1; ...; V_Rl]`` (a deviation latent shares
+    its global latent's basis) the client keeps ``G = S S^T`` and ``S Y``
+    (each basis keeps its projection of ``Y``, one array across rounds).
+    The coordinate ascent of :func:`solve_local_ilmm` needs ``S R`` for the
+    residual ``R = Y - H_g B_g^T`` and the message the partial residual
+    ``Y - H_delta B_delta^T - H_l B_l^T``; both follow from ``G`` and ``S Y``
+    when ``S`` holds the global bases (a deviation component), without
+    another pass over the rows (derived here, as the scalar model's
+    :class:`._closed_form.ClosedFormClient`).
+    """
+
+    def __init__(self, Y, gbs, lbs, cfg):
+        self.cfg = cfg
+        self.Y = Y
+        self.dev = list(gbs) if cfg.use_deviation else []
+        self.stack = self.dev + (list(lbs) if cfg.use_local else [])
+        self.sizes = np.array([b.W.shape[0] for b in self.stack], dtype=np.int64)
+        self.off = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
+        if self.stack:
+            self.G = stacked_gram(self.stack)
+            self.SY = np.vstack([b.project(Y) for b in self.stack])
+        else:  # the global component alone: nothing to stack
+            self.G, self.SY = np.empty((0, 0)), np.empty((0, Y.shape[1]))
+
+    def _blocks(self, k):
+        return slice(self.off[k], self.off[k + 1])
+
+    def _minus_fitted(self, C, G_cols, means, B):
+        """``C - sum_k (G_cols_k m_k) b_k^T`` over the latents ``k`` of ``means``."""
+        for k, (m, b) in enumerate(zip(means, B.T)):
+            C -= np.outer(G_cols(k) @ m, b)
+        return C
+
+    def global_residual(self, g, gbs):
+        """``S R`` for ``R = Y - H_g B_g^T``."""
+        if not self.cfg.use_global:
+            return self.SY.copy()
+        if self.cfg.use_deviation:  # S W_r^T is a block column of G
+            return self._minus_fitted(self.SY.copy(), lambda r: self.G[:, self._blocks(r)],
+                                      g["mg"], g["Bg"])
+        Hg = np.column_stack([b.W.T @ g["mg"][r] for r, b in enumerate(gbs)])
+        R = self.Y - Hg @ g["Bg"].T
+        return np.vstack([b.W @ R for b in self.stack])
+
+    def partial_residual(self, loc, gbs):
+        """``|R|^2`` and ``W R`` (global bases stacked) for the partial residual
+        ``R = Y - H_delta B_delta^T - H_l B_l^T`` of the message."""
+        cfg = self.cfg
+        means = ([loc["md"][r] for r in range(len(self.dev))] if cfg.use_deviation else []) + \
+            ([loc["mu"][r] for r in range(loc["mu"].shape[0])] if cfg.use_local else [])
+        Y = self.Y
+        if not means:
+            WR = np.vstack([b.project(Y) for b in gbs]) if cfg.use_global else None
+            return float(np.sum(Y * Y)), WR
+        B = np.hstack(([loc["Bd"]] if cfg.use_deviation else [])
+                      + ([loc["Bl"]] if cfg.use_local else []))
+        SR = self._minus_fitted(self.SY.copy(), lambda k: self.G[:, self._blocks(k)], means, B)
+        # |R|^2 = |Y|^2 - 2 sum_k b_k^T Y^T H_k + sum_kl (b_k . b_l) m_k^T G_kl m_l, where
+        # Y^T H_k = (S_k Y)^T m_k and sum_l G_kl m_l b_l^T is block k of S Y - S R
+        fitted = self.SY - SR
+        rr = float(np.sum(Y * Y))
+        for k, mk in enumerate(means):
+            blk = self._blocks(k)
+            rr += float(mk @ (fitted[blk] - 2.0 * self.SY[blk]) @ B[:, k])
+        if not cfg.use_global:
+            return rr, None
+        if cfg.use_deviation:
+            return rr, SR[:self.off[len(self.dev)]]
+        Hl = np.column_stack([b.W.T @ mk for b, mk in zip(self.stack, means)])
+        R = Y - Hl @ B.T
+        return rr, np.vstack([b.W @ R for b in gbs])
+
+
+def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3, gram=None):
     """Coordinate ascent on the client's ILMM blocks with the global block fixed.
 
     Alternates (i) the optimal covariances and the jointly optimal means of
     every deviation and local latent and (ii) the jointly optimal
     ``(B_delta_i, B_l_i)``, ``n_sweeps`` times, then (i) once more; the local
     ELBO never decreases. (``q`` goes first: at ``m = 0`` the optimal loadings
-    would be zero.)
+    would be zero.) The bases and the partial residual ``R`` stay fixed over
+    the sweeps, so they run on the stacked Gram matrix and ``S R`` alone
+    (:func:`._kernels.ilmm_local_sweeps`), from ``gram``
+    (:class:`IlmmClientGram` of the same bases, formed if None).
     """
     s2 = float(softplus(g["noise"]))
     phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
     out = dict(loc)
-    R = np.array(Y, dtype=float)
-    if cfg.use_global:
-        Hg = np.column_stack([b.W.T @ g["mg"][r] for r, b in enumerate(gbs)])
-        R = R - Hg @ g["Bg"].T
     parts = []  # (mean key, chol key, loading key, bases, prior precision, kappa, t)
     if cfg.use_deviation:
         t_g = np.array([X.shape[0] * cfg.variance_global - b.sqnorm for b in gbs])
@@ -310,37 +414,24 @@ def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3):
         parts.append(("mu", "Lu", "Bl", lbs, 1.0, 1.0, t_l))
     if not parts:
         return out
-    # the bases and R stay fixed over the sweeps: one Gram matrix and one W R
-    stack = [b for part in parts for b in part[3]]
-    G, C = stacked_gram(stack), np.vstack([b.W @ R for b in stack])
-    sizes = [b.W.shape[0] for part in parts for b in part[3]]
-    for sweep in range(n_sweeps + 1):
-        Bs, pp = [], []
-        for km, kL, kB, bs, p, _, _ in parts:
-            beta = np.sum(out[kB] ** 2, axis=0)
-            Ls = np.empty((len(bs),) + bs[0].W.shape[:1] * 2)
-            for r, b in enumerate(bs):
-                Ls[r] = block_cov_gram(b.gram, beta[r], s2, p)
-                Bs.append(out[kB][:, r])
-                pp.append(p)
-            out[kL] = Ls
-        means = joint_means_gram(G, C, Bs, pp, sizes, s2)
-        if sweep == n_sweeps:  # end with q optimal for the final loadings
-            k = 0
-            for km, _, _, bs, *_ in parts:
-                out[km] = np.array(means[k:k + len(bs)])
-                k += len(bs)
-            break
-        k = 0
-        Hs, vs = [], []
-        for km, kL, kB, bs, p, kappa, t in parts:
-            out[km] = np.array(means[k:k + len(bs)])
-            k += len(bs)
-            Hs.append(np.column_stack([b.W.T @ out[km][r] for r, b in enumerate(bs)]))
-            vs.append(np.array([b.quad(out[kL][r]) for r, b in enumerate(bs)]) + kappa * t)
-        B = ridge_loadings(R, np.hstack(Hs), np.concatenate(vs))
-        k = 0
-        for (km, kL, kB, bs, *_), H in zip(parts, Hs):
-            out[kB] = B[:, k:k + H.shape[1]]
-            k += H.shape[1]
+    if gram is None:
+        gram = IlmmClientGram(Y, gbs, lbs, cfg)
+    G, C, sizes = gram.G, gram.global_residual(g, gbs), gram.sizes
+    prior = np.concatenate([np.full(len(part[3]), part[4]) for part in parts])
+    kt = np.concatenate([part[5] * part[6] for part in parts])
+    B = np.hstack([out[part[2]] for part in parts])
+    if sizes.sum() <= ILMM_SMALL_JOINT:
+        info, m, Lpad, B = ilmm_local_sweeps(G, C, sizes, prior, kt, B, s2, n_sweeps)
+        if info != 0:
+            raise LinAlgError(f"an ILMM precision is not positive definite (info={info}).")
+        off = np.concatenate([[0], np.cumsum(sizes)])
+        means = [m[off[k]:off[k + 1]] for k in range(len(sizes))]
+        Ls = [Lpad[k, :q, :q] for k, q in enumerate(sizes)]
+    else:
+        means, Ls, B = _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps)
+    k = 0
+    for km, kL, kB, bs, *_ in parts:
+        r = len(bs)
+        out[km], out[kL], out[kB] = np.array(means[k:k + r]), np.stack(Ls[k:k + r]), B[:, k:k + r]
+        k += r
     return out

@@ -39,7 +39,9 @@ from ._elbo import (
     tril_unpack,
 )
 from ._ilmm import (
+    IlmmClientGram,
     IlmmConfig,
+    _colsq,
     block_cov_gram,
     global_bases,
     ilmm_server_kl,
@@ -195,7 +197,8 @@ class _IlmmSteps(_PFedHGPSteps):
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         loc = dict(state["loc"])
         X, cache = self.client_inputs(data, state, broadcast, loc)
-        Y = (np.asarray(data.y, dtype=float) - row_shift(X, broadcast)) / scale
+        # one array across rounds: the bases keep their projections W Y
+        Y = cache.targets(data.y, row_shift(X, broadcast), scale)
         if not state["loadings"]:
             loc = self._init_loadings(Y, loc, rng)
         if self.share_local_hypers and "ls_l" in broadcast:
@@ -210,9 +213,9 @@ class _IlmmSteps(_PFedHGPSteps):
             for k in self.global_keys():
                 msg["g_" + k] = _pack_stack(gg[k]) if k in STACKED_TRIL else gg[k]
         else:
-            loc, adam, jit_l, lbs = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale,
-                                                     cache)
-            msg = self._cavi_message(X, Y, g, loc, gbs, lbs,
+            loc, adam, jit_l, gram = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale,
+                                                      cache)
+            msg = self._cavi_message(X, Y, g, loc, gbs, gram,
                                      kernel_grad=wants_kernel_grad(broadcast))
         if self.share_local_hypers:
             msg["ls_l"] = loc["ls_l"]
@@ -261,59 +264,72 @@ class _IlmmSteps(_PFedHGPSteps):
         return loc, adam, jit
 
     def _cavi_local(self, X, Y, g, loc, gbs, adam, zscale, cache):
+        """Closed-form client blocks and Adam steps on the local kernel.
+
+        Returns ``(loc, adam, jitter, gram)`` with ``gram`` the
+        :class:`._ilmm.IlmmClientGram` of the final bases (for the message).
+        """
         cfg = self.cfg
         hyper = self.local_keys(hyper_only=True)
         if adam is None and hyper:
             adam = adam_init(loc, hyper)
         lbs = self._local_basis(X, loc, cache) if cfg.use_local else None
         jit = max([b.jitter for b in lbs]) if lbs else 0.0
-        loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs)
+        gram = IlmmClientGram(Y, gbs, lbs, cfg)
+        loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, gram=gram)
         for _ in range(self.local_steps if hyper else 0):
             _, gl, _, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_local_hyper=True)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
             lbs = self._local_basis(X, loc, cache)
             jit = max([jit] + [b.jitter for b in lbs])
-            loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=1)
-        return loc, adam, jit, lbs
+            gram = IlmmClientGram(Y, gbs, lbs, cfg)
+            loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=1, gram=gram)
+        return loc, adam, jit, gram
 
-    def _cavi_message(self, X, Y, g, loc, gbs, lbs, kernel_grad=True):
+    def _cavi_message(self, X, Y, g, loc, gbs, gram, kernel_grad=True):
         """Sufficient statistics of the global block (the paper message's information).
 
         With ``W`` the stacked global bases and ``R`` the client's partial
         residual ``Y - H_d B_d^T - H_l B_l^T``: ``W W^T`` (packed), ``W R``,
         ``|R|^2``, the residual traces, the client's variance terms, and the
-        deviation statistics for ``phi``. The gradient for ``ls_g, Z_g`` too,
-        in the rounds whose server step moves the kernel (``kernel_grad``).
+        deviation statistics for ``phi``, all from the Gram statistics
+        ``gram`` (:class:`._ilmm.IlmmClientGram`). The gradient for ``ls_g,
+        Z_g`` too, in the rounds whose server step moves the kernel
+        (``kernel_grad``).
         """
         cfg = self.cfg
-        _, _, gg, st = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_global=True,
-                                  want_global_kernel=kernel_grad)
-        R = np.array(Y, dtype=float)
+        n = Y.shape[0]
+        msg = {"n": np.int64(n)}
         c = 0.0
-        msg = {"n": np.int64(Y.shape[0])}
+        if cfg.global_basis:
+            t_g = np.array([n * cfg.variance_global - b.sqnorm for b in gbs])
         if cfg.use_deviation:
-            R -= st["H"]["d"] @ loc["Bd"].T
-            bd = np.sum(loc["Bd"] ** 2, axis=0)
             # the deviation variance terms without their phi * t_g part
-            c += float(bd @ (st["v"]["d"] - float(softplus(g["phi"])) * st["t_g"]))
-            msg["a"] = float(bd @ st["t_g"])
-            msg["D"] = st["D"]
+            bd = np.sum(loc["Bd"] ** 2, axis=0)
+            c += float(bd @ np.array([b.quad(L) for b, L in zip(gbs, loc["Ld"])]))
+            msg["a"] = float(bd @ t_g)
+            msg["D"] = float(sum(_colsq(L) + m @ m for m, L in zip(loc["md"], loc["Ld"])))
             msg["logdet_d"] = float(sum(2.0 * np.sum(np.log(np.abs(np.diag(L))))
                                         for L in loc["Ld"]))
         if cfg.use_local:
-            R -= st["H"]["l"] @ loc["Bl"].T
-            c += float(np.sum(loc["Bl"] ** 2, axis=0) @ st["v"]["l"])
+            lbs = gram.stack[len(gram.dev):]
+            v_l = np.array([b.quad(L) + (n * cfg.variance_local - b.sqnorm)
+                            for b, L in zip(lbs, loc["Lu"])])
+            c += float(np.sum(loc["Bl"] ** 2, axis=0) @ v_l)
             msg["kl_u"] = float(sum(kl_whitened(m, L) for m, L in zip(loc["mu"], loc["Lu"])))
         else:
             msg["kl_u"] = 0.0
-        msg["rr"] = float(np.sum(R * R))
+        rr, WR = gram.partial_residual(loc, gbs)
+        msg["rr"] = rr
         msg["c"] = c
         if cfg.global_basis:
-            msg["t_g"] = st["t_g"]
+            msg["t_g"] = t_g
         if cfg.use_global:
             msg["Phi"] = tril_pack(stacked_gram(gbs))
-            msg["WR"] = np.vstack([b.W @ R for b in gbs])
-        if kernel_grad:
+            msg["WR"] = WR
+        if kernel_grad and self.kernel_keys():
+            lbs = gram.stack[len(gram.dev):] if cfg.use_local else None
+            _, _, gg, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_global=True)
             for k in self.kernel_keys():
                 msg["g_" + k] = gg[k]
         return msg

@@ -17,7 +17,7 @@ from numba import njit
 __all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_sym",
            "kernel_adjoint_cross",
            "inducing_cholesky", "chol_backward", "closed_form_q", "factor_stats",
-           "adam_update", "cavi_local_steps"]
+           "adam_update", "cavi_local_steps", "ilmm_local_sweeps"]
 
 #: public kernel names -> the ``kind`` code of the numba functions
 KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
@@ -320,28 +320,56 @@ def _chol_solve_in_place(L, x):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _chol_column(A, j, col):
+    """Finish column ``j`` of :func:`_chol_in_place` (its entries fully updated):
+    scale it, copy it into ``col`` and zero the column above the diagonal.
+    Returns False if the pivot is not positive (or NaN)."""
+    s = A[j, j]
+    if not s > 0.0:  # also catches NaN
+        return False
+    d = np.sqrt(s)
+    A[j, j] = d
+    for i in range(j + 1, A.shape[0]):
+        A[i, j] = A[i, j] / d
+        col[i] = A[i, j]
+    for i in range(j):
+        A[i, j] = 0.0
+    return True
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _chol_in_place(A):
     """Lower Cholesky factor of the SPD matrix whose lower triangle is ``A`` (in place).
 
     The strict upper triangle is zeroed. Returns 0, or ``j + 1`` if the
     leading minor of order ``j + 1`` is not positive definite (as LAPACK).
+    Right-looking, two columns at a time: once columns ``j`` and ``j + 1``
+    are final, the trailing rows take both updates in one pass of contiguous
+    row operations, which vectorize (the left-looking dot products are
+    reductions, which do not without reassociation, see ``FASTMATH``). Each
+    entry still gets the same subtractions in the same order, so the factor
+    is the left-looking one to the bit (tested).
     """
     n = A.shape[0]
-    for j in range(n):
-        s = A[j, j]
-        for p in range(j):
-            s -= A[j, p] * A[j, p]
-        if not s > 0.0:  # also catches NaN
+    c0 = np.empty(n)
+    c1 = np.empty(n)
+    for j in range(0, n, 2):
+        if not _chol_column(A, j, c0):
             return j + 1
-        d = np.sqrt(s)
-        A[j, j] = d
-        for i in range(j + 1, n):
-            t = A[i, j]
-            for p in range(j):
-                t -= A[i, p] * A[j, p]
-            A[i, j] = t / d
-        for i in range(j):
-            A[i, j] = 0.0
+        if j + 1 == n:
+            break
+        j1 = j + 1
+        for i in range(j1, n):  # column j + 1 takes column j's update first
+            A[i, j1] -= A[i, j] * c0[j1]
+        if not _chol_column(A, j1, c1):
+            return j1 + 1
+        for i in range(j1 + 1, n):
+            a0, a1 = A[i, j], A[i, j1]
+            # slices, not range(j1 + 1, i + 1): a loop from a variable start
+            # does not vectorize (numba's index wraparound check stays in it)
+            row, x0, x1 = A[i, j1 + 1:i + 1], c0[j1 + 1:i + 1], c1[j1 + 1:i + 1]
+            for k in range(row.shape[0]):
+                row[k] = (row[k] - a0 * x0[k]) - a1 * x1[k]
     return 0
 
 
@@ -482,6 +510,131 @@ def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
         x[k + i] = rv[i] / s2
     _chol_solve_in_place(P, x)
     return 0, x, Lu, Ld
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def ilmm_local_sweeps(G, C, sizes, prior, kt, B0, s2, n_sweeps):
+    """The client's ILMM coordinate ascent (``_ilmm.solve_local_ilmm``) from Gram statistics.
+
+    ``K`` independent latents (the client's deviation latents, then its local
+    ones) with stacked bases ``W = [W_1; ...; W_K]`` share the partial
+    residual ``R`` (``n x Q``). ``G = W W^T`` and ``C = W R`` carry all the
+    sweeps need (derived here): with ``b_k`` the loading columns and ``beta_k
+    = |b_k|^2``, each sweep sets every covariance to ``(p_k I + beta_k G_kk /
+    s2)^{-1}``, the means by one joint solve of ``(b^T b o G / s2 +
+    diag(p)) m = [C_k b_k] / s2`` and then the loadings to ``R^T H (H^T H +
+    diag(v))^{-1}`` with ``H^T H = [m_k^T G_kl m_l]``, ``H^T R = [m_k^T
+    C_k]`` and ``v_k = tr(G_kk S_k) + kt_k``; ``n_sweeps`` times, then the
+    covariances and means once more.
+
+    Returns
+    -------
+    info : int
+        0, or nonzero if a precision was not positive definite.
+    means : ndarray of shape (sum(sizes),)
+    Ls : ndarray of shape (K, max(sizes), max(sizes))
+        Covariance factors, latent ``k``'s in ``Ls[k, :sizes[k], :sizes[k]]``.
+    B : ndarray of shape (Q, K)
+        The loadings.
+    """
+    K = sizes.shape[0]
+    N = G.shape[0]
+    Q = C.shape[1]
+    off = np.zeros(K + 1, dtype=np.int64)
+    for k in range(K):
+        off[k + 1] = off[k] + sizes[k]
+    mx = 0
+    for k in range(K):
+        mx = max(mx, sizes[k])
+    B = B0.copy()
+    Ls = np.zeros((K, mx, mx))
+    means = np.zeros(N)
+    beta = np.empty(K)
+    P = np.empty((N, N))
+    for sweep in range(n_sweeps + 1):
+        for k in range(K):
+            s = 0.0
+            for q in range(Q):
+                s += B[q, k] * B[q, k]
+            beta[k] = s
+        # covariances: one block of P at a time, factor of its inverse
+        for k in range(K):
+            a, m = off[k], sizes[k]
+            for i in range(m):
+                for j in range(i + 1):
+                    P[a + i, a + j] = beta[k] * G[a + i, a + j] / s2
+                P[a + i, a + i] += prior[k]
+            info, Lk = _inv_chol_block(P, a, a + m)
+            if info != 0:
+                return info, means, Ls, B
+            Ls[k, :m, :m] = Lk
+        # the joint precision of all means: coupling (b_k . b_l) G_kl / s2
+        for k in range(K):
+            for l in range(k + 1):
+                cpl = 0.0
+                for q in range(Q):
+                    cpl += B[q, k] * B[q, l]
+                for i in range(off[k], off[k + 1]):
+                    stop = off[l + 1] if l < k else i + 1
+                    for j in range(off[l], stop):
+                        P[i, j] = cpl * G[i, j] / s2
+                    if l == k:
+                        P[i, i] += prior[k]
+            for i in range(off[k], off[k + 1]):
+                t = 0.0
+                for q in range(Q):
+                    t += C[i, q] * B[q, k]
+                means[i] = t / s2
+        info = _chol_in_place(P)
+        if info != 0:
+            return info, means, Ls, B
+        _chol_solve_in_place(P, means)
+        if sweep == n_sweeps:  # end with q optimal for the final loadings
+            break
+        # the loadings: ridge regression of R on H, all from G and C
+        A = np.zeros((K, K))
+        HtR = np.zeros((K, Q))
+        for k in range(K):
+            for l in range(K):
+                t = 0.0
+                for i in range(off[k], off[k + 1]):
+                    gi = 0.0
+                    for j in range(off[l], off[l + 1]):
+                        gi += G[i, j] * means[j]
+                    t += means[i] * gi
+                A[k, l] = t
+            # tr(G_kk S_k) = sum(L * (G_kk L)), the rows of G_kk L as sums of
+            # rows of L (contiguous, vectorized)
+            a, m = off[k], sizes[k]
+            GL = np.zeros((m, m))
+            for i in range(m):
+                gl = GL[i]
+                for q in range(m):
+                    gq = G[a + i, a + q]
+                    lq = Ls[k, q]
+                    for j in range(q + 1):
+                        gl[j] += gq * lq[j]
+            v = kt[k]
+            for i in range(m):
+                for j in range(i + 1):
+                    v += Ls[k, i, j] * GL[i, j]
+            A[k, k] += v
+            for q in range(Q):
+                t = 0.0
+                for i in range(off[k], off[k + 1]):
+                    t += means[i] * C[i, q]
+                HtR[k, q] = t
+        info = _chol_in_place(A)
+        if info != 0:
+            return info, means, Ls, B
+        col = np.empty(K)
+        for q in range(Q):
+            for k in range(K):
+                col[k] = HtR[k, q]
+            _chol_solve_in_place(A, col)
+            for k in range(K):
+                B[q, k] = col[k]
+    return 0, means, Ls, B
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)

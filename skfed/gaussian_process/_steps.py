@@ -120,11 +120,12 @@ class BasisCache:
         while ``y`` and the normalization stay the same (bases keep their
         projections of it, see :meth:`Basis.project`)."""
         shift = np.asarray(shift, dtype=float)  # a scalar, or one value per row
-        key = (shift.tobytes(), float(scale), _param_key(y))
+        scale = np.asarray(scale, dtype=float)  # a scalar, or one value per output
+        key = (shift.tobytes(), scale.tobytes(), _param_key(y))
         hit = self._store.get("targets")
         if hit is not None and hit[0] == key:
             return hit[1]
-        value = (np.asarray(y, dtype=float) - shift) / key[1]
+        value = (np.asarray(y, dtype=float) - shift) / scale
         value.flags.writeable = False
         self._store["targets"] = (key, value)
         return value

@@ -6,14 +6,17 @@ from scipy.stats import multivariate_normal
 
 from skfed.gaussian_process._elbo import ModelConfig, client_terms, softplus, softplus_inv
 from skfed.gaussian_process._ilmm import (
+    ILMM_SMALL_JOINT,
+    IlmmClientGram,
     IlmmConfig,
+    _local_sweeps_lapack,
     global_bases,
     ilmm_server_kl,
     ilmm_terms,
     local_bases,
     solve_local_ilmm,
 )
-from skfed.gaussian_process._kernels import kernel_matrix
+from skfed.gaussian_process._kernels import ilmm_local_sweeps, kernel_matrix
 
 TRIL = ("Lg", "Ld", "Lu")
 
@@ -291,10 +294,63 @@ def test_closed_form_server_step_from_sufficient_statistics(use):
     for i, (X, Y, lc) in enumerate(zip(Xs, Ys, locs)):
         gbs = global_bases(X, g, cfg)
         lbs = local_bases(X, lc, cfg) if cfg.use_local else None
-        msgs[i] = steps._cavi_message(X, Y, g, lc, gbs, lbs)
+        msgs[i] = steps._cavi_message(X, Y, g, lc, gbs, IlmmClientGram(Y, gbs, lbs, cfg))
     state = {"g": dict(g), "elbo": [], "round": 0, "hyper_adam": None,
              "z_scale": np.ones(1)}
     state = steps._cavi_server(state, msgs)
     after = elbo(state["g"])
     assert state["elbo"][-1] == pytest.approx(after, rel=1e-9)
     assert after >= before - 1e-8
+
+
+@pytest.mark.parametrize("sizes", [[5, 5, 4, 4], [6, 3], [7]])
+def test_ilmm_local_sweeps_kernel_matches_lapack(sizes):
+    """The numba sweeps equal the LAPACK ones (the path beyond ILMM_SMALL_JOINT)."""
+    rng = np.random.default_rng(3)
+    sizes = np.array(sizes, dtype=np.int64)
+    N, Q, K = int(sizes.sum()), 3, len(sizes)
+    S = rng.normal(size=(N, 40))
+    G, C = S @ S.T, S @ rng.normal(size=(40, Q))
+    prior, kt, B0 = rng.uniform(0.5, 2, K), rng.uniform(0.1, 1, K), rng.normal(size=(Q, K))
+    assert N <= ILMM_SMALL_JOINT
+    for n_sweeps in (0, 1, 3):
+        info, m, Lpad, B = ilmm_local_sweeps(G, C, sizes, prior, kt, B0, 0.3, n_sweeps)
+        means, Ls, B_ref = _local_sweeps_lapack(G, C, sizes, prior, kt, B0, 0.3, n_sweeps)
+        assert info == 0
+        np.testing.assert_allclose(m, np.concatenate(means), rtol=1e-10, atol=1e-12)
+        for k, q in enumerate(sizes):
+            np.testing.assert_allclose(Lpad[k, :q, :q], Ls[k], rtol=1e-10, atol=1e-12)
+            assert not Lpad[k, q:].any() and not Lpad[k, :, q:].any()
+        np.testing.assert_allclose(B, B_ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("use", COMPONENTS)
+def test_client_gram_statistics_match_the_rows(use):
+    """IlmmClientGram's S R and the message's |R|^2, W R equal the row computations."""
+    rng = np.random.default_rng(5)
+    n, M, Mi, Q, Rg, Rl = 12, 4, 3, 3, 2, 2
+    cfg = IlmmConfig(use_global=use[0], use_deviation=use[1], use_local=use[2], n_outputs=Q,
+                     rank_global=Rg, rank_local=Rl)
+    g, loc = random_ilmm(rng, 1, M, Mi, Q, Rg, Rl, 1, cfg)
+    X, Y = rng.normal(size=(n, 1)), rng.normal(size=(n, Q))
+    gbs = global_bases(X, g, cfg) if cfg.global_basis else None
+    lbs = local_bases(X, loc, cfg) if cfg.use_local else None
+    gram = IlmmClientGram(Y, gbs, lbs, cfg)
+    stack = (list(gbs) if cfg.use_deviation else []) + (list(lbs) if cfg.use_local else [])
+    R = Y.copy()
+    if cfg.use_global:
+        R -= np.column_stack([b.W.T @ m for b, m in zip(gbs, g["mg"])]) @ g["Bg"].T
+    if stack:
+        np.testing.assert_allclose(gram.global_residual(g, gbs),
+                                   np.vstack([b.W @ R for b in stack]), atol=1e-12)
+    P = Y.copy()
+    if cfg.use_deviation:
+        P -= np.column_stack([b.W.T @ m for b, m in zip(gbs, loc["md"])]) @ loc["Bd"].T
+    if cfg.use_local:
+        P -= np.column_stack([b.W.T @ m for b, m in zip(lbs, loc["mu"])]) @ loc["Bl"].T
+    rr, WR = gram.partial_residual(loc, gbs)
+    np.testing.assert_allclose(rr, np.sum(P * P), rtol=1e-12)
+    if cfg.use_global:
+        np.testing.assert_allclose(WR, np.vstack([b.W @ P for b in gbs]), atol=1e-12)
+    else:
+        assert WR is None

@@ -6,6 +6,7 @@ from scipy.linalg import cholesky
 
 from skfed.gaussian_process._elbo import chol_jitter
 from skfed.gaussian_process._kernels import (
+    _chol_in_place,
     KERNEL_KINDS,
     chol_backward,
     closed_form_q,
@@ -287,3 +288,19 @@ def test_no_kernel_reassociates():
     for f in kernels:
         flags = f.targetoptions.get("fastmath") or set()
         assert set(flags) <= {"contract"}, (f.__name__, flags)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 33])
+def test_chol_in_place_matches_lapack_and_reports_the_failing_minor(n):
+    """The right-looking numba factor equals LAPACK's to rounding; info as LAPACK's."""
+    rng = np.random.default_rng(n)
+    A = rng.normal(size=(n, 2 * n))
+    A = A @ A.T + 0.1 * np.eye(n)
+    L = np.tril(A) + np.triu(rng.normal(size=(n, n)), 1)  # the upper triangle is ignored
+    assert _chol_in_place(L) == 0
+    np.testing.assert_allclose(L, cholesky(A, lower=True), rtol=1e-12, atol=1e-13)
+    for bad in range(n):
+        for value in (-1.0, np.nan):
+            B = np.eye(n)
+            B[bad, bad] = value
+            assert _chol_in_place(B) == bad + 1
