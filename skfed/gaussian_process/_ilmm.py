@@ -279,10 +279,12 @@ def block_cov_gram(Phi, beta, s2, prior_prec=1.0):
     return Ls
 
 
-#: up to this many stacked coefficients (the sizes of a client's deviation and
-#: local latents summed) its sweeps are one numba call; beyond, LAPACK's blocked
-#: factorizations are faster (measured: ``benchmarks/bench_pfedhgp.py``)
-ILMM_SMALL_JOINT = 256
+#: up to this many stacked coefficients (the sizes of the latents solved together)
+#: the sweeps are one numba call; LAPACK's blocked factorizations catch up from
+#: about 600 (measured 2026-12-02 with one BLAS thread, three sweeps: numba 1.1
+#: against 2.6 ms at 140, 10 against 13 ms at 256, 36 against 52 ms at 500,
+#: 79-88 against 75-78 ms at 750)
+ILMM_SMALL_JOINT = 512
 
 
 def ridge_loadings_gram(HtH, HtR, v):
@@ -312,6 +314,36 @@ def _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps):
         v = np.array([np.sum(G[b, b] * (L @ L.T)) for b, L in zip(blk, Ls)]) + kt
         B = ridge_loadings_gram(HtH, HtR, v)
     return means, Ls, B
+
+
+def latent_q(G, C, sizes, prior, B, s2, kt=None, n_sweeps=0):
+    """Optimal ``q`` of independent latents sharing a residual, and their loadings.
+
+    :func:`._kernels.ilmm_local_sweeps` up to ``ILMM_SMALL_JOINT`` stacked
+    coefficients, :func:`_local_sweeps_lapack` beyond. With ``n_sweeps=0``
+    the loadings ``B`` stay and only the covariances and the joint means are
+    set (the server's ``q(u_g)`` step); ``kt`` (the residual-trace terms of
+    the loadings' ridge) is needed only for ``n_sweeps > 0``.
+
+    Returns
+    -------
+    means, Ls : list of ndarray
+        Each latent's mean and covariance factor.
+    B : ndarray of shape (Q, len(sizes))
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    prior = np.asarray(prior, dtype=float)
+    kt = np.zeros(len(sizes)) if kt is None else np.asarray(kt, dtype=float)
+    B = np.ascontiguousarray(B, dtype=float)
+    if sizes.sum() > ILMM_SMALL_JOINT:
+        return _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps)
+    info, m, Lpad, B = ilmm_local_sweeps(np.ascontiguousarray(G), np.ascontiguousarray(C),
+                                         sizes, prior, kt, B, s2, n_sweeps)
+    if info != 0:
+        raise LinAlgError(f"a latent precision is not positive definite (info={info}).")
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    return ([m[off[k]:off[k + 1]] for k in range(len(sizes))],
+            [Lpad[k, :q, :q] for k, q in enumerate(sizes)], B)
 
 
 class IlmmClientGram:
@@ -420,15 +452,7 @@ def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3, gram=None):
     prior = np.concatenate([np.full(len(part[3]), part[4]) for part in parts])
     kt = np.concatenate([part[5] * part[6] for part in parts])
     B = np.hstack([out[part[2]] for part in parts])
-    if sizes.sum() <= ILMM_SMALL_JOINT:
-        info, m, Lpad, B = ilmm_local_sweeps(G, C, sizes, prior, kt, B, s2, n_sweeps)
-        if info != 0:
-            raise LinAlgError(f"an ILMM precision is not positive definite (info={info}).")
-        off = np.concatenate([[0], np.cumsum(sizes)])
-        means = [m[off[k]:off[k + 1]] for k in range(len(sizes))]
-        Ls = [Lpad[k, :q, :q] for k, q in enumerate(sizes)]
-    else:
-        means, Ls, B = _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps)
+    means, Ls, B = latent_q(G, C, sizes, prior, B, s2, kt, n_sweeps)
     k = 0
     for km, kL, kB, bs, *_ in parts:
         r = len(bs)

@@ -42,11 +42,10 @@ from ._ilmm import (
     IlmmClientGram,
     IlmmConfig,
     _colsq,
-    block_cov_gram,
     global_bases,
     ilmm_server_kl,
     ilmm_terms,
-    joint_means_gram,
+    latent_q,
     local_bases,
     solve_local_ilmm,
 )
@@ -442,9 +441,8 @@ class _IlmmSteps(_PFedHGPSteps):
 
         for _ in range(self.server_iterations):
             if cfg.use_global:
-                beta = np.sum(Bg**2, axis=0)
-                Lg = np.stack([block_cov_gram(G[blk[r], blk[r]], beta[r], s2) for r in range(R)])
-                mg = np.array(joint_means_gram(G, WR, list(Bg.T), [1.0] * R, [M] * R, s2))
+                means, Ls, _ = latent_q(G, WR, [M] * R, np.ones(R), Bg, s2)
+                mg, Lg = np.array(means), np.stack(Ls)
                 _, RtH, HtH, v = global_terms(mg, Lg, Bg)
                 A = HtH + np.diag(v)
                 Bg = np.linalg.solve(A, RtH.T).T

@@ -354,3 +354,19 @@ def test_client_gram_statistics_match_the_rows(use):
         np.testing.assert_allclose(WR, np.vstack([b.W @ P for b in gbs]), atol=1e-12)
     else:
         assert WR is None
+
+
+def test_latent_q_dispatch_numba_small_lapack_large(monkeypatch):
+    """latent_q gives the same q and loadings on both sides of ILMM_SMALL_JOINT."""
+    import skfed.gaussian_process._ilmm as ilmm
+
+    rng = np.random.default_rng(4)
+    sizes = [6, 6, 3]
+    S = rng.normal(size=(15, 30))
+    G, C = S @ S.T, S @ rng.normal(size=(30, 2))
+    args = (G, C, sizes, [0.5, 0.5, 1.0], rng.normal(size=(2, 3)), 0.2, [0.3, 0.2, 0.1], 2)
+    small = ilmm.latent_q(*args)
+    monkeypatch.setattr(ilmm, "ILMM_SMALL_JOINT", 0)
+    large = ilmm.latent_q(*args)
+    for a, b in zip(small[0] + small[1] + [small[2]], large[0] + large[1] + [large[2]]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
