@@ -31,17 +31,13 @@ scalar adjoints per latent with ``e -> (Y - Y_hat) b`` and ``S -> |b|^2 S``
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import LinAlgError
-from scipy.linalg.lapack import dpotrf, dpotri
 
-from ._kernels import ilmm_local_sweeps
+from ._closed_form import joint_means_gram, latent_q
 from ._elbo import (
     LOG2PI,
     ModelConfig,
     basis_backward,
     basis_forward,
-    cho_solve,
-    cholesky,
     kl_whitened,
     kl_whitened_grads,
     sigmoid,
@@ -233,117 +229,10 @@ def ilmm_server_kl(g, cfg):
 # ----------------------------------------------------------------------------
 # closed forms (CAVI mode)
 # ----------------------------------------------------------------------------
-def joint_means_gram(G, C, Bs, prior_prec, sizes, s2):
-    """Jointly optimal whitened means of independent latents that share a residual.
-
-    Maximizes ``-|R - sum_k (W_k^T m_k) b_k^T|^2 / (2 s2) - sum_k p_k |m_k|^2 / 2``
-    over all ``m_k`` by one linear solve of size ``sum_k M_k``, from the Gram
-    matrix ``G = W W^T`` of the stacked bases ``W = [W_1; W_2; ...]`` and ``C
-    = W R`` (what a client sends the server in the closed-form mode). ``Bs``
-    are the loading columns ``b_k`` and ``prior_prec`` the prior precisions
-    ``p_k``.
-    """
-    off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    Bm = np.column_stack(Bs)
-    coup = np.repeat(np.repeat(Bm.T @ Bm, sizes, axis=0), sizes, axis=1)
-    P = coup * G / s2
-    P.flat[::P.shape[0] + 1] += np.repeat(prior_prec, sizes)
-    rhs = np.concatenate([C[off[k]:off[k + 1]] @ Bs[k] for k in range(len(sizes))]) / s2
-    Lp = cholesky(0.5 * (P + P.T))
-    m = cho_solve(Lp, rhs)
-    return [m[off[k]:off[k + 1]] for k in range(len(sizes))]
-
-
 def joint_means(Ws, Bs, prior_prec, R, s2):
     """:func:`joint_means_gram` from the bases ``Ws`` and the residual ``R`` themselves."""
     Wst = np.vstack(Ws)
     return joint_means_gram(Wst @ Wst.T, Wst @ R, Bs, prior_prec, [W.shape[0] for W in Ws], s2)
-
-
-def block_cov_gram(Phi, beta, s2, prior_prec=1.0):
-    """Cholesky factor of the optimal whitened covariance ``(p I + beta Phi / s2)^{-1}``.
-
-    ``Phi = W W^T`` is the Gram matrix of the latent's basis (summed over
-    clients for the server's block) and ``beta = |b|^2`` its loading's norm.
-    """
-    P = beta * Phi / s2
-    P.flat[::P.shape[0] + 1] += prior_prec
-    # LAPACK directly: these small factorizations are many, the scipy wrappers dominate
-    Lp, info = dpotrf(0.5 * (P + P.T), lower=1, clean=1)
-    if info == 0:
-        Sl, info = dpotri(Lp, lower=1)
-    if info == 0:
-        Ls, info = dpotrf(np.tril(Sl) + np.tril(Sl, -1).T, lower=1, clean=1)
-    if info != 0:
-        raise LinAlgError(f"optimal covariance factorization failed (info={info}).")
-    return Ls
-
-
-#: up to this many stacked coefficients (the sizes of the latents solved together)
-#: the sweeps are one numba call; LAPACK's blocked factorizations catch up from
-#: about 600 (measured 2026-12-02 with one BLAS thread, three sweeps: numba 1.1
-#: against 2.6 ms at 140, 10 against 13 ms at 256, 36 against 52 ms at 500,
-#: 79-88 against 75-78 ms at 750)
-ILMM_SMALL_JOINT = 512
-
-
-def ridge_loadings_gram(HtH, HtR, v):
-    """Optimal loadings ``R^T H (H^T H + diag(v))^{-1}`` from ``H^T H`` and ``H^T R``
-    (derived here, not in the paper)."""
-    A = HtH + np.diag(v)
-    return np.linalg.solve(A, HtR).T
-
-
-def _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps):
-    """:func:`._kernels.ilmm_local_sweeps` with LAPACK (for large stacks).
-
-    Returns the means and covariance factors as lists (one per latent) and
-    the loadings.
-    """
-    off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    blk = [slice(off[k], off[k + 1]) for k in range(len(sizes))]
-    for sweep in range(n_sweeps + 1):
-        beta = np.sum(B * B, axis=0)
-        Ls = [block_cov_gram(G[b, b], beta[k], s2, prior[k]) for k, b in enumerate(blk)]
-        means = joint_means_gram(G, C, list(B.T), prior, sizes, s2)
-        if sweep == n_sweeps:  # end with q optimal for the final loadings
-            break
-        HtH = np.array([[means[k] @ G[bk, bl] @ means[l] for l, bl in enumerate(blk)]
-                        for k, bk in enumerate(blk)])
-        HtR = np.array([means[k] @ C[bk] for k, bk in enumerate(blk)])
-        v = np.array([np.sum(G[b, b] * (L @ L.T)) for b, L in zip(blk, Ls)]) + kt
-        B = ridge_loadings_gram(HtH, HtR, v)
-    return means, Ls, B
-
-
-def latent_q(G, C, sizes, prior, B, s2, kt=None, n_sweeps=0):
-    """Optimal ``q`` of independent latents sharing a residual, and their loadings.
-
-    :func:`._kernels.ilmm_local_sweeps` up to ``ILMM_SMALL_JOINT`` stacked
-    coefficients, :func:`_local_sweeps_lapack` beyond. With ``n_sweeps=0``
-    the loadings ``B`` stay and only the covariances and the joint means are
-    set (the server's ``q(u_g)`` step); ``kt`` (the residual-trace terms of
-    the loadings' ridge) is needed only for ``n_sweeps > 0``.
-
-    Returns
-    -------
-    means, Ls : list of ndarray
-        Each latent's mean and covariance factor.
-    B : ndarray of shape (Q, len(sizes))
-    """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    prior = np.asarray(prior, dtype=float)
-    kt = np.zeros(len(sizes)) if kt is None else np.asarray(kt, dtype=float)
-    B = np.ascontiguousarray(B, dtype=float)
-    if sizes.sum() > ILMM_SMALL_JOINT:
-        return _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps)
-    info, m, Lpad, B = ilmm_local_sweeps(np.ascontiguousarray(G), np.ascontiguousarray(C),
-                                         sizes, prior, kt, B, s2, n_sweeps)
-    if info != 0:
-        raise LinAlgError(f"a latent precision is not positive definite (info={info}).")
-    off = np.concatenate([[0], np.cumsum(sizes)])
-    return ([m[off[k]:off[k + 1]] for k in range(len(sizes))],
-            [Lpad[k, :q, :q] for k, q in enumerate(sizes)], B)
 
 
 class IlmmClientGram:
@@ -431,7 +320,7 @@ def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3, gram=None):
     ELBO never decreases. (``q`` goes first: at ``m = 0`` the optimal loadings
     would be zero.) The bases and the partial residual ``R`` stay fixed over
     the sweeps, so they run on the stacked Gram matrix and ``S R`` alone
-    (:func:`._kernels.ilmm_local_sweeps`), from ``gram``
+    (:func:`._kernels.latent_sweeps`), from ``gram``
     (:class:`IlmmClientGram` of the same bases, formed if None).
     """
     s2 = float(softplus(g["noise"]))

@@ -38,6 +38,7 @@ from ._elbo import (
     tril_pack,
     tril_unpack,
 )
+from ._closed_form import latent_q
 from ._ilmm import (
     IlmmClientGram,
     IlmmConfig,
@@ -45,7 +46,6 @@ from ._ilmm import (
     global_bases,
     ilmm_server_kl,
     ilmm_terms,
-    latent_q,
     local_bases,
     solve_local_ilmm,
 )

@@ -17,7 +17,7 @@ from numba import njit
 __all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_sym",
            "kernel_adjoint_cross",
            "inducing_cholesky", "chol_backward", "closed_form_q", "factor_stats",
-           "adam_update", "cavi_local_steps", "ilmm_local_sweeps"]
+           "adam_update", "cavi_local_steps", "latent_sweeps"]
 
 #: public kernel names -> the ``kind`` code of the numba functions
 KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
@@ -457,13 +457,69 @@ def factor_stats(L):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _latent_q_step(G, C, off, prior, B, s2, want_cov, P, Ls, means):
+    """Optimal covariances and joint means of latents sharing a residual (one ``q`` step).
+
+    The latents' stacked bases ``S`` give ``G = S S^T`` (lower triangle read)
+    and ``C = S R``; latent ``k`` holds coefficients ``off[k]:off[k + 1]``,
+    has prior precision ``prior[k]`` and loading column ``B[:, k]``. Each
+    covariance wanted is ``(prior_k I + |b_k|^2 G_kk / s2)^{-1}`` (its lower
+    factor into ``Ls[k]``), the means solve ``(b^T b o G / s2 + diag(prior))
+    m = [C_k b_k] / s2`` (into ``means``; the factors of the others are
+    zeroed); ``P`` is ``N x N`` workspace.
+    Returns 0, or nonzero if a precision was not positive definite.
+    """
+    K = off.shape[0] - 1
+    Q = C.shape[1]
+    for k in range(K):
+        if not want_cov[k]:
+            Ls[k] = 0.0
+            continue
+        a, m = off[k], off[k + 1] - off[k]
+        beta = 0.0
+        for q in range(Q):
+            beta += B[q, k] * B[q, k]
+        for i in range(m):
+            for j in range(i + 1):
+                P[a + i, a + j] = beta * G[a + i, a + j] / s2
+            P[a + i, a + i] += prior[k]
+        info, Lk = _inv_chol_block(P, a, a + m)
+        if info != 0:
+            return info
+        Ls[k, :m, :m] = Lk
+    # the joint precision of all means: coupling (b_k . b_l) G_kl / s2
+    for k in range(K):
+        for l in range(k + 1):
+            cpl = 0.0
+            for q in range(Q):
+                cpl += B[q, k] * B[q, l]
+            for i in range(off[k], off[k + 1]):
+                stop = off[l + 1] if l < k else i + 1
+                for j in range(off[l], stop):
+                    P[i, j] = cpl * G[i, j] / s2
+                if l == k:
+                    P[i, i] += prior[k]
+        for i in range(off[k], off[k + 1]):
+            t = 0.0
+            for q in range(Q):
+                t += C[i, q] * B[q, k]
+            means[i] = t / s2
+    info = _chol_in_place(P)
+    if info != 0:
+        return info
+    _chol_solve_in_place(P, means)
+    return 0
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (derived here).
 
-    The joint precision is ``P = [[Gw, C], [C^T, Gv]] / s2 + diag(inv_prior_w
-    I, I)`` (either block may be empty); the means solve ``P m = [rw; rv] /
-    s2``; each covariance is the inverse of its own precision block (the
-    factorized ``q``).
+    The scalar model's case of :func:`_latent_q_step`: two latents (either
+    may be empty) with unit loadings, ``G = [[Gw, C], [C^T, Gv]]`` and ``S R
+    = [rw; rv]``. The joint precision is ``P = G / s2 + diag(inv_prior_w I,
+    I)``; the means solve ``P m = [rw; rv] / s2``; each covariance is the
+    inverse of its own precision block (the factorized ``q``).
 
     Returns
     -------
@@ -479,53 +535,56 @@ def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     k = Gw.shape[0]
     nu = Gv.shape[0]
     N = k + nu
-    P = np.empty((N, N))
+    G = np.empty((N, N))  # the lower triangle is what the step reads
+    r = np.empty((N, 1))
     for i in range(k):
         for j in range(i + 1):
-            P[i, j] = Gw[i, j] / s2
-        P[i, i] += inv_prior_w
+            G[i, j] = Gw[i, j]
+        r[i, 0] = rw[i]
     for i in range(nu):
         for j in range(k):
-            P[k + i, j] = C[j, i] / s2
+            G[k + i, j] = C[j, i]
         for j in range(i + 1):
-            P[k + i, k + j] = Gv[i, j] / s2
-        P[k + i, k + i] += 1.0
-    Ld = np.zeros((k, k))
-    Lu = np.zeros((nu, nu))
-    if want_ld and k > 0:
-        info, Ld = _inv_chol_block(P, 0, k)
-        if info != 0:
-            return info, np.zeros(N), Lu, Ld
+            G[k + i, k + j] = Gv[i, j]
+        r[k + i, 0] = rv[i]
+    blocks = (1 if k > 0 else 0) + (1 if nu > 0 else 0)
+    off = np.zeros(blocks + 1, dtype=np.int64)
+    prior = np.empty(blocks)
+    want = np.empty(blocks, dtype=np.bool_)
+    b = 0
+    if k > 0:
+        off[1], prior[0], want[0] = k, inv_prior_w, want_ld
+        b = 1
     if nu > 0:
-        info, Lu = _inv_chol_block(P, k, N)
-        if info != 0:
-            return info, np.zeros(N), Lu, Ld
-    info = _chol_in_place(P)
-    x = np.empty(N)
-    if info != 0:
-        return info, x, Lu, Ld
-    for i in range(k):
-        x[i] = rw[i] / s2
-    for i in range(nu):
-        x[k + i] = rv[i] / s2
-    _chol_solve_in_place(P, x)
-    return 0, x, Lu, Ld
+        off[b + 1], prior[b], want[b] = N, 1.0, True
+    mx = max(k, nu)
+    Ls = np.zeros((blocks, mx, mx))
+    means = np.empty(N)
+    info = _latent_q_step(G, r, off, prior, np.ones((1, blocks)), s2, want, np.empty((N, N)),
+                          Ls, means)
+    Ld = np.ascontiguousarray(Ls[0, :k, :k]) if k > 0 else np.zeros((0, 0))
+    Lu = np.ascontiguousarray(Ls[b, :nu, :nu]) if nu > 0 else np.zeros((0, 0))
+    return info, means, Lu, Ld
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def ilmm_local_sweeps(G, C, sizes, prior, kt, B0, s2, n_sweeps):
-    """The client's ILMM coordinate ascent (``_ilmm.solve_local_ilmm``) from Gram statistics.
+def latent_sweeps(G, C, sizes, prior, kt, B0, s2, n_sweeps, want_cov):
+    """Coordinate ascent on the ``q`` and loadings of latents sharing a residual.
 
-    ``K`` independent latents (the client's deviation latents, then its local
+    The multi-output client's sweeps (``_ilmm.solve_local_ilmm``) and, with
+    ``n_sweeps=0``, the ``q`` step of the multi-output server and (through
+    :func:`closed_form_q`'s :func:`_latent_q_step`) of the scalar model.
+    ``K`` independent latents (a client's deviation latents, then its local
     ones) with stacked bases ``W = [W_1; ...; W_K]`` share the partial
-    residual ``R`` (``n x Q``). ``G = W W^T`` and ``C = W R`` carry all the
-    sweeps need (derived here): with ``b_k`` the loading columns and ``beta_k
+    residual ``R`` (``n x Q``). ``G = W W^T`` (both triangles) and ``C = W R``
+    carry all the sweeps need (derived here): with ``b_k`` the loading columns and ``beta_k
     = |b_k|^2``, each sweep sets every covariance to ``(p_k I + beta_k G_kk /
     s2)^{-1}``, the means by one joint solve of ``(b^T b o G / s2 +
     diag(p)) m = [C_k b_k] / s2`` and then the loadings to ``R^T H (H^T H +
     diag(v))^{-1}`` with ``H^T H = [m_k^T G_kl m_l]``, ``H^T R = [m_k^T
     C_k]`` and ``v_k = tr(G_kk S_k) + kt_k``; ``n_sweeps`` times, then the
-    covariances and means once more.
+    covariances and means once more, the covariances of the latents marked
+    in ``want_cov`` only (the others' factors stay zeros).
 
     Returns
     -------
@@ -549,46 +608,13 @@ def ilmm_local_sweeps(G, C, sizes, prior, kt, B0, s2, n_sweeps):
     B = B0.copy()
     Ls = np.zeros((K, mx, mx))
     means = np.zeros(N)
-    beta = np.empty(K)
     P = np.empty((N, N))
+    every = np.ones(K, dtype=np.bool_)  # the ridge steps need every covariance
     for sweep in range(n_sweeps + 1):
-        for k in range(K):
-            s = 0.0
-            for q in range(Q):
-                s += B[q, k] * B[q, k]
-            beta[k] = s
-        # covariances: one block of P at a time, factor of its inverse
-        for k in range(K):
-            a, m = off[k], sizes[k]
-            for i in range(m):
-                for j in range(i + 1):
-                    P[a + i, a + j] = beta[k] * G[a + i, a + j] / s2
-                P[a + i, a + i] += prior[k]
-            info, Lk = _inv_chol_block(P, a, a + m)
-            if info != 0:
-                return info, means, Ls, B
-            Ls[k, :m, :m] = Lk
-        # the joint precision of all means: coupling (b_k . b_l) G_kl / s2
-        for k in range(K):
-            for l in range(k + 1):
-                cpl = 0.0
-                for q in range(Q):
-                    cpl += B[q, k] * B[q, l]
-                for i in range(off[k], off[k + 1]):
-                    stop = off[l + 1] if l < k else i + 1
-                    for j in range(off[l], stop):
-                        P[i, j] = cpl * G[i, j] / s2
-                    if l == k:
-                        P[i, i] += prior[k]
-            for i in range(off[k], off[k + 1]):
-                t = 0.0
-                for q in range(Q):
-                    t += C[i, q] * B[q, k]
-                means[i] = t / s2
-        info = _chol_in_place(P)
+        want = want_cov if sweep == n_sweeps else every
+        info = _latent_q_step(G, C, off, prior, B, s2, want, P, Ls, means)
         if info != 0:
             return info, means, Ls, B
-        _chol_solve_in_place(P, means)
         if sweep == n_sweeps:  # end with q optimal for the final loadings
             break
         # the loadings: ridge regression of R on H, all from G and C

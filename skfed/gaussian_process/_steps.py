@@ -44,7 +44,7 @@ from ..federated import FederatedAlgorithm
 from ..federated._release import (
     MIN_ROWS_MOMENTS, sends_moments, sends_products, too_few_rows_warning,
 )
-from ._closed_form import ClosedFormClient, fused_local_basis
+from ._closed_form import ClosedFormClient, fused_local_basis, latent_q
 from ._elbo import (
     LOG2PI,
     client_terms,
@@ -59,7 +59,6 @@ from ._elbo import (
     cho_solve,
     tril_pack,
     tril_unpack,
-    _inv_chol_spd,
 )
 from ._kernels import adam_update
 
@@ -1108,9 +1107,12 @@ class _PFedHGPSteps(FederatedAlgorithm):
         joint = self._joint_round(state)
         for _ in range(self.server_iterations):
             if cfg.use_global:
-                Sg, Lg = _inv_chol_spd(np.eye(M) + Phi / s2)
+                # the multi-output server's q(u_g) step with one latent and unit loading
+                ms, Ls, _ = latent_q(Phi, b[:, None], [M], [1.0], np.ones((1, 1)), s2)
+                Lg = Ls[0]
+                Sg = Lg @ Lg.T
                 if not joint:
-                    mg = Sg @ b / s2
+                    mg = ms[0]
             E = total_E(mg, Sg, phi)
             s2 = max(E / n, 1e-10)
             if cfg.use_deviation:

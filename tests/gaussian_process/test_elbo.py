@@ -318,7 +318,7 @@ def test_closed_form_solve_numba_and_lapack_paths_agree(monkeypatch, use):
         return cf.solve(loc)
 
     small = solve()
-    monkeypatch.setattr(_closed_form, "SMALL_JOINT", 0)
+    monkeypatch.setattr(_closed_form, "LATENT_Q_SMALL", 0)
     large = solve()
     for key in ("md", "Ld", "mu", "Lu"):
         if key in small:

@@ -5,18 +5,17 @@ import pytest
 from scipy.stats import multivariate_normal
 
 from skfed.gaussian_process._elbo import ModelConfig, client_terms, softplus, softplus_inv
+from skfed.gaussian_process._closed_form import LATENT_Q_SMALL, _local_sweeps_lapack
 from skfed.gaussian_process._ilmm import (
-    ILMM_SMALL_JOINT,
     IlmmClientGram,
     IlmmConfig,
-    _local_sweeps_lapack,
     global_bases,
     ilmm_server_kl,
     ilmm_terms,
     local_bases,
     solve_local_ilmm,
 )
-from skfed.gaussian_process._kernels import ilmm_local_sweeps, kernel_matrix
+from skfed.gaussian_process._kernels import latent_sweeps, kernel_matrix
 
 TRIL = ("Lg", "Ld", "Lu")
 
@@ -191,7 +190,8 @@ def test_one_output_unit_loading_is_the_scalar_elbo():
 
 def _optimal_global_only(X, Y, g, cfg, n_sweeps):
     """Coordinate ascent on q(u_g^(r)) with B_g fixed (server closed form, one client)."""
-    from skfed.gaussian_process._ilmm import block_cov_gram, joint_means
+    from skfed.gaussian_process._closed_form import block_cov_gram
+    from skfed.gaussian_process._ilmm import joint_means
 
     s2 = float(softplus(g["noise"]))
     gbs = global_bases(X, g, cfg)
@@ -304,17 +304,18 @@ def test_closed_form_server_step_from_sufficient_statistics(use):
 
 
 @pytest.mark.parametrize("sizes", [[5, 5, 4, 4], [6, 3], [7]])
-def test_ilmm_local_sweeps_kernel_matches_lapack(sizes):
-    """The numba sweeps equal the LAPACK ones (the path beyond ILMM_SMALL_JOINT)."""
+def test_latent_sweeps_kernel_matches_lapack(sizes):
+    """The numba sweeps equal the LAPACK ones (the path beyond LATENT_Q_SMALL)."""
     rng = np.random.default_rng(3)
     sizes = np.array(sizes, dtype=np.int64)
     N, Q, K = int(sizes.sum()), 3, len(sizes)
     S = rng.normal(size=(N, 40))
     G, C = S @ S.T, S @ rng.normal(size=(40, Q))
     prior, kt, B0 = rng.uniform(0.5, 2, K), rng.uniform(0.1, 1, K), rng.normal(size=(Q, K))
-    assert N <= ILMM_SMALL_JOINT
+    assert N <= LATENT_Q_SMALL
     for n_sweeps in (0, 1, 3):
-        info, m, Lpad, B = ilmm_local_sweeps(G, C, sizes, prior, kt, B0, 0.3, n_sweeps)
+        info, m, Lpad, B = latent_sweeps(G, C, sizes, prior, kt, B0, 0.3, n_sweeps,
+                                             np.ones(K, dtype=bool))
         means, Ls, B_ref = _local_sweeps_lapack(G, C, sizes, prior, kt, B0, 0.3, n_sweeps)
         assert info == 0
         np.testing.assert_allclose(m, np.concatenate(means), rtol=1e-10, atol=1e-12)
@@ -357,16 +358,32 @@ def test_client_gram_statistics_match_the_rows(use):
 
 
 def test_latent_q_dispatch_numba_small_lapack_large(monkeypatch):
-    """latent_q gives the same q and loadings on both sides of ILMM_SMALL_JOINT."""
-    import skfed.gaussian_process._ilmm as ilmm
+    """latent_q gives the same q and loadings on both sides of LATENT_Q_SMALL."""
+    from skfed.gaussian_process import _closed_form
 
     rng = np.random.default_rng(4)
     sizes = [6, 6, 3]
     S = rng.normal(size=(15, 30))
     G, C = S @ S.T, S @ rng.normal(size=(30, 2))
     args = (G, C, sizes, [0.5, 0.5, 1.0], rng.normal(size=(2, 3)), 0.2, [0.3, 0.2, 0.1], 2)
-    small = ilmm.latent_q(*args)
-    monkeypatch.setattr(ilmm, "ILMM_SMALL_JOINT", 0)
-    large = ilmm.latent_q(*args)
+    small = _closed_form.latent_q(*args)
+    monkeypatch.setattr(_closed_form, "LATENT_Q_SMALL", 0)
+    large = _closed_form.latent_q(*args)
     for a, b in zip(small[0] + small[1] + [small[2]], large[0] + large[1] + [large[2]]):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_latent_q_want_cov_skips_only_the_final_covariances():
+    """Unwanted covariances are zeros; the wanted ones, the means and loadings unchanged."""
+    from skfed.gaussian_process import _closed_form
+
+    rng = np.random.default_rng(6)
+    S = rng.normal(size=(9, 25))
+    args = (S @ S.T, S @ rng.normal(size=(25, 2)), [4, 5], [2.0, 1.0], rng.normal(size=(2, 2)),
+            0.5, [0.1, 0.2], 2)
+    full = _closed_form.latent_q(*args)
+    part = _closed_form.latent_q(*args, want_cov=[False, True])
+    assert not part[1][0].any()
+    np.testing.assert_array_equal(part[1][1], full[1][1])
+    np.testing.assert_array_equal(np.concatenate(part[0]), np.concatenate(full[0]))
+    np.testing.assert_array_equal(part[2], full[2])
