@@ -107,7 +107,7 @@ class FederatedEstimator(FederatedEstimatorMixin):
     the usual parameters. Put it first, scikit-learn's mixins next and
     ``BaseEstimator`` last:
     ``class MyRegressor(FederatedEstimator, RegressorMixin, BaseEstimator)``.
-    See the user guide, "Write your own federated estimator".
+    See :doc:`/extending` ("Write your own federated estimator").
     """
 
     #: Fewest rows a client may hold.

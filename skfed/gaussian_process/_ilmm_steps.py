@@ -51,7 +51,7 @@ from ._ilmm import (
 )
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ._steps import (
-    LOCAL_HYPER,
+    TRIL_KEYS,
     BasisCache,
     _PFedHGPSteps,
     check_pooled_scale,
@@ -59,8 +59,6 @@ from ._steps import (
     reported_client_failures,
     adam_ascent,
     adam_init,
-    adam_server_update,
-    BROADCAST_SCALARS,
     client_inducing_count,
     farthest_point_rows,
     linear_mean,
@@ -68,8 +66,6 @@ from ._steps import (
     row_shift,
     wants_kernel_grad,
 )
-
-STACKED_TRIL = ("Lg",)
 
 
 def pca_loadings(C, R, n_components, prior_var, rng, perturb=0.1):
@@ -143,20 +139,15 @@ class _IlmmSteps(_PFedHGPSteps):
             keys += ["mu", "Lu", "Bl"]
         return keys
 
-    def pack_global(self, g):
-        return {k: (_pack_stack(v) if k in STACKED_TRIL else np.asarray(v, dtype=float))
-                for k, v in g.items()}
+    # the global block on the wire: one factor per latent
+    def pack_tril(self, L):
+        return _pack_stack(L)
 
-    def unpack_global(self, b):
-        g = {}
-        for k, v in b.items():
-            if k in STACKED_TRIL:
-                g[k] = _unpack_stack(np.asarray(v, dtype=float), self.M)
-            elif k in BROADCAST_SCALARS or k in LOCAL_HYPER:
-                continue
-            else:
-                g[k] = np.array(v, dtype=float)
-        return g
+    def unpack_tril(self, v):
+        return _unpack_stack(np.asarray(v, dtype=float), self.M)
+
+    def global_kl(self, g):
+        return ilmm_server_kl(g, self.cfg)
 
     # --- client ----------------------------------------------------------------
     def client_init(self, data, rng):
@@ -210,7 +201,7 @@ class _IlmmSteps(_PFedHGPSteps):
             value, _, gg, _ = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, lbs=lbs, want_global=True)
             msg = {"value": value}
             for k in self.global_keys():
-                msg["g_" + k] = _pack_stack(gg[k]) if k in STACKED_TRIL else gg[k]
+                msg["g_" + k] = self.pack_tril(gg[k]) if k in TRIL_KEYS else gg[k]
         else:
             loc, adam, jit_l, gram = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale,
                                                       cache)
@@ -388,15 +379,6 @@ class _IlmmSteps(_PFedHGPSteps):
     def _shared_hypers(self, messages):
         """pFedGP: latent lengthscales averaged (the latent variances are fixed)."""
         return {"ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0)}
-
-    def _paper_server(self, state, messages):
-        kl, kl_grads = ilmm_server_kl(state["g"], self.cfg)
-
-        def unpack(k, total):
-            return _unpack_stack(total, self.M) if k in STACKED_TRIL else total
-
-        return adam_server_update(state, messages, self.global_keys(), kl, kl_grads, unpack,
-                                  self.server_lr)
 
     def _cavi_server(self, state, messages):
         cfg = self.cfg

@@ -669,18 +669,28 @@ class _PFedHGPSteps(FederatedAlgorithm):
             keys += ["mu", "Lu"]
         return keys
 
+    # --- the global block on the wire (the multi-output model overrides these three) ---
+    def pack_tril(self, L):
+        """A covariance factor of the global block as sent: its packed lower triangle."""
+        return tril_pack(L)
+
+    def unpack_tril(self, v):
+        return tril_unpack(np.asarray(v, dtype=float), self.M)
+
+    def global_kl(self, g):
+        """``KL(q(u_g) || p(u_g))`` and its gradients (the server's term of the ELBO)."""
+        return server_kl(g, self.cfg)
+
     def pack_global(self, g):
-        """The broadcast: global parameters (``Lg`` as its packed lower triangle)."""
-        out = {}
-        for k, v in g.items():
-            out[k] = tril_pack(v) if k in TRIL_KEYS else np.asarray(v, dtype=float)
-        return out
+        """The broadcast: global parameters (``Lg`` packed, :meth:`pack_tril`)."""
+        return {k: (self.pack_tril(v) if k in TRIL_KEYS else np.asarray(v, dtype=float))
+                for k, v in g.items()}
 
     def unpack_global(self, b):
         g = {}
         for k, v in b.items():
             if k in TRIL_KEYS:
-                g[k] = tril_unpack(np.asarray(v, dtype=float), self.M)
+                g[k] = self.unpack_tril(v)
             elif k in BROADCAST_SCALARS or k in LOCAL_HYPER:
                 continue
             else:
@@ -772,7 +782,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
             value, _, gg, _ = client_terms(X, y, g, loc, self.cfg, gb=gb, lb=lb, want_global=True)
             msg = {"value": value}
             for k in self.global_keys():
-                msg["g_" + k] = tril_pack(gg[k]) if k in TRIL_KEYS else gg[k]
+                msg["g_" + k] = self.pack_tril(gg[k]) if k in TRIL_KEYS else gg[k]
         else:
             loc, adam, jit_l, cf = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale, cache)
             msg = self._cavi_message(X, loc, cf, kernel_grad=wants_kernel_grad(broadcast))
@@ -1067,10 +1077,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         }
 
     def _paper_server(self, state, messages):
-        kl, kl_grads = server_kl(state["g"], self.cfg)
+        kl, kl_grads = self.global_kl(state["g"])
 
         def unpack(k, total):
-            return tril_unpack(total, self.M) if k in TRIL_KEYS else total
+            return self.unpack_tril(total) if k in TRIL_KEYS else total
 
         return adam_server_update(state, messages, self.global_keys(), kl, kl_grads, unpack,
                                   self.server_lr)
