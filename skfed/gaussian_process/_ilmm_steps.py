@@ -221,7 +221,7 @@ class _IlmmSteps(_PFedHGPSteps):
         Per latent ``r``, the outer products ``b b^T`` of its deviation and
         local loading columns (packed lower triangles, ``Pd`` and ``Pl``) and
         its local lengthscales: the server averages the outer products and
-        takes the median lengthscale (see :mod:`._ilmm_predict`).
+        takes the median lengthscale (see :mod:`._predict`).
         """
         cfg, out = self.cfg, {}
         if cfg.use_deviation:

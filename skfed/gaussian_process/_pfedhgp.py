@@ -5,7 +5,6 @@ import numbers
 import warnings
 
 import numpy as np
-from scipy.linalg import solve_triangular
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
@@ -19,9 +18,15 @@ from ..utils._param_validation import (
 from ..utils._validation import check_groups, user_stacklevel, validate_data
 from ._elbo import ModelConfig, chol_jitter, softplus
 from ._ilmm import IlmmConfig
-from ._ilmm_predict import ilmm_moments
+from ._predict import (
+    ilmm_moments,
+    latent_moments,
+    prediction_basis,
+    prior_cov,
+    sparse_residual,
+)
 from ._ilmm_steps import _IlmmSteps
-from ._kernels import KERNEL_KINDS, kernel_matrix
+from ._kernels import KERNEL_KINDS
 from ._steps import _PFedHGPSteps, site_trend_moments
 
 __all__ = ["PFedHGPRegressor"]
@@ -923,17 +928,13 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         cfg, g = self._cfg, self._global
         ls = cfg.lengthscale(g["ls_g"])
         var = float(softplus(g["var_g"]))
-        L, _ = chol_jitter(kernel_matrix(g["Zg"], g["Zg"], ls, var, cfg.kind), self.jitter_)
-        Ws = solve_triangular(L, kernel_matrix(g["Zg"], Xs, ls, var, cfg.kind), lower=True)
-        return Ws, ls, var
+        return prediction_basis(Xs, g["Zg"], ls, var, cfg.kind, self.jitter_), ls, var
 
     def _local_pred_basis(self, Xs, loc):
         cfg = self._cfg
         ls = cfg.lengthscale(loc["ls_l"])
         var = float(softplus(loc["var_l"]))
-        L, _ = chol_jitter(kernel_matrix(loc["Zl"], loc["Zl"], ls, var, cfg.kind), self.jitter_)
-        Vs = solve_triangular(L, kernel_matrix(loc["Zl"], Xs, ls, var, cfg.kind), lower=True)
-        return Vs, ls, var
+        return prediction_basis(Xs, loc["Zl"], ls, var, cfg.kind, self.jitter_), ls, var
 
     def _population_local(self):
         """The prior of a new client's local GP: the clients' median released kernel.
@@ -963,34 +964,30 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         phi = self.phi_
         if cfg.global_basis:
             Ws, ls_g, var_g = self._global_pred_basis(Xs)
-            Kg = kernel_matrix(Xs, Xs, ls_g, var_g, cfg.kind) if full else np.full(n, var_g)
-            Qg = Ws.T @ Ws if full else np.sum(Ws * Ws, axis=0)
+            Kg = prior_cov(Xs, ls_g, var_g, cfg.kind, full)
+            res_g = sparse_residual(Ws, Kg, full)
             if cfg.use_global:
-                mean += Ws.T @ g["mg"]
-                A = g["Lg"].T @ Ws
-                cov += (A.T @ A if full else np.sum(A * A, axis=0)) + Kg - Qg
+                m, c = latent_moments(Ws, g["mg"], g["Lg"], res_g, full)
+                mean += m
+                cov += c
         for k in np.unique(index):
             rows = np.flatnonzero(index == k)
             blk = np.ix_(rows, rows) if full else rows
             part = 0.0
             if k >= 0:
                 loc = self._locals[k]
+                # the multi-output model's terms with unit loadings (_predict)
                 if cfg.use_deviation:
-                    W = Ws[:, rows]
-                    mean[rows] += W.T @ loc["md"]
-                    A = loc["Ld"].T @ W
-                    Kr = Kg[np.ix_(rows, rows)] if full else Kg[rows]
-                    Qr = Qg[np.ix_(rows, rows)] if full else Qg[rows]
-                    part = part + (A.T @ A if full else np.sum(A * A, axis=0)) + phi * (Kr - Qr)
+                    m, c = latent_moments(Ws[:, rows], loc["md"], loc["Ld"], res_g[blk], full, phi)
+                    mean[rows] += m
+                    part = part + c
                 if cfg.use_local:
                     V, ls_l, var_l = self._local_pred_basis(Xs[rows], loc)
-                    mean[rows] += V.T @ loc["mu"]
-                    B = loc["Lu"].T @ V
-                    if full:
-                        Kl = kernel_matrix(Xs[rows], Xs[rows], ls_l, var_l, cfg.kind)
-                        part = part + B.T @ B + Kl - V.T @ V
-                    else:
-                        part = part + np.sum(B * B, axis=0) + var_l - np.sum(V * V, axis=0)
+                    Kl = prior_cov(Xs[rows], ls_l, var_l, cfg.kind, full)
+                    res_l = sparse_residual(V, Kl, full)
+                    m, c = latent_moments(V, loc["mu"], loc["Lu"], res_l, full)
+                    mean[rows] += m
+                    part = part + c
                 if "site_coef" in loc:  # site_trend="linear": b_i ~ N(coef, s2 cov)
                     m_t, v_t = site_trend_moments(Xs[rows], loc["site_coef"], loc["site_cov"],
                                                   full)
@@ -1002,10 +999,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                 prior = self._population_local() if cfg.use_local else None
                 if prior is not None:
                     ls_l, var_l = prior
-                    if full:
-                        part = part + kernel_matrix(Xs[rows], Xs[rows], ls_l, var_l, cfg.kind)
-                    else:
-                        part = part + var_l
+                    part = part + prior_cov(Xs[rows], ls_l, var_l, cfg.kind, full)
             cov[blk] += part
         if not latent:
             if full:

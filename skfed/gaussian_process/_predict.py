@@ -1,6 +1,13 @@
-"""Multi-output (ILMM) predictive moments (paper Sec. 4.2, eqs. 38-39).
+"""Predictive moments of pFedHGP: the per-latent terms of both models, the multi-output sums.
 
-For client ``i`` at a test input ``x``::
+Each sparse latent (global, deviation or local, one of each in the scalar
+model, one per latent coordinate in the multi-output model) contributes at
+test rows the mean ``W^T m`` and the covariance ``A^T A + kappa (K - W^T W)``
+with ``W = L_z^{-1} k(Z, X_*)`` and ``A = L^T W`` (paper eq. 30 for the
+scalar model): :func:`prediction_basis` and :func:`latent_moments`, which the
+scalar model's ``PFedHGPRegressor._moments`` adds up with unit loadings.
+
+Multi-output (ILMM, paper Sec. 4.2, eqs. 38-39): for client ``i`` at a test input ``x``::
 
     mu_i(x)    = B_g h_g(x) + B_delta_i h_delta_i(x) + B_l_i h_l_i(x)
     Sigma_i(x) = sum_c B_c diag_r(a_r^T S_r a_r + kappa_c res_r(x)) B_c^T + s2 I_Q
@@ -29,9 +36,33 @@ from ._elbo import chol_jitter, softplus, tril_unpack
 from ._kernels import kernel_matrix
 
 
-def _basis(Xs, Z, ls, var, kind, jitter):
+def prediction_basis(Xs, Z, ls, var, kind, jitter):
+    """``W = L_z^{-1} k(Z, X_*)`` at the test rows ``Xs`` (``L_z``: the jittered
+    Cholesky factor of ``k(Z, Z)``)."""
     L, _ = chol_jitter(kernel_matrix(Z, Z, ls, var, kind), jitter)
     return solve_triangular(L, kernel_matrix(Z, Xs, ls, var, kind), lower=True)
+
+
+def prior_cov(Xs, ls, var, kind, joint):
+    """The kernel over the rows ``Xs``: ``k(X_*, X_*)`` if ``joint``, else its diagonal."""
+    return kernel_matrix(Xs, Xs, ls, var, kind) if joint else np.full(Xs.shape[0], var)
+
+
+def sparse_residual(W, K, joint):
+    """``K - W^T W`` (or its diagonal): the prior covariance the inducing inputs miss."""
+    return K - (W.T @ W if joint else np.sum(W * W, axis=0))
+
+
+def latent_moments(W, m, L, res, joint, kappa=1.0):
+    """Mean ``W^T m`` and covariance ``A^T A + kappa res`` (``A = L^T W``) of one latent.
+
+    ``W`` is the latent's basis at the test rows, ``m`` and ``L`` its
+    whitened posterior mean and covariance factor, ``res`` its
+    :func:`sparse_residual` and ``kappa`` the scale of its prior (``phi`` for
+    a deviation). Diagonal covariances unless ``joint``.
+    """
+    A = L.T @ W
+    return W.T @ m, (A.T @ A if joint else np.sum(A * A, axis=0)) + kappa * res
 
 
 class _Cov:
@@ -89,16 +120,15 @@ def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False, rel
     Wg = []
     for r in range(cfg.R_g):
         ls = cfg.lengthscale(g["ls_g"][r])
-        W = _basis(Xs, g["Zg"], ls, cfg.variance_global, cfg.kind, jitter)
-        K = kernel_matrix(Xs, Xs, ls, cfg.variance_global, cfg.kind) if joint else \
-            np.full(n, cfg.variance_global)
-        res = K - (W.T @ W if joint else np.sum(W * W, axis=0))
+        W = prediction_basis(Xs, g["Zg"], ls, cfg.variance_global, cfg.kind, jitter)
+        K = prior_cov(Xs, ls, cfg.variance_global, cfg.kind, joint)
+        res = sparse_residual(W, K, joint)
         Wg.append((W, K, res))
         if cfg.use_global:
             b = g["Bg"][:, r]
-            mean += np.outer(W.T @ g["mg"][r], b)
-            A = g["Lg"][r].T @ W
-            cov.add(everyone, (A.T @ A if joint else np.sum(A * A, axis=0)) + res, np.outer(b, b))
+            m, c = latent_moments(W, g["mg"][r], g["Lg"][r], res, joint)
+            mean += np.outer(m, b)
+            cov.add(everyone, c, np.outer(b, b))
     for k in np.unique(index):
         rows = np.flatnonzero(index == k)
         sub = np.ix_(rows, rows) if joint else rows
@@ -107,23 +137,20 @@ def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False, rel
             if cfg.use_deviation:
                 for r, (W, _, res) in enumerate(Wg):
                     b = loc["Bd"][:, r]
-                    Wr = W[:, rows]
-                    mean[rows] += np.outer(Wr.T @ loc["md"][r], b)
-                    A = loc["Ld"][r].T @ Wr
-                    c = (A.T @ A if joint else np.sum(A * A, axis=0)) + phi * res[sub]
+                    m, c = latent_moments(W[:, rows], loc["md"][r], loc["Ld"][r], res[sub], joint,
+                                          phi)
+                    mean[rows] += np.outer(m, b)
                     cov.add(rows, c, np.outer(b, b))
             if cfg.use_local:
                 for r in range(cfg.R_l):
                     ls = cfg.lengthscale(loc["ls_l"][r])
-                    V = _basis(Xs[rows], loc["Zl"], ls, cfg.variance_local, cfg.kind, jitter)
+                    V = prediction_basis(Xs[rows], loc["Zl"], ls, cfg.variance_local, cfg.kind,
+                                         jitter)
+                    res = sparse_residual(V, prior_cov(Xs[rows], ls, cfg.variance_local, cfg.kind,
+                                                       joint), joint)
                     b = loc["Bl"][:, r]
-                    mean[rows] += np.outer(V.T @ loc["mu"][r], b)
-                    A = loc["Lu"][r].T @ V
-                    if joint:
-                        Kl = kernel_matrix(Xs[rows], Xs[rows], ls, cfg.variance_local, cfg.kind)
-                        c = A.T @ A + Kl - V.T @ V
-                    else:
-                        c = np.sum(A * A, axis=0) + cfg.variance_local - np.sum(V * V, axis=0)
+                    m, c = latent_moments(V, loc["mu"][r], loc["Lu"][r], res, joint)
+                    mean[rows] += np.outer(m, b)
                     cov.add(rows, c, np.outer(b, b))
         elif released is not None:
             if cfg.use_deviation:
@@ -134,9 +161,7 @@ def ilmm_moments(Xs, index, cfg, g, locs, jitter, joint=False, latent=False, rel
                     ls = np.median(softplus(released["ls_l"][:, r]), axis=0)
                     ls = np.broadcast_to(ls, (cfg.n_features,)).astype(float)
                     P = _mean_outer(released["Pl"][:, r], Q)
-                    c = kernel_matrix(Xs[rows], Xs[rows], ls, cfg.variance_local, cfg.kind) \
-                        if joint else np.full(rows.size, cfg.variance_local)
-                    cov.add(rows, c, P)
+                    cov.add(rows, prior_cov(Xs[rows], ls, cfg.variance_local, cfg.kind, joint), P)
     if not latent:
         cov.add(everyone, np.eye(n) if joint else np.ones(n), s2 * np.eye(Q))
     return mean, cov.a
