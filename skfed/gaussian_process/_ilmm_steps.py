@@ -62,6 +62,7 @@ from ._steps import (
     client_inducing_count,
     farthest_point_rows,
     linear_mean,
+    message_total,
     one_blas_thread,
     row_shift,
     wants_kernel_grad,
@@ -385,22 +386,15 @@ class _IlmmSteps(_PFedHGPSteps):
         g = dict(state["g"])
         msgs = list(messages.values())
         T, M, R, Q = len(msgs), self.M, cfg.R_g, cfg.n_outputs
-        n = sum(float(m["n"]) for m in msgs)
-        rr = sum(float(m["rr"]) for m in msgs)
-        c = sum(float(m["c"]) for m in msgs)
-        kl_u = sum(float(m["kl_u"]) for m in msgs)
-        t_g = sum(np.asarray(m["t_g"], dtype=float) for m in msgs) if cfg.global_basis else None
+        n, rr, c, kl_u = (message_total(msgs, k) for k in ("n", "rr", "c", "kl_u"))
+        t_g = message_total(msgs, "t_g") if cfg.global_basis else None
         if cfg.use_deviation:
-            a = sum(float(m["a"]) for m in msgs)
-            D = sum(float(m["D"]) for m in msgs)
-            logdet_d = sum(float(m["logdet_d"]) for m in msgs)
+            a, D, logdet_d = (message_total(msgs, k) for k in ("a", "D", "logdet_d"))
         s2 = float(softplus(g["noise"]))
         phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
         mg, Lg, Bg = g.get("mg"), g.get("Lg"), g.get("Bg")
         if cfg.use_global:
-            G = tril_unpack(sum(np.asarray(m["Phi"], dtype=float) for m in msgs), R * M,
-                            symmetric=True)
-            WR = sum(np.asarray(m["WR"], dtype=float) for m in msgs)
+            G, WR = message_total(msgs, "Phi", packed=R * M), message_total(msgs, "WR")
             blk = [slice(r * M, (r + 1) * M) for r in range(R)]
 
         def global_terms(mg, Lg, Bg):

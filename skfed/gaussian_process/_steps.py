@@ -327,6 +327,18 @@ def adam_server_update(state, messages, keys, kl, kl_grads, unpack, lr):
     return state
 
 
+def message_total(msgs, key, packed=None):
+    """Sum of the entry ``key`` over the clients' messages ``msgs``.
+
+    A float for scalar entries, else an array; ``packed=m`` unpacks a summed
+    packed lower triangle to the symmetric ``m x m`` matrix.
+    """
+    total = sum(np.asarray(msg[key], dtype=float) for msg in msgs)
+    if packed is not None:
+        return tril_unpack(total, packed, symmetric=True)
+    return float(total) if np.ndim(total) == 0 else total
+
+
 def wants_kernel_grad(broadcast):
     """Whether a closed-form round's message must carry the global kernel gradient."""
     return bool(int(broadcast["kernel_grad"])) if "kernel_grad" in broadcast else True
@@ -1091,17 +1103,11 @@ class _PFedHGPSteps(FederatedAlgorithm):
         msgs = list(messages.values())
         T = len(msgs)
         M = self.M
-        n = sum(float(m["n"]) for m in msgs)
-        rr = sum(float(m["rr"]) for m in msgs)
-        c = sum(float(m["c"]) for m in msgs)
-        t_g = sum(float(m["t_g"]) for m in msgs)
-        kl_u = sum(float(m["kl_u"]) for m in msgs)
+        n, rr, c, t_g, kl_u = (message_total(msgs, k) for k in ("n", "rr", "c", "t_g", "kl_u"))
         if cfg.use_global:
-            Phi = tril_unpack(sum(np.asarray(m["Phi"]) for m in msgs), M, symmetric=True)
-            b = sum(np.asarray(m["b"]) for m in msgs)
+            Phi, b = message_total(msgs, "Phi", packed=M), message_total(msgs, "b")
         if cfg.use_deviation:
-            D = sum(float(m["D"]) for m in msgs)
-            logdet_d = sum(float(m["logdet_d"]) for m in msgs)
+            D, logdet_d = message_total(msgs, "D"), message_total(msgs, "logdet_d")
         s2 = float(softplus(g["noise"]))
         phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
 
@@ -1139,9 +1145,9 @@ class _PFedHGPSteps(FederatedAlgorithm):
             # and the new S_g, phi, s2; m_g then jumps to the joint optimum of all
             # the means (ClosedFormClient.marginal_global_stats) at the broadcast
             # s2, phi, and the clients' next solve follows it
-            A = tril_unpack(sum(np.asarray(m["A_joint"]) for m in msgs), M, symmetric=True)
+            A = message_total(msgs, "A_joint", packed=M)
             A[np.diag_indices(M)] += 1.0
-            a = sum(np.asarray(m["a_joint"]) for m in msgs)
+            a = message_total(msgs, "a_joint")
             g["mg"] = cho_solve(cholesky(A), a)
         g["noise"] = np.asarray(softplus_inv(s2))
         if cfg.use_deviation:
