@@ -39,6 +39,15 @@ def keeping_payloads():
 
 DIRECTIONS = ("down", "up")
 
+_DTYPE_STR = {}  # dtype -> dtype.str (the property builds a new string on each access)
+
+
+def _dtype_str(dtype):
+    s = _DTYPE_STR.get(dtype)
+    if s is None:
+        s = _DTYPE_STR[dtype] = dtype.str
+    return s
+
 
 class LedgerRecord(NamedTuple):
     """One message between the server and one client.
@@ -132,7 +141,7 @@ class Ledger:
         names = tuple(message)
         arrays = [np.asarray(message[n]) for n in names]
         shapes = tuple(a.shape for a in arrays)
-        dtypes = tuple(a.dtype.str for a in arrays)
+        dtypes = tuple(_dtype_str(a.dtype) for a in arrays)
         nbytes = 0
         for a in arrays:
             nbytes += a.nbytes
