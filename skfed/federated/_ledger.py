@@ -140,11 +140,12 @@ class Ledger:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}.")
         names = tuple(message)
         arrays = [np.asarray(message[n]) for n in names]
-        shapes = tuple(a.shape for a in arrays)
-        dtypes = tuple(_dtype_str(a.dtype) for a in arrays)
-        nbytes = 0
-        for a in arrays:
+        shapes, dtypes, nbytes = [], [], 0
+        for a in arrays:  # one pass (a message per client and round)
+            shapes.append(a.shape)
+            dtypes.append(_dtype_str(a.dtype))
             nbytes += a.nbytes
+        shapes, dtypes = tuple(shapes), tuple(dtypes)
         round = int(round)
         if self.keep_payloads:  # a copy: a sender may reuse or change its arrays later
             kept = {}
