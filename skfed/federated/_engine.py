@@ -182,13 +182,15 @@ class InProcessTransport:
         """
         clients = self.clients
         key = Stream.CLIENT_FINAL if final else Stream.CLIENT_STEP
+        # no stream for a client step that never draws (FederatedAlgorithm.client_step_draws)
+        draws = final or self.algorithm.client_step_draws
         args = [
             (
                 self.algorithm,
                 clients[k],
                 self.states[k],
                 broadcast,
-                round_rng(self.entropy, key, clients[k].index, rnd),
+                round_rng(self.entropy, key, clients[k].index, rnd) if draws else None,
                 final,
             )
             for k in asked

@@ -39,6 +39,15 @@ def keeping_payloads():
 
 DIRECTIONS = ("down", "up")
 
+_DTYPE_STR = {}  # dtype -> dtype.str (the property builds a new string on each access)
+
+
+def _dtype_str(dtype):
+    s = _DTYPE_STR.get(dtype)
+    if s is None:
+        s = _DTYPE_STR[dtype] = dtype.str
+    return s
+
 
 class LedgerRecord(NamedTuple):
     """One message between the server and one client.
@@ -131,11 +140,12 @@ class Ledger:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}.")
         names = tuple(message)
         arrays = [np.asarray(message[n]) for n in names]
-        shapes = tuple(a.shape for a in arrays)
-        dtypes = tuple(a.dtype.str for a in arrays)
-        nbytes = 0
-        for a in arrays:
+        shapes, dtypes, nbytes = [], [], 0
+        for a in arrays:  # one pass (a message per client and round)
+            shapes.append(a.shape)
+            dtypes.append(_dtype_str(a.dtype))
             nbytes += a.nbytes
+        shapes, dtypes = tuple(shapes), tuple(dtypes)
         round = int(round)
         if self.keep_payloads:  # a copy: a sender may reuse or change its arrays later
             kept = {}

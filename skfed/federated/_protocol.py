@@ -185,6 +185,14 @@ class FederatedAlgorithm:
     #: Whether the final broadcast goes to every client's ``client_finalize``.
     finalize_clients = False
 
+    #: Whether ``client_step`` may draw from its ``rng``. An algorithm whose client
+    #: step never draws may say so (False): the in-process engine then passes
+    #: ``rng=None`` instead of building the client's stream of the round (a seed
+    #: sequence and a generator, about 20 us per client and round). The streams
+    #: are keyed by client and round (:func:`~skfed.federated.round_rng`), so no
+    #: other draw changes.
+    client_step_draws = True
+
     def client_init(self, data, rng):
         """Return the initial local state of one client (default: ``None``)."""
         return None
@@ -253,13 +261,18 @@ def check_message(message, *, sender="client", allow_text=False):
     for name, value in message.items():
         if not isinstance(name, str):
             raise TypeError(f"{sender} message keys must be str, got {name!r}.")
+        if type(value) is float:  # the commonest entry: a new 0-d float64 array
+            arr = np.array(value)
+            arr.setflags(write=False)
+            out[name] = arr
+            continue
         arr = np.asarray(value)
         if arr.dtype.kind not in ("biufcU" if allow_text else "biufc"):
             raise TypeError(
                 f"{sender} message entry {name!r} has dtype {arr.dtype}; only "
                 "numeric arrays may cross between clients and server."
             )
-        if arr is not value and isinstance(value, (numbers.Number, np.generic)):
+        if arr is not value and isinstance(value, (np.generic, numbers.Number)):
             arr.setflags(write=False)  # a scalar's array is new: nobody else holds it
         elif arr.flags.writeable or arr.base is not None:
             # a private read-only copy: later mutation by a step cannot change

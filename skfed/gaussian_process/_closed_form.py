@@ -31,14 +31,17 @@ from ._elbo import (
     sigmoid,
     softplus,
     solve_triangular,
+    unpack_global,
 )
 from ._kernels import (
+    basis_rows,
     cavi_local_steps,
+    cavi_round_small,
     closed_form_q,
     factor_stats,
     latent_sweeps,
-    local_basis_small,
-    local_products,
+    local_basis_rows,
+    local_products_rows,
     marginal_dev_stats,
 )
 
@@ -71,12 +74,12 @@ def _factor_terms(basis, L, s2=None, inv_prior=None):
 
 
 def fused_local_basis(X, loc, cfg):
-    """The local basis as the fused loop forms it (:func:`._kernels.local_basis_small`).
+    """The local basis as the fused loop forms it (:func:`._kernels.local_basis_rows`).
 
     The same basis as ``_elbo.local_basis`` up to rounding: numba loops
     instead of LAPACK's triangular solve.
     """
-    info, L, K, Vt, jit, ls, var = local_basis_small(
+    info, L, K, Vt, jit, ls, var = local_basis_rows(
         np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(loc["Zl"], dtype=float),
         np.ascontiguousarray(np.ravel(loc["ls_l"]), dtype=float), float(loc["var_l"]),
         cfg.kind, float(cfg.jitter))
@@ -85,6 +88,146 @@ def fused_local_basis(X, loc, cfg):
             f"a kernel matrix is not positive definite even with jitter {jit:.1e}; "
             "check for NaN hyperparameters or raise jitter.")
     return Basis(L=L, W=Vt.T, jitter=jit, K=K, ls=ls, var=float(var))
+
+
+def global_basis_small(X, g, cfg):
+    """The global basis of a small client's round (:func:`round_fusable`) by numba.
+
+    ``_elbo.global_basis`` with the factor and ``V = L^{-1} K(Z_g, X)`` of
+    :func:`._kernels.basis_rows` (the same jitter escalation) instead of
+    LAPACK: equal up to rounding, in one call (a small client forms it every
+    other round, when the global kernel moves).
+    """
+    c = unpack_global(g, cfg)
+    info, L, K, Vt, jit = basis_rows(
+        np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(g["Zg"], dtype=float),
+        np.ascontiguousarray(c["ls"], dtype=float), c["var"], cfg.kind, float(cfg.jitter))
+    if info != 0:
+        raise CholeskyError(
+            f"a kernel matrix is not positive definite even with jitter {jit / 10:.1e}; "
+            "check for NaN hyperparameters or raise jitter.")
+    return Basis(L=L, W=Vt.T, jitter=jit, K=K, ls=c["ls"], var=c["var"])
+
+
+def round_fusable(cfg, n, M, m, n_steps):
+    """Whether a client's whole closed-form round is one call (:func:`small_round`).
+
+    The default model (global, deviation and local components) on a client
+    whose local steps fuse (:meth:`ClosedFormClient.fusable`: at most
+    ``FUSED_MAX_ROWS`` rows, numba's sizes), with at least one local step.
+    """
+    return (cfg.use_global and cfg.use_deviation and cfg.use_local and n_steps > 0
+            and n <= FUSED_MAX_ROWS and m <= SMALL_INDUCING and M + m <= SMALL_JOINT)
+
+
+def _flat_moments(adam, loc, hyper):
+    """Adam's step count and flat moments (raw lengthscales, raw variance, ``Z``)."""
+    if adam is None:
+        size = sum(int(np.size(loc[k])) for k in hyper)
+        return 0, np.zeros(size), np.zeros(size)
+    if "flat" in adam:
+        return adam["t"], adam["flat"][0], adam["flat"][1]
+    return adam["t"], *(np.concatenate([np.ravel(adam[w][k]) for k in hyper]).astype(float)
+                        for w in ("m", "v"))
+
+
+def small_round(X, y, g, loc, gb, adam, cfg, n_steps, lr, z_scale, lb, want_grad,
+                want_joint, scalars=None, b1=0.9, b2=0.999, eps=1e-8):
+    """A small client's closed-form round in one call of :func:`._kernels.cavi_round_small`.
+
+    The same operations as ``_steps._cavi_local`` on the fused path (first
+    solve, :meth:`ClosedFormClient.fused_local_steps`), then
+    :meth:`ClosedFormClient.message` with the packed ``Phi``,
+    :meth:`ClosedFormClient.global_kernel_grad` (if ``want_grad``) and
+    :meth:`ClosedFormClient.marginal_global_stats` (if ``want_joint``), for
+    the default model (see :func:`round_fusable`); tested against the
+    step-by-step numpy/LAPACK round in ``tests/gaussian_process/test_small_round.py``.
+    Without their per-call overhead, which was most of a small client's round
+    once the local steps were fused.
+
+    Parameters
+    ----------
+    X, y : ndarray
+        The client's scaled inputs and normalized targets.
+    g : dict
+        Raw global parameters (the broadcast).
+    loc : dict
+        The client's local parameters.
+    gb : Basis
+        The client's global basis at ``g``.
+    adam : dict or None
+        Adam's state of the local kernel: ``{"t", "flat": (m, v)}`` as this
+        function returns it, the dict of :func:`._steps.adam_init`, or None.
+    cfg : ModelConfig
+    n_steps, lr, z_scale
+        Local steps, their learning rate and the inducing inputs' step unit.
+    lb : tuple or None
+        ``(L, K, V^T, jitter)`` of the local basis at ``loc`` (as this
+        function returns it), or None to form it (:func:`fused_local_basis`'s numba code).
+    want_grad, want_joint : bool
+        Whether the message carries the global kernel gradient and the joint-mean
+        statistics.
+    scalars : tuple or None
+        ``(softplus(noise), softplus(phi))`` of ``g`` if the caller has them (the
+        same for every client of a round).
+
+    Returns
+    -------
+    loc : dict
+    adam : dict
+    jitter : float
+        The largest local jitter of the round.
+    msg : dict
+        The message, without ``"n"`` and ``"jitter"``; gradients under
+        ``"g_ls_g"``, ``"g_var_g"`` and (with ``learn_inducing``) ``"g_Zg"``.
+    lb : tuple
+        The last local basis, for the next round.
+    """
+    hyper = ("ls_l", "var_l", "Zl") if cfg.learn_inducing else ("ls_l", "var_l")
+    t0, adam_m, adam_v = _flat_moments(adam, loc, hyper)
+    c = np.ascontiguousarray
+    have = lb is not None
+    empty = np.empty((0, 0))
+    L0, K0, Vt0, jit0 = lb if have else (empty, empty, empty, 0.0)
+    if scalars is None:
+        scalars = (float(softplus(g["noise"])), float(softplus(g["phi"])))
+    sc = np.array([float(loc["var_l"]), float(gb.var), float(g["var_g"]), scalars[0],
+                   scalars[1], float(lr), b1, b2, eps, float(cfg.jitter), float(jit0)])
+    ints = np.array([cfg.kind, cfg.ard, cfg.learn_inducing, n_steps, t0, have, want_grad,
+                     want_joint], dtype=np.int64)
+    # the basis's arrays as the kernel reads them, kept with it (for these targets)
+    kept = gb._small
+    if kept is None or kept[0] is not y:
+        kept = gb._small = (y, c(y, dtype=float), c(gb.W.T), c(gb.K), c(gb.L), c(gb.gram),
+                            c(gb.project(y)))
+    (info, Z, ls_raw, var_raw, m_new, v_new, md, mu, Lu, Ld, L, K, Vt, ls, var, jit_last,
+     jit, stats, b, Phi, A, a, g_ls, g_var, g_Z) = cavi_round_small(
+        c(X, dtype=float), *kept[1:], c(g["mg"], dtype=float), c(g["Lg"], dtype=float),
+        c(g["Zg"], dtype=float), c(gb.ls, dtype=float), c(np.ravel(g["ls_g"]), dtype=float),
+        c(loc["Zl"], dtype=float), c(np.ravel(loc["ls_l"]), dtype=float), c(adam_m),
+        c(adam_v), c(np.ravel(z_scale), dtype=float), L0, K0, Vt0, sc, ints)
+    if info == 1:
+        raise CholeskyError(
+            f"a kernel matrix is not positive definite even with jitter {jit:.1e}; "
+            "check for NaN hyperparameters or raise jitter.")
+    if info != 0:
+        raise LinAlgError("a closed-form precision is not positive definite.")
+    out = dict(loc)
+    out["ls_l"] = ls_raw.reshape(np.shape(loc["ls_l"]))
+    out["var_l"] = np.asarray(var_raw)
+    out["Zl"] = Z
+    out["md"], out["Ld"], out["mu"], out["Lu"] = md, Ld, mu, Lu
+    msg = {"rr": float(stats[0]), "c": float(stats[1]), "t_g": float(stats[2]), "Phi": Phi,
+           "b": b, "D": float(stats[3]), "logdet_d": float(stats[4]),
+           "kl_u": float(stats[5])}
+    if want_grad:
+        msg["g_ls_g"], msg["g_var_g"] = g_ls, np.asarray(g_var)
+        if cfg.learn_inducing:
+            msg["g_Zg"] = g_Z
+    if want_joint:
+        msg["A_joint"], msg["a_joint"] = A, a
+    adam = {"t": t0 + n_steps, "flat": (m_new, v_new)}
+    return out, adam, jit, msg, (L, K, Vt, jit_last)
 
 
 class ClosedFormClient:
@@ -196,8 +339,8 @@ class ClosedFormClient:
         one formed again, as on a Flower site, give the same bits)."""
         gb = self.gb
         Wt = np.ascontiguousarray(gb.W.T) if gb is not None else np.empty((self.n, 0))
-        Gv, C, vy = local_products(Wt, np.ascontiguousarray(lb.W.T),
-                                   np.ascontiguousarray(self.y, dtype=float))
+        Gv, C, vy = local_products_rows(Wt, np.ascontiguousarray(lb.W.T),
+                                        np.ascontiguousarray(self.y, dtype=float))
         lb._gram = Gv
         self.lb, self.vy, self.C = lb, vy, (C if gb is not None else None)
 

@@ -241,6 +241,8 @@ class Basis:
     # (s2, phi, chol of the optimal q(delta) covariance, and terms of it: see _closed_form)
     _dev_cov: tuple = None
     _proj: tuple = None  # (y, W y) of the last projected target vector
+    # (y, and the contiguous arrays of this basis _closed_form.small_round reads)
+    _small: tuple = None
 
     def project(self, y):
         """``W y``, kept for the last ``y`` (compared by identity: a client's

@@ -954,6 +954,11 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
     jit_max = jitter
     jit = jitter
     ls, var = _constrained(ls_raw, var_raw, d)
+    # the deviation block of the joint precision stays put over the steps
+    info, L11 = prior_block_factor(Gw, s2, inv_prior)
+    if info != 0:
+        return (2, Z, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt, Gv, C,
+                vy, jit, jit_max)
     for s in range(c1s.shape[0]):
         # constrained parameters the current basis was formed with
         ls, var = _constrained(ls_raw, var_raw, d)
@@ -993,12 +998,12 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
         if learn_inducing:
             Z = p[n_ls + 1:].copy().reshape(m, d)
         # the new local basis and its products
-        info, L, K, Vt, jit, ls, var = local_basis_small(X, Z, ls_raw, var_raw, kind, jitter)
+        info, L, K, Vt, jit, ls, var = local_basis_rows(X, Z, ls_raw, var_raw, kind, jitter)
         if info != 0:
             return (1, Z, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt,
                     Gv, C, vy, jit, jit_max)
         jit_max = max(jit_max, jit)
-        Gv, C, vy = local_products(Wt, Vt, y)
+        Gv, C, vy = local_products_rows(Wt, Vt, y)
         # the joint closed-form solve at the new basis
         rv = vy.copy()
         for b in range(m):
@@ -1007,7 +1012,7 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
                 t += C[a, b] * mbase[a]
             rv[b] -= t
         Cq = C if k > 0 else np.empty((0, m))
-        info, means, Lu, _ = closed_form_q(Gw, Cq, Gv, rw, rv, s2, inv_prior, False)
+        info, means, Lu = joint_solve_cached(L11, Cq, Gv, rw, rv, s2)
         if info != 0:
             return (2, Z, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt,
                     Gv, C, vy, jit, jit_max)
@@ -1083,3 +1088,473 @@ def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
             A[c, r] = v
         a[r] = x[r] / phi
     return 0, A, a
+
+
+# ----------------------------------------------------------------------------
+# a small closed-form client's whole round in one call (many small clients: after
+# the local loop was fused, the round's cost was the Python around it: the first
+# solve, the message, the global kernel gradient, the joint statistics)
+# ----------------------------------------------------------------------------
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
+    """``_elbo.basis_backward`` for a small basis with a rank-one adjoint part.
+
+    Gradients (variance, ARD lengthscales, ``Z``) of a function of ``W``
+    whose adjoint is ``W_bar = A W + P e^T`` (``A`` of shape ``(m, m)``,
+    ``P`` of shape ``(m,)``, ``e`` of shape ``(n,)``), given ``Wt = W^T``,
+    ``gram = W W^T`` and ``WE = W e``: ``C_bar^T = W^T (L^{-T} A)^T + e
+    (L^{-T} P)^T`` and ``L_bar = -(L^{-T} P) WE^T - (L^{-T} A) W W^T``, the
+    same products as ``basis_backward`` (and ``_local_grad``), in loops.
+    """
+    n, m = Wt.shape
+    LAP = np.empty((m, m + 1))
+    for a in range(m):
+        for b in range(m):
+            LAP[a, b] = A[a, b]
+        LAP[a, m] = P[a]
+    _solve_lower_t_rows(L, LAP)
+    # row updates (independent multiply-adds; each sum in the order of a dot product)
+    L_bar = np.empty((m, m))
+    T = np.empty(m)
+    for a in range(m):
+        T[:] = 0.0
+        for c in range(m):
+            lac = LAP[a, c]
+            gc = gram[c]
+            for b in range(m):
+                T[b] += lac * gc[b]
+        for b in range(m):
+            L_bar[a, b] = -LAP[a, m] * WE[b] - T[b]
+    LAt = np.empty((m, m))
+    for a in range(m):
+        for c in range(m):
+            LAt[c, a] = LAP[a, c]
+    G = np.zeros((n, m))
+    for i in range(n):
+        wi = Wt[i]
+        gi = G[i]
+        for c in range(m):
+            wic = wi[c]
+            lc = LAt[c]
+            for a in range(m):
+                gi[a] += wic * lc[a]
+    LP = np.ascontiguousarray(LAP[:, m:])
+    Kzz_bar = chol_backward(L, L_bar)
+    gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
+    gv2, gl2, gZ2 = kernel_adjoint_cross(X, Z, ls, var, kind, K, G, e.reshape(n, 1), LP)
+    return gv1 + gv2, gl1 + gl2, gZ1 + gZ2
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _tril_pack(A):
+    """Lower triangle (with diagonal) of a square matrix, row by row (``_elbo.tril_pack``)."""
+    m = A.shape[0]
+    out = np.empty(m * (m + 1) // 2)
+    o = 0
+    for i in range(m):
+        for j in range(i + 1):
+            out[o] = A[i, j]
+            o += 1
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _dot(a, b):
+    t = 0.0
+    for i in range(a.shape[0]):
+        t += a[i] * b[i]
+    return t
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _matvec(A, x):
+    """``A @ x`` for a row-major ``A``."""
+    out = np.empty(A.shape[0])
+    for i in range(A.shape[0]):
+        out[i] = _dot(A[i], x)
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _matvec_t(A, x):
+    """``A.T @ x`` for a row-major ``A``, by rows of ``A``."""
+    out = np.zeros(A.shape[1])
+    for i in range(A.shape[0]):
+        xi = x[i]
+        ai = A[i]
+        for j in range(A.shape[1]):
+            out[j] += ai[j] * xi
+    return out
+
+
+@njit(cache=True, nogil=True)
+def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, ls_raw,
+                     adam_m, adam_v, z_scale, L0, K0, Vt0, sc, ints):
+    """A small client's closed-form round with all three components, in one call.
+
+    The round of ``_steps._cavi_local`` and ``_cavi_message`` (plus
+    ``ClosedFormClient.marginal_global_stats``) when the client fuses its
+    local steps: the products of the local basis with the round's shared
+    basis (:func:`local_products`), the joint solve of ``q(delta_i)``,
+    ``q(u_i)`` with the ``q(delta_i)`` covariance (:func:`closed_form_q`),
+    the local steps (:func:`cavi_local_steps`), the message's sufficient
+    statistics (``ClosedFormClient.message``), the joint-mean statistics
+    (:func:`marginal_dev_stats`) and the gradient with respect to the global
+    kernel (``ClosedFormClient.global_kernel_grad``, :func:`basis_grad_small`).
+
+    Parameters
+    ----------
+    X, y : the client's scaled inputs and normalized targets.
+    Wt, Kg, Lkg, Gw, wy : the shared basis: ``W^T``, ``k(X, Z_g)``, the factor of
+        ``k(Z_g, Z_g) + jitter``, ``W W^T`` and ``W y``.
+    mg, Lg : the global mean and the factor of its covariance (broadcast).
+    Zg, ls_g, ls_g_raw : global inducing inputs, lengthscales (one per feature)
+        and their raw values.
+    Zl, ls_raw : the local inducing inputs and raw lengthscales.
+    adam_m, adam_v : Adam's moments, flat (raw lengthscales, raw variance, ``Z``).
+    z_scale : step unit of the inducing inputs per feature.
+    L0, K0, Vt0 : the local basis at the current local kernel (``ints[5]`` set), or
+        anything (formed here as :func:`local_basis_small`).
+    sc : float64 array ``[var_raw, var_g, var_g_raw, s2, phi, lr, b1, b2, eps,
+        jitter, jitter of L0]``.
+    ints : int64 array ``[kind, ard, learn_inducing, n_steps, t0, have_basis,
+        want_grad, want_joint]`` (``t0`` Adam's step count before the round).
+
+    Returns
+    -------
+    info : 0, 1 (a local kernel matrix not positive definite with any jitter)
+        or 2 (a closed-form precision not positive definite).
+    Zl, ls_raw, var_raw, adam_m, adam_v : the new local kernel and Adam's moments.
+    md, mu, Lu, Ld : the new ``q(delta_i)``, ``q(u_i)``.
+    L, K, Vt, ls, var, jit_last, jit_max : the last local basis, its kernel's
+        constrained parameters, its jitter, the round's largest local jitter.
+    stats : ``[rr, c, t_g, D, logdet_d, kl_u]`` of the message.
+    b, Phi : ``W r`` and the packed ``W W^T``.
+    A_packed, a : the joint-mean statistics (empty unless ``want_joint``).
+    g_ls, g_var, g_Z : the global kernel gradient, raw lengthscales (one, or
+        one per feature with ARD), raw variance, ``Z_g`` (zeros unless
+        ``learn_inducing``; empty unless ``want_grad``).
+    """
+    var_raw, var_g, var_g_raw, s2, phi = sc[0], sc[1], sc[2], sc[3], sc[4]
+    lr, b1, b2, eps, jitter = sc[5], sc[6], sc[7], sc[8], sc[9]
+    kind, ard, learn, n_steps, t0 = ints[0], ints[1] != 0, ints[2] != 0, ints[3], ints[4]
+    have_basis, want_grad, want_joint = ints[5] != 0, ints[6] != 0, ints[7] != 0
+    n, d = X.shape
+    M = Wt.shape[1]
+    m = Zl.shape[0]
+    inv_phi = 1.0 / phi
+    empty2, empty1 = np.empty((0, 0)), np.empty(0)
+    # copies: the inputs may be the caller's kept (read-only) arrays
+    Zl, ls_raw, adam_m, adam_v = Zl.copy(), ls_raw.copy(), adam_m.copy(), adam_v.copy()
+    # the round's first local basis and its products with the shared basis
+    if have_basis:
+        L, K, Vt, jit0 = L0.copy(), K0.copy(), Vt0.copy(), sc[10]
+        ls, var = _constrained(ls_raw, var_raw, d)
+    else:
+        info, L, K, Vt, jit0, ls, var = local_basis_rows(X, Zl, ls_raw, var_raw, kind, jitter)
+        if info != 0:
+            return (1, Zl, ls_raw, var_raw, adam_m, adam_v, empty1, empty1, empty2, empty2,
+                    L, K, Vt, ls, var, jit0, jit0, empty1, empty1, empty1, empty1, empty1,
+                    empty1, 0.0, empty2)
+    Gv, C, vy = local_products_rows(Wt, Vt, y)
+    # the first joint solve, with the q(delta) covariance of the round
+    Gmg = _matvec(Gw, mg)
+    rw = np.empty(M)
+    for a in range(M):
+        rw[a] = wy[a] - Gmg[a]
+    Cmg = _matvec_t(C, mg)
+    rv = np.empty(m)
+    for a in range(m):
+        rv[a] = vy[a] - Cmg[a]
+    info, means, Lu, Ld = closed_form_q(Gw, C, Gv, rw, rv, s2, inv_phi, True)
+    if info != 0:
+        return (2, Zl, ls_raw, var_raw, adam_m, adam_v, empty1, empty1, Lu, Ld,
+                L, K, Vt, ls, var, jit0, jit0, empty1, empty1, empty1, empty1, empty1,
+                empty1, 0.0, empty2)
+    md = means[:M].copy()
+    mu = means[M:].copy()
+    jit_last, jit_max = jit0, jit0
+    if n_steps > 0:
+        c1s = np.empty(n_steps)
+        c2s = np.empty(n_steps)
+        for s in range(n_steps):
+            t = float(t0 + s + 1)  # a float power: libm's pow, as Python's b1**t
+            c1s[s] = 1 - b1**t
+            c2s[s] = 1 - b2**t
+        (info, Zl, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt, Gv, C,
+         vy, jit_last, jit_f) = cavi_local_steps(
+            X, y, Wt, mg, Gw, rw, md, mu, Lu, Zl, ls_raw, var_raw, adam_m, adam_v, c1s, c2s,
+            lr, b1, b2, eps, z_scale, s2, inv_phi, kind, jitter, ard, learn, L, K, Vt, Gv,
+            C, vy)
+        if info != 0:
+            return (info, Zl, ls_raw, var_raw, adam_m, adam_v, md, mu, Lu, Ld, L, K, Vt,
+                    ls, var, jit_last, jit_f, empty1, empty1, empty1, empty1, empty1,
+                    empty1, 0.0, empty2)
+        jit_max = max(jit0, jit_f)
+    # the message (ClosedFormClient.message, in its order of operations)
+    sqnorm_w = 0.0
+    for a in range(M):
+        sqnorm_w += Gw[a, a]
+    sqnorm_v = 0.0
+    for a in range(m):
+        sqnorm_v += Gv[a, a]
+    t_g = n * var_g - sqnorm_w
+    sq_d, logdet_d = factor_stats(Ld)
+    quad_d = s2 * (M - inv_phi * sq_d)
+    sq_u, logdet_u = factor_stats(Lu)
+    quad_u = s2 * (m - 1.0 * sq_u)
+    Gmd = _matvec(Gw, md)
+    Cmu = _matvec(C, mu)
+    rr = _dot(y, y)
+    rr += _dot(md, Gmd) - 2.0 * _dot(md, wy)
+    c = quad_d
+    Gvmu = _matvec(Gv, mu)
+    rr += _dot(mu, Gvmu) - 2.0 * _dot(mu, vy)
+    t_l = n * var - sqnorm_v
+    c += quad_u + t_l
+    rr += 2.0 * _dot(md, Cmu)
+    b = np.empty(M)
+    for a in range(M):
+        b[a] = (wy[a] - Gmd[a]) - Cmu[a]
+    stats = np.empty(6)
+    stats[0], stats[1], stats[2] = rr, c, t_g
+    stats[3] = sq_d + _dot(md, md)
+    stats[4] = logdet_d
+    stats[5] = 0.5 * (sq_u + _dot(mu, mu) - m - logdet_u)
+    Phi = _tril_pack(Gw)
+    A_packed, a_joint = empty1, empty1
+    if want_joint:
+        info, A, a_joint = marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi)
+        if info != 0:
+            return (2, Zl, ls_raw, var_raw, adam_m, adam_v, md, mu, Lu, Ld, L, K, Vt,
+                    ls, var, jit_last, jit_max, empty1, empty1, empty1, empty1, empty1,
+                    empty1, 0.0, empty2)
+        A_packed = _tril_pack(A)
+    g_ls, g_var, g_Z = empty1, 0.0, empty2
+    if want_grad:
+        # ClosedFormClient.global_kernel_grad: W_bar = (mbar e^T - (S_g + S_delta) W
+        # + kappa W) / s2 with the residual e = y - W^T mbar - V^T m_u
+        kappa = 1.0 + phi
+        mbar = np.empty(M)
+        for a in range(M):
+            mbar[a] = mg[a] + md[a]
+        e = np.empty(n)
+        for i in range(n):
+            e[i] = (y[i] - _dot(Wt[i], mbar)) - _dot(Vt[i], mu)
+        Gmbar = _matvec(Gw, mbar)
+        We = np.empty(M)
+        for a in range(M):
+            We[a] = (wy[a] - Gmbar[a]) - Cmu[a]
+        # A = (kappa I - Lg Lg^T - Ld Ld^T) / s2, the products of the lower factors
+        # by rows (entry (a, c) sums over q <= min(a, c))
+        LgT = np.ascontiguousarray(Lg.T)
+        LdT = np.ascontiguousarray(Ld.T)
+        A = np.empty((M, M))
+        P = np.empty(M)
+        T1 = np.empty(M)
+        T2 = np.empty(M)
+        for a in range(M):
+            T1[:] = 0.0
+            T2[:] = 0.0
+            for q in range(a + 1):
+                lq, dq = Lg[a, q], Ld[a, q]
+                gq, hq = LgT[q], LdT[q]
+                for c2 in range(q, M):
+                    T1[c2] += lq * gq[c2]
+                    T2[c2] += dq * hq[c2]
+            for c2 in range(M):
+                A[a, c2] = (((kappa if a == c2 else 0.0) - T1[c2]) - T2[c2]) / s2
+            P[a] = mbar[a] / s2
+        gv, gl, gZ = basis_grad_small(X, Zg, ls_g, var_g, kind, Lkg, Kg, Wt, Gw, A, P, e, We)
+        gv += -kappa * n / (2 * s2)
+        g_var = gv * _sigmoid(var_g_raw)
+        n_ls = ls_g_raw.shape[0]
+        g_ls = np.empty(n_ls)
+        if ard:
+            for j in range(n_ls):
+                g_ls[j] = gl[j] * _sigmoid(ls_g_raw[j])
+        else:
+            t = 0.0
+            for j in range(d):
+                t += gl[j]
+            g_ls[0] = t * _sigmoid(ls_g_raw[0])
+        g_Z = gZ if learn else np.zeros_like(gZ)
+    return (0, Zl, ls_raw, var_raw, adam_m, adam_v, md, mu, Lu, Ld, L, K, Vt, ls, var,
+            jit_last, jit_max, stats, b, Phi, A_packed, a_joint, g_ls, g_var, g_Z)
+
+
+# ----------------------------------------------------------------------------
+# the local step's algebra with fewer dependent operations (the same results to the
+# bit: each sum is taken in the same order, only the loops run in another order)
+# ----------------------------------------------------------------------------
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def prior_block_factor(Gw, s2, inv_prior):
+    """Lower Cholesky factor of ``Gw / s2 + inv_prior I``: the leading block of the
+    factor :func:`closed_form_q` forms (the same operations, so the same bits).
+
+    Returns ``(info, L11)``. Within a round ``Gw``, ``s2`` and the prior stay
+    put while the local kernel moves, so the local steps factor it once
+    (:func:`joint_solve_cached`).
+    """
+    k = Gw.shape[0]
+    P = np.empty((k, k))
+    for i in range(k):
+        for j in range(i + 1):
+            P[i, j] = Gw[i, j] / s2
+        P[i, i] += inv_prior
+    info = _chol_in_place(P)
+    return info, P
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def joint_solve_cached(L11, C, Gv, rw, rv, s2):
+    """:func:`closed_form_q` (without ``Ld``) given the factor of its leading block.
+
+    ``L11`` is :func:`prior_block_factor`'s factor of ``Gw / s2 + inv_prior
+    I``; the rest of the joint factor is formed as ``_chol_in_place`` forms
+    it (left-looking, each sum in the same order), so means and ``Lu`` are
+    those of :func:`closed_form_q` to the bit, without the ``k x k`` block's
+    divisions and factorization. Returns ``(info, means, Lu)``.
+    """
+    k = L11.shape[0]
+    nu = Gv.shape[0]
+    N = k + nu
+    P = np.empty((N, N))
+    for i in range(k):
+        for j in range(i + 1):
+            P[i, j] = L11[i, j]
+    for i in range(nu):
+        for j in range(k):
+            P[k + i, j] = C[j, i] / s2
+        for j in range(i + 1):
+            P[k + i, k + j] = Gv[i, j] / s2
+        P[k + i, k + i] += 1.0
+    Lu = np.zeros((nu, nu))
+    x = np.empty(N)
+    if nu > 0:
+        info, Lu = _inv_chol_block(P, k, N)
+        if info != 0:
+            return info, x, Lu
+    # columns of the leading block: only the rows below it are new
+    for j in range(k):
+        d = P[j, j]
+        for i in range(k, N):
+            t = P[i, j]
+            for p in range(j):
+                t -= P[i, p] * P[j, p]
+            P[i, j] = t / d
+    for j in range(k, N):
+        s = P[j, j]
+        for p in range(j):
+            s -= P[j, p] * P[j, p]
+        if not s > 0.0:  # also catches NaN
+            return j + 1, x, Lu
+        d = np.sqrt(s)
+        P[j, j] = d
+        for i in range(j + 1, N):
+            t = P[i, j]
+            for p in range(j):
+                t -= P[i, p] * P[j, p]
+            P[i, j] = t / d
+    for i in range(k):
+        x[i] = rw[i] / s2
+    for i in range(nu):
+        x[k + i] = rv[i] / s2
+    _chol_solve_in_place(P, x)
+    return 0, x, Lu
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def local_products_rows(Wt, Vt, y):
+    """:func:`local_products` with longer independent inner loops (the same bits).
+
+    ``W V^T`` is accumulated transposed, so the inner loop runs over the
+    ``M`` shared-basis rows instead of the ``m`` local ones, and ``V V^T``
+    over full rows (the upper triangle then copied from the lower, as
+    there); each entry's sum still runs over the rows in order.
+    """
+    n, m = Vt.shape
+    M = Wt.shape[1]
+    Gv = np.zeros((m, m))
+    Ct = np.zeros((m, M))
+    vy = np.zeros(m)
+    for i in range(n):
+        vi = Vt[i]
+        wi = Wt[i]
+        yi = y[i]
+        for a in range(m):
+            va = vi[a]
+            vy[a] += va * yi
+            ga = Gv[a]
+            for b in range(m):
+                ga[b] += va * vi[b]
+            ca = Ct[a]
+            for b in range(M):
+                ca[b] += va * wi[b]
+    for a in range(m):
+        for b in range(a):
+            Gv[b, a] = Gv[a, b]
+    C = np.empty((M, m))
+    for a in range(M):
+        for b in range(m):
+            C[a, b] = Ct[b, a]
+    return Gv, C, vy
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _local_basis_rows(X, Z, ls, var, kind, jitter):
+    """:func:`_local_basis_fused` with the substitution ``V = L^{-1} K(Z, X)`` run
+    by rows of ``V`` (row ``a`` minus ``L[a, b]`` times row ``b``, ``b < a`` in
+    order, then divided by ``L[a, a]``): each entry's operations in the same
+    order as there (the same bits), over independent entries of a row."""
+    jit = jitter
+    info = 1
+    L = np.empty((0, 0))
+    for _ in range(8):
+        info, L = inducing_cholesky(Z, ls, var, kind, jit)
+        if info == 0:
+            ok = True
+            for i in range(L.shape[0]):
+                if not np.isfinite(L[i, i]):
+                    ok = False
+            if ok:
+                break
+            info = 1
+        jit = max(jit * 10.0, 1e-12)
+    K = kernel_matrix(X, Z, ls, var, kind)
+    n, m = K.shape
+    Vt = np.empty((n, m))
+    if info != 0:
+        return info, L, K, Vt, jit
+    V = np.empty((m, n))
+    for a in range(m):
+        va = V[a]
+        for i in range(n):
+            va[i] = K[i, a]
+        for b in range(a):
+            lab = L[a, b]
+            vb = V[b]
+            for i in range(n):
+                va[i] -= lab * vb[i]
+        d = L[a, a]
+        for i in range(n):
+            va[i] = va[i] / d
+    for i in range(n):
+        for a in range(m):
+            Vt[i, a] = V[a, i]
+    return 0, L, K, Vt, jit
+
+
+@njit(cache=True, nogil=True)
+def local_basis_rows(X, Z, ls_raw, var_raw, kind, jitter):
+    """:func:`local_basis_small` by :func:`_local_basis_rows` (the same bits)."""
+    ls, var = _constrained(ls_raw, var_raw, X.shape[1])
+    info, L, K, Vt, jit = _local_basis_rows(X, Z, ls, var, kind, jitter)
+    return info, L, K, Vt, jit, ls, var
+
+
+@njit(cache=True, nogil=True)
+def basis_rows(X, Z, ls, var, kind, jitter):
+    """``_elbo.basis_forward`` for a small ``Z`` in one call (constrained kernel
+    parameters): :func:`_local_basis_rows`, ``(info, L, K, V^T, jitter used)``."""
+    return _local_basis_rows(X, Z, ls, var, kind, jitter)

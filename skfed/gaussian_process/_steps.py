@@ -44,7 +44,9 @@ from ..federated import FederatedAlgorithm
 from ..federated._release import (
     MIN_ROWS_MOMENTS, sends_moments, sends_products, too_few_rows_warning,
 )
-from ._closed_form import ClosedFormClient, fused_local_basis, latent_q
+from ._closed_form import (
+    ClosedFormClient, fused_local_basis, global_basis_small, latent_q, round_fusable, small_round,
+)
 from ._elbo import (
     LOG2PI,
     client_terms,
@@ -102,7 +104,10 @@ class BasisCache:
         Parameters match if their shapes and bytes are equal (a ``-0.0`` for a
         ``0.0`` only costs a rebuild).
         """
-        key = tuple(_param_key(p) for p in params)
+        return self.get_keyed(name, tuple(_param_key(p) for p in params), build)
+
+    def get_keyed(self, name, key, build):
+        """:meth:`get` with the key already formed (``_param_key`` of each parameter)."""
         hit = self._store.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
@@ -728,6 +733,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_last_broadcast", None)
+        state.pop("_round_scalars", None)
+        state.pop("_global_key", None)
         return state
 
     # --- client ----------------------------------------------------------------
@@ -756,14 +763,34 @@ class _PFedHGPSteps(FederatedAlgorithm):
             loc["Zl"] = (loc["Zl"] - np.asarray(shift)) / np.asarray(broadcast["x_scale"])
         return X, cache
 
-    def _global_basis(self, X, g, cache):
-        """The client's global basis at the broadcast parameters (from ``cache`` if unchanged)."""
-        return cache.get("global", [g[k] for k in GLOBAL_KERNEL if k in g],
-                         lambda: self.build_global(X, g, self.cfg))
+    def _global_basis(self, X, g, cache, small=False):
+        """The client's global basis at the broadcast parameters (from ``cache`` if unchanged).
+
+        The cache key is formed once per :meth:`broadcast_globals` dict (the same
+        object, with read-only arrays, for every client of a round). A client whose
+        round is one call (``small``) forms it with numba (``global_basis_small``)
+        and keeps it under its own name.
+        """
+        params = [g[k] for k in GLOBAL_KERNEL if k in g]
+        last = self.__dict__.get("_global_key")
+        if last is None or last[0] is not g:
+            last = (g, tuple(_param_key(p) for p in params))
+            if all(isinstance(p, np.ndarray) and not p.flags.writeable for p in params):
+                self._global_key = last  # only if no one can change the arrays under it
+        if small:
+            return cache.get_keyed("global_small", last[1],
+                                   lambda: global_basis_small(X, g, self.cfg))
+        return cache.get_keyed("global", last[1], lambda: self.build_global(X, g, self.cfg))
 
     def _local_basis(self, X, loc, cache):
         return cache.get("local", [loc[k] for k in LOCAL_HYPER if k in loc],
                          lambda: self.build_local(X, loc, self.cfg))
+
+    @property
+    def client_step_draws(self):
+        """False: the client step below never draws from its ``rng`` (so the engine
+        need not build the stream); a subclass that overrides it may draw."""
+        return type(self).client_step is not _PFedHGPSteps.client_step
 
     @one_blas_thread
     @reported_client_failures
@@ -786,7 +813,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if self.share_local_hypers and "ls_l" in broadcast:
             loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
             loc["var_l"] = np.array(broadcast["var_l"], dtype=float)
-        gb = self._global_basis(X, g, cache) if self.cfg.global_basis else None
+        small = self.optimizer == "cavi" and self._small_round(X, loc, g)
+        gb = self._global_basis(X, g, cache, small) if self.cfg.global_basis else None
         jit = gb.jitter if gb is not None else 0.0
         if self.optimizer == "paper":
             loc, adam, jit_l = self._paper_local(X, y, g, loc, gb, state["adam"], zscale, cache)
@@ -795,6 +823,9 @@ class _PFedHGPSteps(FederatedAlgorithm):
             msg = {"value": value}
             for k in self.global_keys():
                 msg["g_" + k] = self.pack_tril(gg[k]) if k in TRIL_KEYS else gg[k]
+        elif small:
+            loc, adam, jit_l, msg = self._cavi_small(X, y, g, loc, gb, state["adam"], zscale,
+                                                     cache, broadcast)
         else:
             loc, adam, jit_l, cf = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale, cache)
             msg = self._cavi_message(X, loc, cf, kernel_grad=wants_kernel_grad(broadcast))
@@ -892,6 +923,31 @@ class _PFedHGPSteps(FederatedAlgorithm):
             cf.set_local(lb)
             loc = cf.solve(loc)
         return loc, adam, jit, cf
+
+    def _small_round(self, X, loc, g):
+        """Whether this client's closed-form round is one compiled call (``round_fusable``)."""
+        return ("Zg" in g and "Zl" in loc
+                and round_fusable(self.cfg, X.shape[0], g["Zg"].shape[0], loc["Zl"].shape[0],
+                                  self.local_steps))
+
+    def _cavi_small(self, X, y, g, loc, gb, adam, zscale, cache, broadcast):
+        """A small client's closed-form round and message in one call
+        (:func:`~._closed_form.small_round`); its last local basis is kept under
+        its own name (formed by numba, so a site that dropped it forms the same)."""
+        lb = cache.get("local_round", [loc[k] for k in LOCAL_HYPER], lambda: None)
+        # s2 and phi: the same for every client of the round (kept with the broadcast)
+        last = self.__dict__.get("_round_scalars")
+        if last is None or last[0] is not broadcast:
+            last = (broadcast, (float(softplus(g["noise"])), float(softplus(g["phi"]))))
+            self._round_scalars = last
+        loc, adam, jit, body, lb = small_round(
+            X, y, g, loc, gb, adam, self.cfg, self.local_steps, self.local_lr, zscale["Zl"],
+            lb, wants_kernel_grad(broadcast) and bool(self.kernel_keys()),
+            bool(int(broadcast.get("joint_mean", 0))), last[1])
+        cache.put("local_round", [loc[k] for k in LOCAL_HYPER], lb)
+        msg = {"n": np.int64(X.shape[0])}
+        msg.update(body)
+        return loc, adam, jit, msg
 
     def _cavi_message(self, X, loc, cf, kernel_grad=True):
         msg = cf.message(loc)

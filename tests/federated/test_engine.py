@@ -329,3 +329,38 @@ def test_grouped_rows_are_views_not_copies():
     assert all(np.shares_memory(c.X, X) and not c.X.flags.writeable for c in fed.clients)
     shuffled = Federation.from_arrays(X, np.zeros(6), [0, 1, 0, 1, 0, 1])
     np.testing.assert_array_equal(shuffled.clients[1].X, X[[1, 3, 5]])
+
+
+class NoDrawMean(GradientMean):
+    """A client step that never draws (noise 0), and says so."""
+
+    client_step_draws = False
+
+    def client_step(self, data, state, broadcast, rng):
+        assert rng is None  # the engine built no stream for it
+        return super().client_step(data, state, broadcast, np.random.default_rng(0))
+
+
+def test_a_client_step_that_never_draws_gets_no_stream(federation):
+    fed, X, y = federation
+    kw = dict(n_rounds=5, random_state=3)
+    ref = run_federation(GradientMean(3), fed, **kw)
+    out = run_federation(NoDrawMean(3), fed, **kw)
+    np.testing.assert_array_equal(out.server_state, ref.server_state)
+    assert out.ledger.records == ref.ledger.records
+    assert GradientMean(3).client_step_draws  # the default: the engine builds every stream
+
+
+def test_check_message_float_entries_are_read_only_float64_arrays():
+    msg = check_message({"x": 2.5, "y": float("nan"), "n": 3, "f": np.float32(1.5)})
+    assert msg["x"].dtype == np.float64 and msg["x"].shape == () and float(msg["x"]) == 2.5
+    assert np.isnan(msg["y"]) and msg["n"].dtype.kind == "i" and msg["f"].dtype == np.float32
+    assert all(not a.flags.writeable and a.base is None for a in msg.values())
+
+
+def test_pfedhgp_scalar_steps_never_draw_but_a_subclass_may():
+    from skfed.gaussian_process._ilmm_steps import _IlmmSteps
+    from skfed.gaussian_process._steps import _PFedHGPSteps
+
+    assert _PFedHGPSteps.__new__(_PFedHGPSteps).client_step_draws is False
+    assert _IlmmSteps.__new__(_IlmmSteps).client_step_draws is True

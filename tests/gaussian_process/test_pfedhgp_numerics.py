@@ -91,17 +91,23 @@ def test_client_cholesky_failure_names_client_round_and_fix(data, monkeypatch):
 def test_client_non_finite_message_is_reported(data, monkeypatch):
     # was: a NaN statistic reached the server silently
     X, y, g = data
-    original = _PFedHGPSteps._cavi_message
     calls = []
 
-    def nan_message(self, *args, **kwargs):
-        msg = original(self, *args, **kwargs)
-        calls.append(1)
-        if len(calls) == 5:  # clients a, b, c step in order: round 2, client 'b'
-            msg["rr"] = np.nan
-        return msg
+    def nan_message(original, take):
+        def step(self, *args, **kwargs):
+            out = original(self, *args, **kwargs)
+            calls.append(1)
+            if len(calls) == 5:  # clients a, b, c step in order: round 2, client 'b'
+                take(out)["rr"] = np.nan
+            return out
+        return step
 
-    monkeypatch.setattr(_PFedHGPSteps, "_cavi_message", nan_message)
+    # a client's message comes from _cavi_message, or from _cavi_small for a small
+    # client of the default model (its whole round in one call)
+    monkeypatch.setattr(_PFedHGPSteps, "_cavi_message",
+                        nan_message(_PFedHGPSteps._cavi_message, lambda msg: msg))
+    monkeypatch.setattr(_PFedHGPSteps, "_cavi_small",
+                        nan_message(_PFedHGPSteps._cavi_small, lambda out: out[3]))
     with pytest.raises(FloatingPointError, match=r"^client 'b', round 2: .*'rr' is not "
                                                  r"finite.*rescale y"):
         PFedHGPRegressor(optimizer="cavi", n_jobs=1, **SMALL).fit(X, y, groups=g)
