@@ -59,6 +59,17 @@ FUSED_MAX_ROWS = 256
 SMALL_JOINT = 160
 
 
+def _check_fused(info, jitter):
+    """Raise for the failure code of a fused numba round or loop: 1, a kernel
+    matrix not positive definite at the last ``jitter``; else a precision."""
+    if info == 1:
+        raise CholeskyError(
+            f"a kernel matrix is not positive definite even with jitter {jitter:.1e}; "
+            "check for NaN hyperparameters or raise jitter.")
+    if info != 0:
+        raise LinAlgError("a closed-form precision is not positive definite.")
+
+
 def _factor_terms(basis, L, s2=None, inv_prior=None):
     """``|L|^2``, ``log det(L L^T)`` and ``|L^T W|^2`` of a covariance factor ``L``.
 
@@ -206,12 +217,7 @@ def small_round(X, y, g, loc, gb, adam, cfg, n_steps, lr, z_scale, lb, want_grad
         c(g["Zg"], dtype=float), c(gb.ls, dtype=float), c(np.ravel(g["ls_g"]), dtype=float),
         c(loc["Zl"], dtype=float), c(np.ravel(loc["ls_l"]), dtype=float), c(adam_m),
         c(adam_v), c(np.ravel(z_scale), dtype=float), L0, K0, Vt0, sc, ints)
-    if info == 1:
-        raise CholeskyError(
-            f"a kernel matrix is not positive definite even with jitter {jit:.1e}; "
-            "check for NaN hyperparameters or raise jitter.")
-    if info != 0:
-        raise LinAlgError("a closed-form precision is not positive definite.")
+    _check_fused(info, jit)
     out = dict(loc)
     out["ls_l"] = ls_raw.reshape(np.shape(loc["ls_l"]))
     out["var_l"] = np.asarray(var_raw)
@@ -386,12 +392,7 @@ class ClosedFormClient:
             1.0 / self.phi if cfg.use_deviation else 1.0, cfg.kind, float(cfg.jitter),
             bool(cfg.ard), bool(cfg.learn_inducing), c(lb.L), c(lb.K), c(lb.W.T), c(lb.gram),
             c(C), c(self.vy))
-        if info == 1:
-            raise CholeskyError(
-                f"a kernel matrix is not positive definite even with jitter {jit:.1e}; "
-                "check for NaN hyperparameters or raise jitter.")
-        if info != 0:
-            raise LinAlgError("a closed-form precision is not positive definite.")
+        _check_fused(info, jit)
         out = dict(loc)
         out["ls_l"] = ls_raw.reshape(shapes[0])
         out["var_l"] = np.asarray(var_raw)

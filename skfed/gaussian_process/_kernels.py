@@ -512,6 +512,18 @@ def _latent_q_step(G, C, off, prior, B, s2, want_cov, P, Ls, means):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _local_precision_rows(P, k, C, Gv, s2):
+    """Rows ``k:`` (lower triangle) of the joint precision ``[[., C], [C^T, Gv]] /
+    s2 + diag(., I)`` of ``(m_delta, m_u)``."""
+    for i in range(Gv.shape[0]):
+        for j in range(k):
+            P[k + i, j] = C[j, i] / s2
+        for j in range(i + 1):
+            P[k + i, k + j] = Gv[i, j] / s2
+        P[k + i, k + i] += 1.0
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (derived here).
 
@@ -758,40 +770,22 @@ def _sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _local_basis_fused(X, Z, ls, var, kind, jitter):
-    """``_elbo.basis_forward`` for small ``Z``: ``(info, L, K, Vt, jitter used)``.
-
-    The jitter escalates as in ``_elbo.chol_jitter`` (x10, at least 1e-12, 8
-    tries); ``info`` is nonzero if every try failed. ``Vt = K L^{-T}`` by
-    forward substitution on each row of ``K = k(X, Z)``.
-    """
-    jit = jitter
-    info = 1
-    L = np.empty((0, 0))
-    for _ in range(8):
-        info, L = inducing_cholesky(Z, ls, var, kind, jit)
-        if info == 0:
-            ok = True
-            for i in range(L.shape[0]):
-                if not np.isfinite(L[i, i]):
-                    ok = False
-            if ok:
-                break
-            info = 1
-        jit = max(jit * 10.0, 1e-12)
-    K = kernel_matrix(X, Z, ls, var, kind)
-    n, m = K.shape
-    Vt = np.empty((n, m))
-    if info != 0:
-        return info, L, K, Vt, jit
-    for i in range(n):
-        for a in range(m):
-            t = K[i, a]
-            for b in range(a):
-                t -= L[a, b] * Vt[i, b]
-            Vt[i, a] = t / L[a, a]
-    return 0, L, K, Vt, jit
+@njit(cache=True, nogil=True)
+def _fold_ls_grad(gl, ls_raw, ard):
+    """Gradient of the raw lengthscales from that of the ``d`` per-feature ones
+    (``ModelConfig.fold_lengthscale_grad``): one each with ARD, else their sum
+    for the one shared lengthscale."""
+    n_ls = ls_raw.shape[0]
+    out = np.empty(n_ls)
+    if ard:
+        for j in range(n_ls):
+            out[j] = gl[j] * _sigmoid(ls_raw[j])
+    else:
+        t = 0.0
+        for j in range(gl.shape[0]):
+            t += gl[j]
+        out[0] = t * _sigmoid(ls_raw[0])
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -802,46 +796,6 @@ def _constrained(ls_raw, var_raw, d):
     for j in range(d):
         ls[j] = _softplus(ls_raw[j if n_ls == d else 0])
     return ls, _softplus(var_raw)
-
-
-@njit(cache=True, nogil=True)
-def local_basis_small(X, Z, ls_raw, var_raw, kind, jitter):
-    """A small local basis from raw kernel parameters, as :func:`cavi_local_steps` forms it.
-
-    Returns ``(info, L, K, Vt, jitter used, lengthscales, variance)``.
-    """
-    ls, var = _constrained(ls_raw, var_raw, X.shape[1])
-    info, L, K, Vt, jit = _local_basis_fused(X, Z, ls, var, kind, jitter)
-    return info, L, K, Vt, jit, ls, var
-
-
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
-def local_products(Wt, Vt, y):
-    """``V V^T``, ``W V^T`` and ``V y`` from the row-major ``W^T``, ``V^T``."""
-    n, m = Vt.shape
-    M = Wt.shape[1]
-    Gv = np.zeros((m, m))
-    C = np.zeros((M, m))
-    vy = np.zeros(m)
-    for i in range(n):
-        vi = Vt[i]
-        wi = Wt[i]
-        yi = y[i]
-        for a in range(m):
-            va = vi[a]
-            vy[a] += va * yi
-            ga = Gv[a]
-            for b in range(a + 1):
-                ga[b] += va * vi[b]
-        for a in range(M):
-            wa = wi[a]
-            ca = C[a]
-            for b in range(m):
-                ca[b] += wa * vi[b]
-    for a in range(m):
-        for b in range(a):
-            Gv[b, a] = Gv[a, b]
-    return Gv, C, vy
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
@@ -972,14 +926,7 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
         g = np.empty(size)
         p = np.empty(size)
         unit = np.ones(size)
-        if ard:
-            for j in range(n_ls):
-                g[j] = gl[j] * _sigmoid(ls_raw[j])
-        else:
-            t = 0.0
-            for j in range(d):
-                t += gl[j]
-            g[0] = t * _sigmoid(ls_raw[0])
+        g[:n_ls] = _fold_ls_grad(gl, ls_raw, ard)
         for j in range(n_ls):
             p[j] = ls_raw[j]
         g[n_ls] = gv * _sigmoid(var_raw)
@@ -1039,12 +986,7 @@ def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
         for j in range(i + 1):
             P[i, j] = Gw[i, j] / s2
         P[i, i] += 1.0 / phi
-    for i in range(nu):
-        for j in range(k):
-            P[k + i, j] = C[j, i] / s2
-        for j in range(i + 1):
-            P[k + i, k + j] = Gv[i, j] / s2
-        P[k + i, k + i] += 1.0
+    _local_precision_rows(P, k, C, Gv, s2)
     A = np.zeros((k, k))
     a = np.zeros(k)
     info = _chol_in_place(P)
@@ -1195,7 +1137,7 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
     The round of ``_steps._cavi_local`` and ``_cavi_message`` (plus
     ``ClosedFormClient.marginal_global_stats``) when the client fuses its
     local steps: the products of the local basis with the round's shared
-    basis (:func:`local_products`), the joint solve of ``q(delta_i)``,
+    basis (:func:`local_products_rows`), the joint solve of ``q(delta_i)``,
     ``q(u_i)`` with the ``q(delta_i)`` covariance (:func:`closed_form_q`),
     the local steps (:func:`cavi_local_steps`), the message's sufficient
     statistics (``ClosedFormClient.message``), the joint-mean statistics
@@ -1214,7 +1156,7 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
     adam_m, adam_v : Adam's moments, flat (raw lengthscales, raw variance, ``Z``).
     z_scale : step unit of the inducing inputs per feature.
     L0, K0, Vt0 : the local basis at the current local kernel (``ints[5]`` set), or
-        anything (formed here as :func:`local_basis_small`).
+        anything (formed here as :func:`local_basis_rows`).
     sc : float64 array ``[var_raw, var_g, var_g_raw, s2, phi, lr, b1, b2, eps,
         jitter, jitter of L0]``.
     ints : int64 array ``[kind, ard, learn_inducing, n_steps, t0, have_basis,
@@ -1368,16 +1310,7 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
         gv, gl, gZ = basis_grad_small(X, Zg, ls_g, var_g, kind, Lkg, Kg, Wt, Gw, A, P, e, We)
         gv += -kappa * n / (2 * s2)
         g_var = gv * _sigmoid(var_g_raw)
-        n_ls = ls_g_raw.shape[0]
-        g_ls = np.empty(n_ls)
-        if ard:
-            for j in range(n_ls):
-                g_ls[j] = gl[j] * _sigmoid(ls_g_raw[j])
-        else:
-            t = 0.0
-            for j in range(d):
-                t += gl[j]
-            g_ls[0] = t * _sigmoid(ls_g_raw[0])
+        g_ls = _fold_ls_grad(gl, ls_g_raw, ard)
         g_Z = gZ if learn else np.zeros_like(gZ)
     return (0, Zl, ls_raw, var_raw, adam_m, adam_v, md, mu, Lu, Ld, L, K, Vt, ls, var,
             jit_last, jit_max, stats, b, Phi, A_packed, a_joint, g_ls, g_var, g_Z)
@@ -1423,12 +1356,7 @@ def joint_solve_cached(L11, C, Gv, rw, rv, s2):
     for i in range(k):
         for j in range(i + 1):
             P[i, j] = L11[i, j]
-    for i in range(nu):
-        for j in range(k):
-            P[k + i, j] = C[j, i] / s2
-        for j in range(i + 1):
-            P[k + i, k + j] = Gv[i, j] / s2
-        P[k + i, k + i] += 1.0
+    _local_precision_rows(P, k, C, Gv, s2)
     Lu = np.zeros((nu, nu))
     x = np.empty(N)
     if nu > 0:
@@ -1466,7 +1394,7 @@ def joint_solve_cached(L11, C, Gv, rw, rv, s2):
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def local_products_rows(Wt, Vt, y):
-    """:func:`local_products` with longer independent inner loops (the same bits).
+    """``V V^T``, ``W V^T`` and ``V y`` from the row-major ``W^T``, ``V^T``.
 
     ``W V^T`` is accumulated transposed, so the inner loop runs over the
     ``M`` shared-basis rows instead of the ``m`` local ones, and ``V V^T``
@@ -1503,10 +1431,13 @@ def local_products_rows(Wt, Vt, y):
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _local_basis_rows(X, Z, ls, var, kind, jitter):
-    """:func:`_local_basis_fused` with the substitution ``V = L^{-1} K(Z, X)`` run
-    by rows of ``V`` (row ``a`` minus ``L[a, b]`` times row ``b``, ``b < a`` in
-    order, then divided by ``L[a, a]``): each entry's operations in the same
-    order as there (the same bits), over independent entries of a row."""
+    """``_elbo.basis_forward`` for small ``Z``: ``(info, L, K, Vt, jitter used)``.
+
+    The jitter escalates as in ``_elbo.chol_jitter`` (x10, at least 1e-12, 8
+    tries); ``info`` is nonzero if every try failed. The substitution ``V =
+    L^{-1} K(Z, X)`` runs by rows of ``V`` (row ``a`` minus ``L[a, b]`` times
+    row ``b``, ``b < a`` in order, then divided by ``L[a, a]``): long loops
+    over independent entries, which vectorize."""
     jit = jitter
     info = 1
     L = np.empty((0, 0))
@@ -1547,7 +1478,10 @@ def _local_basis_rows(X, Z, ls, var, kind, jitter):
 
 @njit(cache=True, nogil=True)
 def local_basis_rows(X, Z, ls_raw, var_raw, kind, jitter):
-    """:func:`local_basis_small` by :func:`_local_basis_rows` (the same bits)."""
+    """A small local basis from raw kernel parameters, as :func:`cavi_local_steps` forms it.
+
+    Returns ``(info, L, K, Vt, jitter used, lengthscales, variance)``.
+    """
     ls, var = _constrained(ls_raw, var_raw, X.shape[1])
     info, L, K, Vt, jit = _local_basis_rows(X, Z, ls, var, kind, jitter)
     return info, L, K, Vt, jit, ls, var

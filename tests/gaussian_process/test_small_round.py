@@ -14,6 +14,7 @@ from skfed.gaussian_process._closed_form import (
 from skfed.gaussian_process._elbo import (
     ModelConfig,
     basis_backward,
+    basis_forward,
     global_basis,
     local_basis,
     tril_pack,
@@ -43,17 +44,22 @@ def small_sizes(rng, d=2, n=30, M=6, m=4):
 
 
 @pytest.mark.parametrize("kind", [0, 1, 2])
-def test_row_ordered_basis_and_products_equal_the_originals_to_the_bit(kind):
+def test_row_ordered_basis_and_products_match_lapack(kind):
+    """The numba local basis and its products equal the LAPACK/BLAS ones to rounding."""
     rng = np.random.default_rng(0)
     X, Z, Zg, y = small_sizes(rng)
     ls_raw, var_raw = np.array([0.2, -0.3]), -0.1
-    a = kn.local_basis_small(X, Z, ls_raw, var_raw, kind, 1e-6)
-    b = kn.local_basis_rows(X, Z, ls_raw, var_raw, kind, 1e-6)
-    for u, v in zip(a, b):
-        np.testing.assert_array_equal(u, v)
-    Wt = np.ascontiguousarray(kn.local_basis_small(X, Zg, ls_raw, 0.4, kind, 1e-6)[3])
-    for u, v in zip(kn.local_products(Wt, b[3], y), kn.local_products_rows(Wt, b[3], y)):
-        np.testing.assert_array_equal(u, v)
+    info, L, K, Vt, jit, ls, var = kn.local_basis_rows(X, Z, ls_raw, var_raw, kind, 1e-6)
+    ref = basis_forward(X, Z, ls, var, kind, 1e-6)
+    assert info == 0 and jit == ref.jitter
+    np.testing.assert_allclose(L, ref.L, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(Vt, ref.W.T, rtol=1e-10, atol=1e-12)
+    Wt = np.ascontiguousarray(kn.local_basis_rows(X, Zg, ls_raw, 0.4, kind, 1e-6)[3])
+    Gv, C, vy = kn.local_products_rows(Wt, Vt, y)
+    np.testing.assert_allclose(Gv, Vt.T @ Vt, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(Gv, Gv.T)
+    np.testing.assert_allclose(C, Wt.T @ Vt, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(vy, Vt.T @ y, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("k", [0, 6])
