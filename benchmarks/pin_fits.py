@@ -23,28 +23,14 @@ import warnings
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from bench_pfedhgp import make
 from skfed import DPFedDROClassifier, PersonalizedTensorRegressor, PFedHGPRegressor
 
 warnings.filterwarnings("ignore")
 
 
-def data(T=6, n=30, d=2, Q=None, seed=0):
-    """T clients x n rows of a sum of two smooth functions plus client offsets."""
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(0, 1, (T * n, d))
-    groups = np.repeat(np.arange(T), n)
-    f = np.column_stack([np.sin(6 * X[:, 0]), np.cos(4 * X[:, -1])])
-    if Q is None:
-        y = f.sum(1) + 0.3 * rng.normal(size=T)[groups] + 0.1 * rng.normal(size=T * n)
-        return X, y, groups
-    mix = rng.normal(size=(2, Q))
-    y = (f @ mix + 0.3 * rng.normal(size=(T, Q))[groups]
-         + 0.1 * rng.normal(size=(T * n, Q)))
-    return X, y, groups
-
-
 def gp(name, Q=None, n=30, n_rounds=8, **kw):
-    X, y, groups = data(Q=Q, n=n)
+    X, y, groups = make(6, n, n_outputs=Q)
     model = PFedHGPRegressor(n_rounds=n_rounds, random_state=0, n_inducing_global=12,
                              n_inducing_local=6, **kw).fit(X, y, groups=groups)
     mu, sd = model.predict(X[:40], groups=groups[:40], return_std=True)
