@@ -253,7 +253,8 @@ class IlmmClientGram:
         self.cfg = cfg
         self.Y = Y
         self.dev = list(gbs) if cfg.use_deviation else []
-        self.stack = self.dev + (list(lbs) if cfg.use_local else [])
+        self.local = list(lbs) if cfg.use_local else []
+        self.stack = self.dev + self.local
         self.sizes = np.array([b.W.shape[0] for b in self.stack], dtype=np.int64)
         self.off = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
         if self.stack:
@@ -265,10 +266,12 @@ class IlmmClientGram:
     def _blocks(self, k):
         return slice(self.off[k], self.off[k + 1])
 
-    def _minus_fitted(self, C, G_cols, means, B):
-        """``C - sum_k (G_cols_k m_k) b_k^T`` over the latents ``k`` of ``means``."""
+    def _minus_fitted(self, means, B):
+        """``S Y - sum_k (S S_k^T m_k) b_k^T`` over the first ``len(means)`` stacked
+        latents: ``S`` times the residual of their fit."""
+        C = self.SY.copy()
         for k, (m, b) in enumerate(zip(means, B.T)):
-            C -= np.outer(G_cols(k) @ m, b)
+            C -= np.outer(self.G[:, self._blocks(k)] @ m, b)
         return C
 
     def global_residual(self, g, gbs):
@@ -276,8 +279,7 @@ class IlmmClientGram:
         if not self.cfg.use_global:
             return self.SY.copy()
         if self.cfg.use_deviation:  # S W_r^T is a block column of G
-            return self._minus_fitted(self.SY.copy(), lambda r: self.G[:, self._blocks(r)],
-                                      g["mg"], g["Bg"])
+            return self._minus_fitted(g["mg"], g["Bg"])
         Hg = np.column_stack([b.W.T @ g["mg"][r] for r, b in enumerate(gbs)])
         R = self.Y - Hg @ g["Bg"].T
         return np.vstack([b.W @ R for b in self.stack])
@@ -294,7 +296,7 @@ class IlmmClientGram:
             return float(np.sum(Y * Y)), WR
         B = np.hstack(([loc["Bd"]] if cfg.use_deviation else [])
                       + ([loc["Bl"]] if cfg.use_local else []))
-        SR = self._minus_fitted(self.SY.copy(), lambda k: self.G[:, self._blocks(k)], means, B)
+        SR = self._minus_fitted(means, B)
         # |R|^2 = |Y|^2 - 2 sum_k b_k^T Y^T H_k + sum_kl (b_k . b_l) m_k^T G_kl m_l, where
         # Y^T H_k = (S_k Y)^T m_k and sum_l G_kl m_l b_l^T is block k of S Y - S R
         fitted = self.SY - SR

@@ -303,9 +303,8 @@ class _IlmmSteps(_PFedHGPSteps):
             msg["logdet_d"] = float(sum(2.0 * np.sum(np.log(np.abs(np.diag(L))))
                                         for L in loc["Ld"]))
         if cfg.use_local:
-            lbs = gram.stack[len(gram.dev):]
             v_l = np.array([b.quad(L) + (n * cfg.variance_local - b.sqnorm)
-                            for b, L in zip(lbs, loc["Lu"])])
+                            for b, L in zip(gram.local, loc["Lu"])])
             c += float(np.sum(loc["Bl"] ** 2, axis=0) @ v_l)
             msg["kl_u"] = float(sum(kl_whitened(m, L) for m, L in zip(loc["mu"], loc["Lu"])))
         else:
@@ -319,8 +318,8 @@ class _IlmmSteps(_PFedHGPSteps):
             msg["Phi"] = tril_pack(stacked_gram(gbs))
             msg["WR"] = WR
         if kernel_grad and self.kernel_keys():
-            lbs = gram.stack[len(gram.dev):] if cfg.use_local else None
-            _, _, gg, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_global=True)
+            _, _, gg, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=gram.local or None,
+                                     want_global=True)
             for k in self.kernel_keys():
                 msg["g_" + k] = gg[k]
         return msg
