@@ -73,7 +73,8 @@ class FederatedEstimatorMixin:
         X : array-like of shape (n_samples, n_features)
             Test rows.
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            True targets.
+            True targets (as many outputs as ``n_outputs_``, where the
+            estimator records it).
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` scores the population model.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -82,9 +83,15 @@ class FederatedEstimatorMixin:
         Returns
         -------
         score : float
-            R^2 for a regressor, accuracy for a classifier.
+            R^2 for a regressor (averaged uniformly over outputs), accuracy
+            for a classifier.
         """
         check_is_fitted(self)
+        n_outputs = getattr(self, "n_outputs_", None)
+        Q = np.shape(y)[1] if np.ndim(y) == 2 else 1
+        if n_outputs is not None and Q != n_outputs:
+            raise ValueError(f"y has {Q} output(s) but the model was fitted with "
+                             f"n_outputs_={n_outputs}.")
         y_pred = self.predict(X, groups=groups)
         if _is_classifier(self):
             return accuracy_score(y, y_pred, sample_weight=sample_weight)

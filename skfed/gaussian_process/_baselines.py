@@ -197,14 +197,13 @@ class PFedGPRegressor(PFedHGPRegressor):
 
     def _make_steps_baseline(self, cfg, Mi, local_steps):
         from ._ilmm_steps import _IlmmSteps
-        from ._steps import _PFedHGPSteps
+        from ._steps import InitialValues, _PFedHGPSteps
 
         steps_class = _IlmmSteps if isinstance(cfg, IlmmConfig) else _PFedHGPSteps
         return steps_class(
             cfg, optimizer=self.optimizer, n_inducing_global=1, n_inducing_local=Mi,
-            init_inducing_global=None, init_lengthscale_global=1.0,
-            init_lengthscale_local=self.init_lengthscale, init_variance_global=1.0,
-            init_variance_local=self.init_variance, init_phi=1.0, init_noise=self.init_noise,
+            init=InitialValues(lengthscale_local=self.init_lengthscale,
+                               variance_local=self.init_variance, noise=self.init_noise),
             local_steps=local_steps, local_lr=self.local_lr, server_lr=self.server_lr,
             normalize_y=bool(self.normalize_y), share_local_hypers=True,
             n_rounds=int(self.n_rounds),

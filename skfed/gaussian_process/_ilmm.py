@@ -100,19 +100,15 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
     Yhat = np.zeros((n, Q))
     stats = {"gbs": None, "lbs": None, "n": n, "H": {}, "v": {}, "t_g": None, "t_l": None,
              "D": 0.0}
+    # the bases and their residual traces tr(K - Q), one per latent
     if cfg.global_basis:
-        if gbs is None:
-            gbs = global_bases(X, g, cfg)
-        stats["gbs"] = gbs
-        # residual traces tr(K - Q) per latent
+        gbs = global_bases(X, g, cfg) if gbs is None else gbs
         t_g = np.array([n * cfg.variance_global - b.sqnorm for b in gbs])
-        stats["t_g"] = t_g
+        stats.update(gbs=gbs, t_g=t_g)
     if cfg.use_local:
-        if lbs is None:
-            lbs = local_bases(X, loc, cfg)
-        stats["lbs"] = lbs
+        lbs = local_bases(X, loc, cfg) if lbs is None else lbs
         t_l = np.array([n * cfg.variance_local - b.sqnorm for b in lbs])
-        stats["t_l"] = t_l
+        stats.update(lbs=lbs, t_l=t_l)
     # (component, bases, mean, chol, loading, residual multiplier)
     comps = []
     if cfg.use_global:

@@ -51,19 +51,15 @@ from ._ilmm import (
 )
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ._steps import (
-    TRIL_KEYS,
     BasisCache,
     _PFedHGPSteps,
     check_pooled_scale,
-    check_setup_scale,
-    reported_client_failures,
     adam_ascent,
     adam_init,
     client_inducing_count,
     farthest_point_rows,
     linear_mean,
     message_total,
-    one_blas_thread,
     row_shift,
     wants_kernel_grad,
 )
@@ -115,30 +111,10 @@ class _IlmmSteps(_PFedHGPSteps):
         super().__init__(cfg, **kwargs)
         self.joint_mean = False  # the joint global mean step is the scalar model's only
 
-    # --- parameter bookkeeping ------------------------------------------------
-    def global_keys(self):
-        cfg = self.cfg
-        keys = ["noise"]
-        if cfg.global_basis:
-            keys += ["ls_g"] + (["Zg"] if cfg.learn_inducing else [])
-        if cfg.use_deviation:
-            keys.append("phi")
-        if cfg.use_global:
-            keys += ["mg", "Lg", "Bg"]
-        return keys
-
-    def local_keys(self, hyper_only=False):
-        cfg = self.cfg
-        keys = []
-        if cfg.use_local:
-            keys += ["ls_l"] + (["Zl"] if cfg.learn_inducing else [])
-        if hyper_only:
-            return keys
-        if cfg.use_deviation:
-            keys += ["md", "Ld", "Bd"]
-        if cfg.use_local:
-            keys += ["mu", "Lu", "Bl"]
-        return keys
+    # the kernel variances are fixed (the loadings carry the scale); every block
+    # has loadings B (global_keys, local_keys)
+    learns_kernel_variance = False
+    has_loadings = True
 
     # the global block on the wire: one factor per latent
     def pack_tril(self, L):
@@ -157,64 +133,53 @@ class _IlmmSteps(_PFedHGPSteps):
             Mi = client_inducing_count(data.X, self.Mi)
             # raw units: scaled with the set-up's input scaling in the first round
             loc["Zl"] = farthest_point_rows(data.X, Mi)
-            loc["ls_l"] = np.full((cfg.R_l, self.n_ls), softplus_inv(self.init_lengthscale_local))
+            loc["ls_l"] = np.full((cfg.R_l, self.n_ls), softplus_inv(self.init.lengthscale_local))
             loc["mu"] = np.zeros((cfg.R_l, Mi))
             loc["Lu"] = np.stack([np.eye(Mi)] * cfg.R_l)
         if cfg.use_deviation:
             loc["md"] = np.zeros((cfg.R_g, self.M))
             loc["Ld"] = np.stack([np.eye(self.M)] * cfg.R_g)
-        # the loadings wait for the normalization of the set-up round
-        return {"loc": loc, "adam": None, "jitter": 0.0, "loadings": False, "cache": BasisCache(),
+        # the loadings wait for the normalization of the set-up round (_client_targets)
+        return {"loc": loc, "adam": None, "jitter": 0.0, "cache": BasisCache(),
                 "zl_raw": cfg.use_local}
 
     def _init_loadings(self, Y, loc, rng):
+        """Set the client's loadings ``Bd``, ``Bl`` in ``loc`` (:func:`pca_loadings`)."""
         cfg = self.cfg
         C = Y.T @ Y / Y.shape[0]
         n_comp = cfg.use_global + cfg.use_deviation + cfg.use_local
         if cfg.use_deviation:
-            loc["Bd"] = pca_loadings(C, cfg.R_g, n_comp, self.init_phi * cfg.variance_global, rng)
+            loc["Bd"] = pca_loadings(C, cfg.R_g, n_comp, self.init.phi * cfg.variance_global, rng)
         if cfg.use_local:
             loc["Bl"] = pca_loadings(C, cfg.R_l, n_comp, cfg.variance_local, rng)
-        return loc
 
-    @one_blas_thread
-    @reported_client_failures
-    def client_step(self, data, state, broadcast, rng):
-        if int(broadcast["phase"]) == 0:
-            check_setup_scale(data.X, data.y, data.label)
-            return state, self.setup_message(data)
-        g = self.broadcast_globals(broadcast)
-        scale = np.asarray(broadcast["y_scale"], dtype=float)
-        zscale = {"Zl": np.asarray(broadcast["z_scale"])}
-        loc = dict(state["loc"])
-        X, cache = self.client_inputs(data, state, broadcast, loc)
-        # one array across rounds: the bases keep their projections W Y
-        Y = cache.targets(data.y, row_shift(X, broadcast), scale)
-        if not state["loadings"]:
-            loc = self._init_loadings(Y, loc, rng)
-        if self.share_local_hypers and "ls_l" in broadcast:
-            loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
-        gbs = self._global_basis(X, g, cache) if self.cfg.global_basis else None
-        jit = max([b.jitter for b in gbs]) if gbs else 0.0
-        if self.optimizer == "paper":
-            loc, adam, jit_l = self._paper_local(X, Y, g, loc, gbs, state["adam"], zscale, cache)
-            lbs = self._local_basis(X, loc, cache) if self.cfg.use_local else None
-            value, _, gg, _ = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, lbs=lbs, want_global=True)
-            msg = {"value": value}
-            for k in self.global_keys():
-                msg["g_" + k] = self.pack_tril(gg[k]) if k in TRIL_KEYS else gg[k]
-        else:
-            loc, adam, jit_l, gram = self._cavi_local(X, Y, g, loc, gbs, state["adam"], zscale,
-                                                      cache)
-            msg = self._cavi_message(X, Y, g, loc, gbs, gram,
-                                     kernel_grad=wants_kernel_grad(broadcast))
-        if self.share_local_hypers:
-            msg["ls_l"] = loc["ls_l"]
-        if int(broadcast["phase"]) == 2:
-            msg.update(self.population_release(loc))
-        jit = max(jit, jit_l, state["jitter"])
-        msg["jitter"] = jit
-        return {"loc": loc, "adam": adam, "jitter": jit, "loadings": True, "cache": cache}, msg
+    # the first training round draws the loadings' perturbation (pca_loadings)
+    client_step_draws = True
+
+    def _client_targets(self, data, X, broadcast, loc, cache, rng):
+        """The client's targets standardized per output; the loadings are set on the
+        first training round, from the normalized targets (:meth:`_init_loadings`)."""
+        Y = cache.targets(data.y, row_shift(X, broadcast),
+                          np.asarray(broadcast["y_scale"], dtype=float))
+        if "Bd" not in loc and "Bl" not in loc:
+            self._init_loadings(Y, loc, rng)
+        return Y
+
+    def _terms(self, X, Y, g, loc, gbs, lbs, **want):
+        return ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, lbs=lbs, **want)
+
+    @staticmethod
+    def _jitter(bases):
+        return max(b.jitter for b in bases) if bases else 0.0
+
+    def _small_round(self, X, loc, g):
+        return False  # the fused small-client round is the scalar model's only
+
+    def _cavi_client(self, X, Y, g, loc, gbs, adam, zscale, cache, broadcast, small):
+        loc, adam, jit, gram = self._cavi_local(X, Y, g, loc, gbs, adam, zscale, cache)
+        msg = self._cavi_message(X, Y, g, loc, gbs, gram,
+                                 kernel_grad=wants_kernel_grad(broadcast))
+        return loc, adam, jit, msg
 
     def population_release(self, loc):
         """What a client releases in the last round for the population prediction.
@@ -236,24 +201,6 @@ class _IlmmSteps(_PFedHGPSteps):
         return (["Pd"] if self.cfg.use_deviation else []) + \
             (["Pl", "ls_l"] if self.cfg.use_local else [])
 
-    def _paper_local(self, X, Y, g, loc, gbs, adam, zscale, cache):
-        keys = self.local_keys()
-        if not keys:
-            return loc, adam, 0.0
-        if adam is None:
-            adam = adam_init(loc, keys)
-        jit = 0.0
-        for _ in range(self.local_steps):
-            lbs = self._local_basis(X, loc, cache) if self.cfg.use_local else None
-            _, gl, _, st = ilmm_terms(X, Y, g, loc, self.cfg, gbs=gbs, lbs=lbs, want_local=True)
-            if st["lbs"]:
-                jit = max([jit] + [b.jitter for b in st["lbs"]])
-            loc, adam = adam_ascent(loc, gl, adam, self.local_lr, keys, scale=zscale)
-            for k in ("Ld", "Lu"):
-                if k in loc:
-                    loc[k] = np.tril(loc[k])
-        return loc, adam, jit
-
     def _cavi_local(self, X, Y, g, loc, gbs, adam, zscale, cache):
         """Closed-form client blocks and Adam steps on the local kernel.
 
@@ -265,14 +212,14 @@ class _IlmmSteps(_PFedHGPSteps):
         if adam is None and hyper:
             adam = adam_init(loc, hyper)
         lbs = self._local_basis(X, loc, cache) if cfg.use_local else None
-        jit = max([b.jitter for b in lbs]) if lbs else 0.0
+        jit = self._jitter(lbs)
         gram = IlmmClientGram(Y, gbs, lbs, cfg)
         loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, gram=gram)
         for _ in range(self.local_steps if hyper else 0):
             _, gl, _, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_local_hyper=True)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
             lbs = self._local_basis(X, loc, cache)
-            jit = max([jit] + [b.jitter for b in lbs])
+            jit = max(jit, self._jitter(lbs))
             gram = IlmmClientGram(Y, gbs, lbs, cfg)
             loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=1, gram=gram)
         return loc, adam, jit, gram
@@ -359,12 +306,12 @@ class _IlmmSteps(_PFedHGPSteps):
                     var = np.diag(V)
                     scale = np.where(var > 0, np.sqrt(np.maximum(var, 0.0)), 1.0)
                 C = V / np.outer(scale, scale)
-        g = {"noise": np.asarray(softplus_inv(self.init_noise))}
+        g = {"noise": np.asarray(softplus_inv(self.init.noise))}
         if cfg.global_basis:
             g["Zg"] = Zg
-            g["ls_g"] = np.full((cfg.R_g, self.n_ls), softplus_inv(self.init_lengthscale_global))
+            g["ls_g"] = np.full((cfg.R_g, self.n_ls), softplus_inv(self.init.lengthscale_global))
         if cfg.use_deviation:
-            g["phi"] = np.asarray(softplus_inv(self.init_phi))
+            g["phi"] = np.asarray(softplus_inv(self.init.phi))
         if cfg.use_global:
             g["mg"] = np.zeros((cfg.R_g, self.M))
             g["Lg"] = np.stack([np.eye(self.M)] * cfg.R_g)

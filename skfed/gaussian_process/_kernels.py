@@ -799,33 +799,31 @@ def _constrained(ls_raw, var_raw, d):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
+def _minus_products(r, A, x, B, z):
+    """``(r - A x) - B z``, each product summed in order (bitwise as the loops it replaced)."""
+    out = np.empty(r.shape[0])
+    for i in range(r.shape[0]):
+        t = 0.0
+        for a in range(x.shape[0]):
+            t += A[i, a] * x[a]
+        u = 0.0
+        for a in range(z.shape[0]):
+            u += B[i, a] * z[a]
+        out[i] = (r[i] - t) - u
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy, mu, Lu, s2):
     """Gradients (variance, ARD lengthscales, ``Z``) of the client's ELBO terms
     through the local basis: ``ClosedFormClient.local_hyper_grad`` before the
     softplus chain rule, with ``mbar`` the shared-basis mean (length 0 without one).
     """
     n, m = Vt.shape
-    M = Wt.shape[1]
     # residual e = y - W^T mbar - V^T m_u
-    e = np.empty(n)
-    for i in range(n):
-        t = 0.0
-        for a in range(M):
-            t += Wt[i, a] * mbar[a]
-        u = 0.0
-        for a in range(m):
-            u += Vt[i, a] * mu[a]
-        e[i] = (y[i] - t) - u
+    e = _minus_products(y, Wt, mbar, Vt, mu)
     # V e = V y - V V^T m_u - (W V^T)^T mbar
-    Ve = np.empty(m)
-    for a in range(m):
-        t = 0.0
-        for b in range(m):
-            t += Gv[a, b] * mu[b]
-        u = 0.0
-        for b in range(M):
-            u += C[b, a] * mbar[b]
-        Ve[a] = (vy[a] - t) - u
+    Ve = _minus_products(vy, Gv, mu, C.T, mbar)
     # W_bar = A V + P e^T with A = (I - S_u) / s2, P = m_u / s2; [LA, LP] = L^{-T} [A, P]
     LAP = np.empty((m, m + 1))
     for a in range(m):

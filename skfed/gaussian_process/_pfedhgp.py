@@ -27,7 +27,7 @@ from ._predict import (
 )
 from ._ilmm_steps import _IlmmSteps
 from ._kernels import KERNEL_KINDS
-from ._steps import _PFedHGPSteps, site_trend_moments
+from ._steps import InitialValues, _PFedHGPSteps, site_trend_moments
 
 __all__ = ["PFedHGPRegressor"]
 
@@ -640,12 +640,14 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         steps_class = _IlmmSteps if isinstance(cfg, IlmmConfig) else _PFedHGPSteps
         return steps_class(
             cfg, optimizer=self.optimizer, n_inducing_global=self.n_inducing_global,
-            n_inducing_local=Mi, init_inducing_global=Zg,
-            init_lengthscale_global=self.init_lengthscale_global,
-            init_lengthscale_local=self.init_lengthscale_local,
-            init_variance_global=self.init_variance_global,
-            init_variance_local=self.init_variance_local, init_phi=self.init_phi,
-            init_noise=self.init_noise, local_steps=local_steps, local_lr=self.local_lr,
+            n_inducing_local=Mi,
+            init=InitialValues(
+                lengthscale_global=self.init_lengthscale_global,
+                lengthscale_local=self.init_lengthscale_local,
+                variance_global=self.init_variance_global,
+                variance_local=self.init_variance_local, phi=self.init_phi,
+                noise=self.init_noise, inducing_global=Zg),
+            local_steps=local_steps, local_lr=self.local_lr,
             server_lr=(DEFAULT_SERVER_LR[self.optimizer] if self.server_lr is None
                        else float(self.server_lr)),
             normalize_y=bool(self.normalize_y),
@@ -1114,31 +1116,6 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         mean, cov = self._moments(X, index, full=True)
         draws = _gaussian_draws(rng, mean, cov, n_samples, self.jitter_)
         return (draws * self.y_std_ + self._prior_mean(X)).T
-
-    def score(self, X, y, groups=None, sample_weight=None):
-        """R^2 of the personalized predictions (averaged uniformly over outputs).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Test rows.
-        y : array-like of shape (n_samples,) or (n_samples, Q)
-            True targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` scores the population model.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Sample weights.
-
-        Returns
-        -------
-        score : float
-        """
-        check_is_fitted(self)
-        Q = np.shape(y)[1] if np.ndim(y) == 2 else 1
-        if Q != self.n_outputs_:
-            raise ValueError(f"y has {Q} output(s) but the model was fitted with "
-                             f"n_outputs_={self.n_outputs_}.")
-        return super().score(X, y, groups=groups, sample_weight=sample_weight)
 
     def client_dissimilarity(self, X, groups, *, component="both", deviation_kernel="global",
                              multioutput="outputs"):

@@ -35,6 +35,7 @@ hyperparameters to its last message (for the population prediction).
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import qmc
@@ -120,32 +121,27 @@ class BasisCache:
         self._store[name] = (tuple(_param_key(p) for p in params), value)
 
     def targets(self, y, shift, scale):
-        """The client's normalized targets ``(y - shift) / scale``, one array
-        while ``y`` and the normalization stay the same (bases keep their
+        """The client's normalized targets ``(y - shift) / scale`` (``shift`` a
+        scalar or one value per row, ``scale`` a scalar or one per output), one
+        array while ``y`` and the normalization stay the same (bases keep their
         projections of it, see :meth:`Basis.project`)."""
-        shift = np.asarray(shift, dtype=float)  # a scalar, or one value per row
-        scale = np.asarray(scale, dtype=float)  # a scalar, or one value per output
-        key = (shift.tobytes(), scale.tobytes(), _param_key(y))
-        hit = self._store.get("targets")
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        value = (np.asarray(y, dtype=float) - shift) / scale
-        value.flags.writeable = False
-        self._store["targets"] = (key, value)
-        return value
+        return self._affine("targets", y, shift, scale)
 
     def inputs(self, X, shift, scale):
         """The client's scaled inputs ``(X - shift) / scale``, one array while
         ``X`` and the scaling stay the same."""
+        return self._affine("inputs", X, shift, scale)
+
+    def _affine(self, name, A, shift, scale):
         shift = np.asarray(shift, dtype=float)
         scale = np.asarray(scale, dtype=float)
-        key = (shift.tobytes(), scale.tobytes(), _param_key(X))
-        hit = self._store.get("inputs")
+        key = (shift.tobytes(), scale.tobytes(), _param_key(A))
+        hit = self._store.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
-        value = (np.asarray(X, dtype=float) - shift) / scale
+        value = (np.asarray(A, dtype=float) - shift) / scale
         value.flags.writeable = False
-        self._store["inputs"] = (key, value)
+        self._store[name] = (key, value)
         return value
 
     def __reduce__(self):
@@ -602,6 +598,21 @@ def client_inducing_count(X, Mi):
 # ----------------------------------------------------------------------------
 # the algorithm
 # ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InitialValues:
+    """Starting values of the learned parameters: the estimator's ``init_*``
+    (kernel variances: the multi-output model's fixed ones); ``inducing_global``
+    is ``Z_g`` in raw input units, or ``None`` to place it in the set-up."""
+
+    lengthscale_global: float = 1.0
+    lengthscale_local: float = 1.0
+    variance_global: float = 1.0
+    variance_local: float = 1.0
+    phi: float = 1.0
+    noise: float = 0.1
+    inducing_global: "np.ndarray | None" = None
+
+
 class _PFedHGPSteps(FederatedAlgorithm):
     """Hyperparameters of one pFedHGP fit; all state lives in the step values."""
 
@@ -609,9 +620,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
     build_global = staticmethod(global_basis)
     build_local = staticmethod(local_basis)
 
-    def __init__(self, cfg, *, optimizer, n_inducing_global, n_inducing_local,
-                 init_inducing_global, init_lengthscale_global, init_lengthscale_local,
-                 init_variance_global, init_variance_local, init_phi, init_noise,
+    def __init__(self, cfg, *, optimizer, n_inducing_global, n_inducing_local, init,
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
                  server_iterations=10, n_rounds=None, release_population=False,
                  normalize_X=False, joint_mean=False, input_bounds=None, tol=None,
@@ -623,16 +632,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         # "linear": y's prior mean is a pooled ridge fit on the inputs (linear_mean)
         self.mean_function = mean_function
         self.optimizer = optimizer
-        self.M = (n_inducing_global if init_inducing_global is None
-                  else init_inducing_global.shape[0])
+        self.M = (n_inducing_global if init.inducing_global is None
+                  else init.inducing_global.shape[0])
         self.Mi = n_inducing_local
-        self.init_inducing_global = init_inducing_global
-        self.init_lengthscale_global = init_lengthscale_global
-        self.init_lengthscale_local = init_lengthscale_local
-        self.init_variance_global = init_variance_global
-        self.init_variance_local = init_variance_local
-        self.init_phi = init_phi
-        self.init_noise = init_noise
+        self.init = init  # InitialValues
         self.local_steps = local_steps
         self.local_lr = local_lr
         self.server_lr = server_lr
@@ -662,28 +665,36 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def n_ls(self):
         return self.cfg.n_features if self.cfg.ard else 1
 
+    #: whether the kernel variances are learned (``var_g``, ``var_l``) and the
+    #: blocks carry output loadings (``Bg``, ``Bd``, ``Bl``): the multi-output model
+    #: fixes the variances and learns loadings
+    learns_kernel_variance = True
+    has_loadings = False
+
     def global_keys(self):
         cfg = self.cfg
         keys = ["noise"]
         if cfg.global_basis:
-            keys += ["ls_g", "var_g"] + (["Zg"] if cfg.learn_inducing else [])
+            keys += (["ls_g"] + ["var_g"] * self.learns_kernel_variance
+                     + ["Zg"] * cfg.learn_inducing)
         if cfg.use_deviation:
             keys.append("phi")
         if cfg.use_global:
-            keys += ["mg", "Lg"]
+            keys += ["mg", "Lg"] + ["Bg"] * self.has_loadings
         return keys
 
     def local_keys(self, hyper_only=False):
         cfg = self.cfg
         keys = []
         if cfg.use_local:
-            keys += ["ls_l", "var_l"] + (["Zl"] if cfg.learn_inducing else [])
+            keys += (["ls_l"] + ["var_l"] * self.learns_kernel_variance
+                     + ["Zl"] * cfg.learn_inducing)
         if hyper_only:
             return keys
         if cfg.use_deviation:
-            keys += ["md", "Ld"]
+            keys += ["md", "Ld"] + ["Bd"] * self.has_loadings
         if cfg.use_local:
-            keys += ["mu", "Lu"]
+            keys += ["mu", "Lu"] + ["Bl"] * self.has_loadings
         return keys
 
     # --- the global block on the wire (the multi-output model overrides these three) ---
@@ -744,8 +755,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
             Mi = client_inducing_count(data.X, self.Mi)
             # raw units: scaled with the set-up's input scaling in the first round
             loc["Zl"] = farthest_point_rows(data.X, Mi)
-            loc["ls_l"] = np.full(self.n_ls, softplus_inv(self.init_lengthscale_local))
-            loc["var_l"] = np.asarray(softplus_inv(self.init_variance_local))
+            loc["ls_l"] = np.full(self.n_ls, softplus_inv(self.init.lengthscale_local))
+            loc["var_l"] = np.asarray(softplus_inv(self.init.variance_local))
             loc["mu"] = np.zeros(Mi)
             loc["Lu"] = np.eye(Mi)
         if cfg.use_deviation:
@@ -801,6 +812,37 @@ class _PFedHGPSteps(FederatedAlgorithm):
         g = self.broadcast_globals(broadcast)
         loc = dict(state["loc"])
         X, cache = self.client_inputs(data, state, broadcast, loc)
+        y = self._client_targets(data, X, broadcast, loc, cache, rng)
+        zscale = {"Zl": np.asarray(broadcast["z_scale"])}
+        shared = self.shared_local_keys()
+        if self.share_local_hypers and shared[0] in broadcast:
+            for k in shared:
+                loc[k] = np.array(broadcast[k], dtype=float)
+        small = self.optimizer == "cavi" and self._small_round(X, loc, g)
+        gb = self._global_basis(X, g, cache, small) if self.cfg.global_basis else None
+        jit = self._jitter(gb)
+        if self.optimizer == "paper":
+            loc, adam, jit_l = self._paper_local(X, y, g, loc, gb, state["adam"], zscale, cache)
+            lb = self._local_basis(X, loc, cache) if self.cfg.use_local else None
+            value, _, gg, _ = self._terms(X, y, g, loc, gb, lb, want_global=True)
+            msg = {"value": value}
+            for k in self.global_keys():
+                msg["g_" + k] = self.pack_tril(gg[k]) if k in TRIL_KEYS else gg[k]
+        else:
+            loc, adam, jit_l, msg = self._cavi_client(X, y, g, loc, gb, state["adam"], zscale,
+                                                      cache, broadcast, small)
+        if self.share_local_hypers:
+            msg.update({k: loc[k] for k in shared})
+        if int(broadcast["phase"]) == 2:
+            msg.update(self.population_release(loc))
+        jit = max(jit, jit_l, state["jitter"])
+        msg["jitter"] = jit
+        return {"loc": loc, "adam": adam, "jitter": jit, "cache": cache}, msg
+
+    # --- the client's hooks (the multi-output model overrides these) ---------------
+    def _client_targets(self, data, X, broadcast, loc, cache, rng):
+        """The client's normalized targets; with ``site_trend`` its affine deviation
+        is fitted on the first training round and kept in ``loc``."""
         shift = row_shift(X, broadcast)
         if self.site_trend:
             scale = float(broadcast["y_scale"])
@@ -808,38 +850,31 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 loc["site_coef"], loc["site_cov"] = site_trend_fit(
                     X, (np.asarray(data.y, dtype=float) - shift) / scale)
             shift = shift + scale * (site_trend_design(X) @ loc["site_coef"])
-        y = cache.targets(data.y, shift, broadcast["y_scale"])
-        zscale = {"Zl": np.asarray(broadcast["z_scale"])}
-        if self.share_local_hypers and "ls_l" in broadcast:
-            loc["ls_l"] = np.array(broadcast["ls_l"], dtype=float)
-            loc["var_l"] = np.array(broadcast["var_l"], dtype=float)
-        small = self.optimizer == "cavi" and self._small_round(X, loc, g)
-        gb = self._global_basis(X, g, cache, small) if self.cfg.global_basis else None
-        jit = gb.jitter if gb is not None else 0.0
-        if self.optimizer == "paper":
-            loc, adam, jit_l = self._paper_local(X, y, g, loc, gb, state["adam"], zscale, cache)
-            lb = self._local_basis(X, loc, cache) if self.cfg.use_local else None
-            value, _, gg, _ = client_terms(X, y, g, loc, self.cfg, gb=gb, lb=lb, want_global=True)
-            msg = {"value": value}
-            for k in self.global_keys():
-                msg["g_" + k] = self.pack_tril(gg[k]) if k in TRIL_KEYS else gg[k]
-        elif small:
-            loc, adam, jit_l, msg = self._cavi_small(X, y, g, loc, gb, state["adam"], zscale,
-                                                     cache, broadcast)
-        else:
-            loc, adam, jit_l, cf = self._cavi_local(X, y, g, loc, gb, state["adam"], zscale, cache)
-            msg = self._cavi_message(X, loc, cf, kernel_grad=wants_kernel_grad(broadcast))
-            if int(broadcast.get("joint_mean", 0)):
-                A, a = cf.marginal_global_stats()
-                msg["A_joint"], msg["a_joint"] = tril_pack(A), a
-        if self.share_local_hypers:
-            msg["ls_l"] = loc["ls_l"]
-            msg["var_l"] = loc["var_l"]
-        if int(broadcast["phase"]) == 2:
-            msg.update(self.population_release(loc))
-        jit = max(jit, jit_l, state["jitter"])
-        msg["jitter"] = jit
-        return {"loc": loc, "adam": adam, "jitter": jit, "cache": cache}, msg
+        return cache.targets(data.y, shift, broadcast["y_scale"])
+
+    def shared_local_keys(self):
+        """The local kernel hyperparameters pooled under ``share_local_hypers``."""
+        return ["ls_l"] + ["var_l"] * self.learns_kernel_variance
+
+    def _terms(self, X, y, g, loc, gb, lb, **want):
+        """The client's ELBO terms and gradients (:func:`._elbo.client_terms`)."""
+        return client_terms(X, y, g, loc, self.cfg, gb=gb, lb=lb, **want)
+
+    @staticmethod
+    def _jitter(basis):
+        """The jitter a basis (or ``None``) needed."""
+        return 0.0 if basis is None else basis.jitter
+
+    def _cavi_client(self, X, y, g, loc, gb, adam, zscale, cache, broadcast, small):
+        """The closed-form client round: ``(loc, adam, jitter, message)``."""
+        if small:
+            return self._cavi_small(X, y, g, loc, gb, adam, zscale, cache, broadcast)
+        loc, adam, jit, cf = self._cavi_local(X, y, g, loc, gb, adam, zscale, cache)
+        msg = self._cavi_message(X, loc, cf, kernel_grad=wants_kernel_grad(broadcast))
+        if int(broadcast.get("joint_mean", 0)):
+            A, a = cf.marginal_global_stats()
+            msg["A_joint"], msg["a_joint"] = tril_pack(A), a
+        return loc, adam, jit, msg
 
     def wants_input_moments(self):
         """Whether the set-up needs the clients' input sums (to scale ``X``, place ``Z_g``
@@ -858,7 +893,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
 
     def setup_inputs(self, msgs, rng):
         """``(Zg, z_scale, x_shift, x_scale)`` from the set-up messages (:func:`input_setup`)."""
-        return input_setup(msgs, self.normalize_X, self.M, self.init_inducing_global, rng,
+        return input_setup(msgs, self.normalize_X, self.M, self.init.inducing_global, rng,
                            self.cfg.n_features, self.input_bounds)
 
     def population_release(self, loc):
@@ -880,9 +915,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
         jit = 0.0
         for _ in range(self.local_steps):
             lb = self._local_basis(X, loc, cache) if self.cfg.use_local else None
-            _, gl, _, st = client_terms(X, y, g, loc, self.cfg, gb=gb, lb=lb, want_local=True)
-            if st["lb"] is not None:
-                jit = max(jit, st["lb"].jitter)
+            _, gl, _, _ = self._terms(X, y, g, loc, gb, lb, want_local=True)
+            jit = max(jit, self._jitter(lb))
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, keys, scale=zscale)
             for k in ("Ld", "Lu"):
                 if k in loc:
@@ -987,13 +1021,13 @@ class _PFedHGPSteps(FederatedAlgorithm):
             shift, coef, var = linear_mean(msgs, x_shift, x_scale, shift)
             if self.normalize_y and var is not None:
                 scale = float(np.sqrt(var)) if var > 0 else 1.0
-        g = {"noise": np.asarray(softplus_inv(self.init_noise))}
+        g = {"noise": np.asarray(softplus_inv(self.init.noise))}
         if cfg.global_basis:
             g["Zg"] = Zg
-            g["ls_g"] = np.full(self.n_ls, softplus_inv(self.init_lengthscale_global))
-            g["var_g"] = np.asarray(softplus_inv(self.init_variance_global))
+            g["ls_g"] = np.full(self.n_ls, softplus_inv(self.init.lengthscale_global))
+            g["var_g"] = np.asarray(softplus_inv(self.init.variance_global))
         if cfg.use_deviation:
-            g["phi"] = np.asarray(softplus_inv(self.init_phi))
+            g["phi"] = np.asarray(softplus_inv(self.init.phi))
         if cfg.use_global:
             g["mg"] = np.zeros(self.M)
             g["Lg"] = np.eye(self.M)

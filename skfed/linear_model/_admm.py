@@ -443,8 +443,9 @@ def pick_temperature(total_loss, betas=TEMPERATURE_GRID):
 # --------------------------------------------------------------------------
 
 
-class _ConsensusServer:
-    """Server side shared by the ADMM algorithms: Proposition 2 and the mu mirror.
+class _ConsensusADMM:
+    """The consensus ADMM shared by the linear algorithms: the client's dual
+    step, Proposition 2 on the server and the server's mirror of the duals.
 
     ``M^t = sum_g alpha_g (M~_g^t + mu_g^{t-1})`` then
     ``mu_g^t = mu_g^{t-1} + M~_g^t - M^t``; mu is a function of released
@@ -455,6 +456,17 @@ class _ConsensusServer:
     and dual in the consensus (with every client answering, the recursion
     above).
     """
+
+    def client_init(self, data, rng):
+        zeros = np.zeros(self.coef_shape)
+        return {"coef": zeros, "mu": zeros, "round": 0}
+
+    @staticmethod
+    def dual_step(state, center):
+        """The client's ``mu_g^t = mu_g^{t-1} + M~_g^{t-1} - M^{t-1}`` (none before round 1)."""
+        if state["round"] == 0:
+            return state["mu"]
+        return state["mu"] + state["coef"] - center
 
     def server_init(self, rng):
         coef = np.zeros(self.coef_shape)
@@ -502,7 +514,7 @@ class _ConsensusServer:
         return state, {"coef": new}
 
 
-class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
+class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
     """Algorithm 2 (DP-Fed DRO) as client and server steps; Algorithm 1 if not private.
 
     Hyperparameters only: per-client arrays are indexed by ``data.index``.
@@ -536,17 +548,9 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
         self.class_weight = class_weight
 
     def client_init(self, data, rng):
-        zeros = np.zeros(self.coef_shape)
-        return {
-            "coef": zeros,  # M~_g (noisy) in Algorithm 2, exact M_g in Algorithm 1
-            "lam": 0.0,
-            "mu": zeros,
-            "tau": 0.0,
-            "round": 0,
-            "objective": [],
-            "lam_history": [],
-            "tau_history": [],
-        }
+        # coef: M~_g (noisy) in Algorithm 2, exact M_g in Algorithm 1
+        return dict(super().client_init(data, rng), lam=0.0, tau=0.0, objective=[],
+                    lam_history=[], tau_history=[])
 
     def client_step(self, data, state, broadcast, rng):
         if "calibrate" in broadcast:
@@ -555,9 +559,7 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm)
             return state, {"log_loss": softmax_log_loss_grid(scores, data.y)}
         g = data.index
         center = np.asarray(broadcast["coef"], dtype=float)
-        mu = state["mu"]
-        if state["round"] > 0:
-            mu = mu + state["coef"] - center
+        mu = self.dual_step(state, center)
         r_g = float(self.radius[g])
         if not self.private:
             weight = (None if self.class_weight is None

@@ -13,6 +13,7 @@ open; every choice made here is stated in the class docstrings.
 """
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
@@ -25,7 +26,7 @@ from ..utils._param_validation import UNKNOWN_CLIENT, nonnegative_real, positive
 from ..utils._validation import check_groups, check_scale, validate_data
 from ._admm import (
     DUAL_NORM,
-    _ConsensusServer,
+    _ConsensusADMM,
     _noise,
     exact_local_step,
     solve_binary_dro_local,
@@ -56,27 +57,27 @@ def cs_gradient(X, y, coef):
 # --------------------------------------------------------------------------
 
 
-class _DPFedERMAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
+# Hyperparameters only (FederatedAlgorithm): dataclasses, ``coef_shape`` is
+# (n_classes, n_features) and the arrays hold one value per client.
+@dataclass(eq=False, kw_only=True)
+class _DPFedERMAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
     """Linearized proximal ADMM on the regularised CS loss, Gaussian noise on M_g."""
 
     min_samples_per_client = 2
-
-    def __init__(self, *, coef_shape, alpha, rho, reg, eta, sigma):
-        self.coef_shape = coef_shape
-        self.alpha = alpha
-        self.rho = rho
-        self.reg = reg
-        self.eta = eta
-        self.sigma = sigma
+    coef_shape: tuple
+    alpha: np.ndarray
+    rho: float
+    reg: float
+    eta: np.ndarray
+    sigma: np.ndarray
 
     def client_init(self, data, rng):
-        zeros = np.zeros(self.coef_shape)
-        return {"coef": zeros, "mu": zeros, "round": 0, "objective": []}
+        return dict(super().client_init(data, rng), objective=[])
 
     def client_step(self, data, state, broadcast, rng):
         g = data.index
         center = np.asarray(broadcast["coef"], dtype=float)
-        mu = state["mu"] + state["coef"] - center if state["round"] > 0 else state["mu"]
+        mu = self.dual_step(state, center)
         loss, grad = cs_gradient(data.X, data.y, state["coef"])
         grad = grad + self.reg * state["coef"]
         eta = self.eta[g]
@@ -87,17 +88,16 @@ class _DPFedERMAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm
                      objective=state["objective"] + [objective]), {"coef": coef})
 
 
+@dataclass(eq=False, kw_only=True)
 class _DPFedSGDAlgorithm(LinearClientMixin, FederatedAlgorithm):
     """One noisy full-batch gradient step per client per round, then FedAvg."""
 
     min_samples_per_client = 2
-
-    def __init__(self, *, coef_shape, alpha, reg, learning_rate, sigma):
-        self.coef_shape = coef_shape
-        self.alpha = alpha
-        self.reg = reg
-        self.learning_rate = learning_rate
-        self.sigma = sigma
+    coef_shape: tuple
+    alpha: np.ndarray
+    reg: float
+    learning_rate: float
+    sigma: np.ndarray
 
     def server_init(self, rng):
         coef = np.zeros(self.coef_shape)
@@ -122,26 +122,21 @@ class _DPFedSGDAlgorithm(LinearClientMixin, FederatedAlgorithm):
                 {"coef": coef, "round": np.int64(t + 1)})
 
 
-class _FedOvAAlgorithm(LinearClientMixin, _ConsensusServer, FederatedAlgorithm):
+@dataclass(eq=False, kw_only=True)
+class _FedOvAAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
     """K binary federated DRO SVMs by ADMM with exact local solves (row k of coef)."""
 
     min_samples_per_client = 2
-
-    def __init__(self, *, coef_shape, alpha, radius, kappa, rho, dual):
-        self.coef_shape = coef_shape
-        self.alpha = alpha
-        self.radius = radius
-        self.kappa = kappa
-        self.rho = rho
-        self.dual = dual
-
-    def client_init(self, data, rng):
-        zeros = np.zeros(self.coef_shape)
-        return {"coef": zeros, "mu": zeros, "round": 0}
+    coef_shape: tuple
+    alpha: np.ndarray
+    radius: np.ndarray
+    kappa: float
+    rho: float
+    dual: str
 
     def client_step(self, data, state, broadcast, rng):
         center = np.asarray(broadcast["coef"], dtype=float)
-        mu = state["mu"] + state["coef"] - center if state["round"] > 0 else state["mu"]
+        mu = self.dual_step(state, center)
         coef = np.empty(self.coef_shape)
         for k in range(self.coef_shape[0]):
             y_pm = np.where(data.y == k, 1.0, -1.0)

@@ -1,6 +1,7 @@
 """Baselines of the tensor-regression paper, with the API of PersonalizedTensorRegressor."""
 
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -36,26 +37,25 @@ __all__ = [
 ]
 
 
+@dataclass(eq=False)
 class _LocalTwoStage(FederatedAlgorithm):
     """One round: every client runs the whole two-stage fit on its own rows."""
 
-    def __init__(self, coef_shape, rank, admm, rank_scale, max_rank, step_size, n_iter,
-                 alpha, n_local_iter, scaling, tangent, retraction, send_coef,
-                 fit_intercept=False):
-        self.coef_shape = coef_shape
-        self.fit_intercept = fit_intercept
-        self.rank = rank
-        self.admm = admm
-        self.rank_scale = rank_scale
-        self.max_rank = max_rank
-        self.step_size = step_size
-        self.n_iter = n_iter
-        self.alpha = alpha
-        self.n_local_iter = n_local_iter
-        self.scaling = scaling
-        self.tangent = tangent
-        self.retraction = retraction
-        self.send_coef = send_coef
+    # hyperparameters only (FederatedAlgorithm); the whole fit as in the estimator
+    coef_shape: tuple
+    rank: "tuple | str"
+    admm: dict
+    rank_scale: float
+    max_rank: "int | None"
+    step_size: "float | str"
+    n_iter: int
+    alpha: float
+    n_local_iter: int
+    scaling: str
+    tangent: str
+    retraction: str
+    send_coef: bool
+    fit_intercept: bool = False
 
     def prepare_client(self, data):
         return prepare_site(data, self.fit_intercept)

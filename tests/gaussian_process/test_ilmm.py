@@ -263,15 +263,14 @@ def test_closed_form_server_step_from_sufficient_statistics(use):
     the new global block, and it is no lower than before the update.
     """
     from skfed.gaussian_process._ilmm_steps import _IlmmSteps
+    from skfed.gaussian_process._steps import InitialValues
 
     rng = np.random.default_rng(8)
     T, n, M, Mi, Q, R = 3, 15, 5, 4, 3, 2
     cfg = IlmmConfig(use_global=use[0], use_deviation=use[1], use_local=use[2], n_outputs=Q,
                      rank_global=R, rank_local=R, learn_inducing=False)
     steps = _IlmmSteps(cfg, optimizer="cavi", n_inducing_global=M, n_inducing_local=Mi,
-                       init_inducing_global=None, init_lengthscale_global=1.0,
-                       init_lengthscale_local=0.5, init_variance_global=1.0,
-                       init_variance_local=1.0, init_phi=1.0, init_noise=0.1, local_steps=0,
+                       init=InitialValues(lengthscale_local=0.5, noise=0.1), local_steps=0,
                        local_lr=0.1, server_lr=0.1, normalize_y=False, n_rounds=1)
     Xs = [rng.uniform(0, 5, (n, 1)) for _ in range(T)]
     Ys = [rng.normal(size=(n, Q)) for _ in range(T)]
