@@ -25,9 +25,10 @@ from ._elbo import (
     SMALL_INDUCING,
     Basis,
     CholeskyError,
-    basis_backward,
+    basis_adjoint,
     cho_solve,
     cholesky,
+    kernel_grads,
     sigmoid,
     softplus,
     solve_triangular,
@@ -258,9 +259,8 @@ class ClosedFormClient:
         self.g = g
         self.s2 = float(softplus(g["noise"]))
         self.phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
-        # the global kernel's constrained parameters, as the basis was formed with
+        # the global kernel's variance, as the basis was formed with
         self.var_g = gb.var if gb is not None else None
-        self.ls_g = gb.ls if gb is not None else None
         self.gb = gb
         self.wy = gb.project(y) if gb is not None else None
         self.mg = g["mg"] if cfg.use_global else None
@@ -516,15 +516,11 @@ class ClosedFormClient:
         Ve = self.vy - lb.gram @ mu
         if mbar is not None:
             Ve -= self.C.T @ mbar
-        A = np.eye(mu.shape[0])
-        A -= loc["Lu"] @ loc["Lu"].T
-        A /= s2
-        gv, gls, gZ = basis_backward(
-            X, loc["Zl"], lb.ls, lb.var, cfg.kind, lb, A,
-            mu[:, None] / s2, e[:, None], var_direct=-self.n / (2 * s2), WE=Ve[:, None])
-        return {"var_l": np.asarray(gv * sigmoid(loc["var_l"])),
-                "ls_l": cfg.fold_lengthscale_grad(gls, loc["ls_l"]),
-                "Zl": gZ if cfg.learn_inducing else np.zeros_like(gZ)}
+        A = basis_adjoint(1.0, [(1.0, loc["Lu"])], s2, mu.shape[0])
+        gv, g_ls, gZ = kernel_grads(X, loc["Zl"], loc["ls_l"], cfg, lb, A,
+                                    mu[:, None] / s2, e[:, None],
+                                    var_direct=-self.n / (2 * s2), WE=Ve[:, None])
+        return {"var_l": np.asarray(gv * sigmoid(loc["var_l"])), "ls_l": g_ls, "Zl": gZ}
 
     def global_kernel_grad(self, X, loc):
         """Gradient of the client's ELBO terms with respect to ``Zg, ls_g, var_g``.
@@ -538,20 +534,15 @@ class ClosedFormClient:
         mbar = self._mbar(loc)
         e = self._residual(mbar, loc)
         We = self.wy - gb.gram @ mbar
-        A = kappa * np.eye(M)
-        if cfg.use_global:
-            A -= g["Lg"] @ g["Lg"].T
-        if cfg.use_deviation:
-            A -= loc["Ld"] @ loc["Ld"].T
+        blocks = [(1.0, src[k]) for on, src, k in ((cfg.use_global, g, "Lg"),
+                                                   (cfg.use_deviation, loc, "Ld")) if on]
+        A = basis_adjoint(kappa, blocks, s2, M)
         if cfg.use_local:
             We -= self.C @ loc["mu"]
-        A /= s2
-        gv, gls, gZ = basis_backward(
-            X, g["Zg"], self.ls_g, self.var_g, cfg.kind, gb, A, mbar[:, None] / s2,
-            e[:, None], var_direct=-kappa * self.n / (2 * s2), WE=We[:, None])
-        return {"var_g": np.asarray(gv * sigmoid(g["var_g"])),
-                "ls_g": cfg.fold_lengthscale_grad(gls, g["ls_g"]),
-                "Zg": gZ if cfg.learn_inducing else np.zeros_like(gZ)}
+        gv, g_ls, gZ = kernel_grads(X, g["Zg"], g["ls_g"], cfg, gb, A,
+                                    mbar[:, None] / s2, e[:, None],
+                                    var_direct=-kappa * self.n / (2 * s2), WE=We[:, None])
+        return {"var_g": np.asarray(gv * sigmoid(g["var_g"])), "ls_g": g_ls, "Zg": gZ}
 
     # --- the message ------------------------------------------------------------
     def message(self, loc):

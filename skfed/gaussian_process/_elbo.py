@@ -352,6 +352,69 @@ def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0, WE=None)
 
 
 # ----------------------------------------------------------------------------
+# the gradient terms every model shares (scalar and multi-output, Monte Carlo
+# free and closed form): one latent's block at a time
+# ----------------------------------------------------------------------------
+def basis_adjoint(kappa, blocks, s2, m):
+    """``(kappa I - sum_c beta_c L_c L_c^T) / s2``, the part of a basis's adjoint
+    that multiplies ``W`` (``blocks``: ``(beta_c, L_c)`` pairs of the components
+    using the basis, ``beta_c`` the squared norm of the latent's loading column,
+    1 in the scalar model; ``kappa`` the weight of the residual trace)."""
+    A = kappa * np.eye(m)
+    for beta, L in blocks:
+        A -= beta * (L @ L.T)
+    A /= s2
+    return A
+
+
+def kernel_grads(X, Z, ls_raw, cfg, basis, A, P, E, var_direct=0.0, WE=None):
+    """:func:`basis_backward` at the kernel that formed ``basis``: the gradients
+    with respect to its variance (constrained), its raw lengthscales ``ls_raw``
+    and ``Z`` (zero when the inducing inputs are fixed)."""
+    gv, gls, gZ = basis_backward(X, Z, basis.ls, basis.var, cfg.kind, basis, A, P, E,
+                                 var_direct=var_direct, WE=WE)
+    return (gv, cfg.fold_lengthscale_grad(gls, ls_raw),
+            gZ if cfg.learn_inducing else np.zeros_like(gZ))
+
+
+def block_grads(basis, We, L, s2, beta=1.0, m=None, prior_var=1.0):
+    """Gradients of a block's expected log-likelihood (minus its KL when the mean
+    ``m`` is given) with respect to its whitened mean and covariance factor:
+    ``W e / s2`` and ``-beta tril(W W^T L) / s2`` (``We = W e``, ``e`` the
+    residual times the loading column)."""
+    gm = We / s2
+    gL = -beta * np.tril(basis.gram @ L) / s2
+    if m is not None:
+        km, kL = kl_whitened_grads(m, L, prior_var)
+        gm -= km
+        gL -= kL
+    return gm, gL
+
+
+def expected_log_lik(n_values, E, s2):
+    """``E_q[log N(y | f, s2 I)]`` of ``n_values`` targets with expected squared error ``E``."""
+    return -0.5 * n_values * (LOG2PI + np.log(s2)) - E / (2.0 * s2)
+
+
+def noise_grad(n_values, E, s2, raw):
+    """Gradient of ``-n/2 log s2 - E / (2 s2)`` with respect to the raw noise."""
+    return np.asarray((-n_values / (2 * s2) + E / (2 * s2 * s2)) * sigmoid(raw))
+
+
+def phi_grad(a, D, n_coef, s2, phi, raw):
+    """Gradient with respect to the raw ``phi`` of ``-phi a / (2 s2)`` (the
+    deviation's residual trace ``a``) minus ``KL(q(delta_i) || N(0, phi I))``
+    (``D = |m_delta|^2 + tr S_delta`` over ``n_coef`` coefficients)."""
+    return np.asarray((-a / (2 * s2) + 0.5 * (D / phi**2 - n_coef / phi)) * sigmoid(raw))
+
+
+def deviation_kl(D, logdet, n_coef, phi):
+    """``KL(q(delta) || N(0, phi I))`` summed over blocks from their totals: ``D``,
+    the log-determinant of the covariances and the number of coefficients."""
+    return 0.5 * (D / phi - n_coef + n_coef * np.log(phi) - logdet)
+
+
+# ----------------------------------------------------------------------------
 # KL terms (whitened)
 # ----------------------------------------------------------------------------
 def kl_whitened(m, L, prior_var=1.0):
@@ -464,8 +527,7 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
         t_l = n * var_l - lb.sqnorm
         stats["t_l"] = t_l
         E += lb.quad(loc["Lu"]) + t_l
-    ell = -0.5 * n * (LOG2PI + np.log(s2)) - E / (2.0 * s2)
-    value = ell
+    value = expected_log_lik(n, E, s2)
     if cfg.use_deviation:
         stats["D"] = float(np.sum(loc["Ld"] ** 2) + loc["md"] @ loc["md"])
         value -= kl_whitened(loc["md"], loc["Ld"], phi)
@@ -481,57 +543,49 @@ def client_terms(X, y, g, loc, cfg, gb=None, lb=None, want_local=False, want_glo
     Ve = V @ e if cfg.use_local and (want_local or want_local_hyper) else None
     if want_local or want_local_hyper:
         if cfg.use_deviation and want_local:
-            km, kL = kl_whitened_grads(loc["md"], loc["Ld"], phi)
-            gl["md"] = We / s2 - km
-            gl["Ld"] = -np.tril(gb.gram @ loc["Ld"]) / s2 - kL
+            gl["md"], gl["Ld"] = block_grads(gb, We, loc["Ld"], s2, m=loc["md"], prior_var=phi)
         if cfg.use_local:
             if want_local:
-                km, kL = kl_whitened_grads(loc["mu"], loc["Lu"])
-                gl["mu"] = Ve / s2 - km
-                gl["Lu"] = -np.tril(lb.gram @ loc["Lu"]) / s2 - kL
+                gl["mu"], gl["Lu"] = block_grads(lb, Ve, loc["Lu"], s2, m=loc["mu"])
             if want_local_hyper:
                 # V_bar = (mu e^T - S_u V + V) / s2
-                A = (np.eye(V.shape[0]) - loc["Lu"] @ loc["Lu"].T) / s2
-                ls = cfg.lengthscale(loc["ls_l"])
-                gv, gls, gZ = basis_backward(
-                    X, loc["Zl"], ls, var_l, cfg.kind, lb, A, loc["mu"][:, None] / s2, e[:, None],
-                    var_direct=-n / (2 * s2), WE=Ve[:, None],
-                )
+                A = basis_adjoint(1.0, [(1.0, loc["Lu"])], s2, V.shape[0])
+                gv, gl["ls_l"], gl["Zl"] = kernel_grads(
+                    X, loc["Zl"], loc["ls_l"], cfg, lb, A, loc["mu"][:, None] / s2,
+                    e[:, None], var_direct=-n / (2 * s2), WE=Ve[:, None])
                 gl["var_l"] = np.asarray(gv * sigmoid(loc["var_l"]))
-                gl["ls_l"] = cfg.fold_lengthscale_grad(gls, loc["ls_l"])
-                gl["Zl"] = gZ if cfg.learn_inducing else np.zeros_like(gZ)
     if want_global:
-        gg["noise"] = np.asarray((-n / (2 * s2) + E / (2 * s2 * s2)) * sigmoid(g["noise"]))
+        gg["noise"] = noise_grad(n, E, s2, g["noise"])
+        if cfg.use_global:
+            gg["mg"], gg["Lg"] = block_grads(gb, We, g["Lg"], s2)
+        if cfg.use_deviation:
+            gg["phi"] = phi_grad(stats["t_g"], stats["D"], M, s2, phi, g["phi"])
         if cfg.global_basis:
-            Sbar = np.zeros((M, M))
-            if cfg.use_global:
-                gg["mg"] = We / s2
-                gg["Lg"] = -np.tril(gb.gram @ g["Lg"]) / s2
-                Sbar += g["Lg"] @ g["Lg"].T
-            if cfg.use_deviation:
-                D = stats["D"]
-                dphi = -stats["t_g"] / (2 * s2) + 0.5 * (D / phi**2 - M / phi)
-                gg["phi"] = np.asarray(dphi * sigmoid(g["phi"]))
-                Sbar += loc["Ld"] @ loc["Ld"].T
-        if cfg.global_basis:
-            # W_bar = (mbar e^T - Sbar W + kappa W) / s2
-            A = (kappa * np.eye(M) - Sbar) / s2
-            gv, gls, gZ = basis_backward(
-                X, g["Zg"], c["ls"], c["var"], cfg.kind, gb, A, mbar[:, None] / s2, e[:, None],
-                var_direct=-kappa * n / (2 * s2), WE=We[:, None],
-            )
+            # W_bar = (mbar e^T - (S_g + S_delta) W + kappa W) / s2
+            blocks = [(1.0, src[k]) for on, src, k in ((cfg.use_global, g, "Lg"),
+                                                       (cfg.use_deviation, loc, "Ld")) if on]
+            A = basis_adjoint(kappa, blocks, s2, M)
+            gv, gg["ls_g"], gg["Zg"] = kernel_grads(
+                X, g["Zg"], g["ls_g"], cfg, gb, A, mbar[:, None] / s2, e[:, None],
+                var_direct=-kappa * n / (2 * s2), WE=We[:, None])
             gg["var_g"] = np.asarray(gv * sigmoid(g["var_g"]))
-            gg["ls_g"] = cfg.fold_lengthscale_grad(gls, g["ls_g"])
-            gg["Zg"] = gZ if cfg.learn_inducing else np.zeros_like(gZ)
     return float(value), gl, gg, stats
 
 
 def server_kl(g, cfg):
-    """``KL_g`` and its gradients (``mg``, ``Lg``); zero without a global component."""
+    """``KL_g = sum_r KL(q(u_g^(r)) || p(u_g^(r)))`` and its gradients (``mg``,
+    ``Lg``): one block in the scalar model, one per latent (stacked) in the
+    multi-output one; zero without a global component."""
     if not cfg.use_global:
         return 0.0, {}
-    km, kL = kl_whitened_grads(g["mg"], g["Lg"])
-    return kl_whitened(g["mg"], g["Lg"]), {"mg": km, "Lg": kL}
+    mg, Lg = g["mg"], g["Lg"]
+    ms, Ls = mg.reshape(-1, mg.shape[-1]), Lg.reshape((-1,) + Lg.shape[-2:])
+    gm, gL = np.empty_like(ms), np.empty_like(Ls)
+    kl = 0.0
+    for r in range(ms.shape[0]):
+        kl += kl_whitened(ms[r], Ls[r])
+        gm[r], gL[r] = kl_whitened_grads(ms[r], Ls[r])
+    return kl, {"mg": gm.reshape(mg.shape), "Lg": gL.reshape(Lg.shape)}
 
 
 # ----------------------------------------------------------------------------

@@ -34,13 +34,15 @@ import numpy as np
 
 from ._closed_form import joint_means_gram, latent_q
 from ._elbo import (
-    LOG2PI,
     ModelConfig,
-    basis_backward,
+    basis_adjoint,
     basis_forward,
+    block_grads,
+    expected_log_lik,
+    kernel_grads,
     kl_whitened,
-    kl_whitened_grads,
-    sigmoid,
+    noise_grad,
+    phi_grad,
     softplus,
     stacked_gram,
 )
@@ -127,7 +129,7 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
         v = np.array([b.quad(L[r]) for r, b in enumerate(bs)]) + kappa * t
         stats["v"][c] = v
         E += float(np.sum(B * B, axis=0) @ v)
-    value = -0.5 * n * Q * (LOG2PI + np.log(s2)) - E / (2.0 * s2)
+    value = expected_log_lik(n * Q, E, s2)
     if cfg.use_deviation:
         D = np.array([_colsq(loc["Ld"][r]) + loc["md"][r] @ loc["md"][r] for r in range(cfg.R_g)])
         stats["D"] = float(D.sum())
@@ -149,12 +151,9 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
         km_name, kL_name, kB_name = names[c]
         gm, gL = np.empty_like(m), np.empty_like(L)
         for r, b in enumerate(bs):
-            gm[r] = b.W @ (Eres @ B[:, r]) / s2
-            gL[r] = -beta[r] * np.tril(b.gram @ L[r]) / s2
-            if c != "g":  # the client's KLs; KL_g is the server's
-                km, kL = kl_whitened_grads(m[r], L[r], prior[c])
-                gm[r] -= km
-                gL[r] -= kL
+            # the client's KLs; KL_g is the server's
+            gm[r], gL[r] = block_grads(b, b.W @ (Eres @ B[:, r]), L[r], s2, beta[r],
+                                       m=None if c == "g" else m[r], prior_var=prior[c])
         out[km_name], out[kL_name] = gm, gL
         out[kB_name] = (Eres.T @ stats["H"][c] - B * stats["v"][c][None, :]) / s2
 
@@ -165,61 +164,39 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
         g_Z = np.zeros_like(loc["Zl"])
         for r, b in enumerate(lbs):
             # V_bar = (mu_r (E b_r)^T - beta_r S_u V + beta_r V) / s2
-            Su = loc["Lu"][r] @ loc["Lu"][r].T
-            A = beta[r] * (np.eye(Su.shape[0]) - Su) / s2
-            _, gls, gZ = basis_backward(X, loc["Zl"], cfg.lengthscale(loc["ls_l"][r]),
-                                        cfg.variance_local, cfg.kind, b, A,
-                                        loc["mu"][r][:, None] / s2, (Eres @ Bl[:, r])[:, None])
-            g_ls[r] = cfg.fold_lengthscale_grad(gls, loc["ls_l"][r])
+            A = basis_adjoint(beta[r], [(beta[r], loc["Lu"][r])], s2, b.W.shape[0])
+            _, g_ls[r], gZ = kernel_grads(X, loc["Zl"], loc["ls_l"][r], cfg, b, A,
+                                          loc["mu"][r][:, None] / s2, (Eres @ Bl[:, r])[:, None])
             g_Z += gZ
-        gl["ls_l"] = g_ls
-        gl["Zl"] = g_Z if cfg.learn_inducing else np.zeros_like(g_Z)
+        gl["ls_l"], gl["Zl"] = g_ls, g_Z
 
     if want_global:
-        gg["noise"] = np.asarray((-n * Q / (2 * s2) + E / (2 * s2 * s2)) * sigmoid(g["noise"]))
+        gg["noise"] = noise_grad(n * Q, E, s2, g["noise"])
         if cfg.global_basis:
             bg = np.sum(g["Bg"] ** 2, axis=0) if cfg.use_global else np.zeros(cfg.R_g)
             bd = np.sum(loc["Bd"] ** 2, axis=0) if cfg.use_deviation else np.zeros(cfg.R_g)
+            M = gbs[0].W.shape[0]
             if cfg.use_deviation:
-                M = gbs[0].W.shape[0]
-                dphi = -float(bd @ t_g) / (2 * s2) + 0.5 * (stats["D"] / phi**2 - cfg.R_g * M / phi)
-                gg["phi"] = np.asarray(dphi * sigmoid(g["phi"]))
+                gg["phi"] = phi_grad(float(bd @ t_g), stats["D"], cfg.R_g * M, s2, phi,
+                                     g["phi"])
         if cfg.global_basis and want_global_kernel:
             g_ls = np.empty_like(np.asarray(g["ls_g"], dtype=float))
             g_Z = np.zeros_like(g["Zg"])
+            on = [(src, m, L, B, beta) for use, src, m, L, B, beta in (
+                (cfg.use_global, g, "mg", "Lg", "Bg", bg),
+                (cfg.use_deviation, loc, "md", "Ld", "Bd", bd)) if use]
             for r, b in enumerate(gbs):
                 # W_bar = (sum_c m_c (E b_c)^T - beta_c S_c W + kappa W) / s2 over the
                 # global and deviation components: A W + P E^T
-                kappa = bg[r] + phi * bd[r]
-                A = kappa * np.eye(b.W.shape[0])
-                P, Ecols = [], []
-                for on, m, L, B, beta in ((cfg.use_global, "mg", "Lg", "Bg", bg),
-                                          (cfg.use_deviation, "md", "Ld", "Bd", bd)):
-                    if on:
-                        src = g if m == "mg" else loc
-                        A -= beta[r] * (src[L][r] @ src[L][r].T)
-                        P.append(src[m][r])
-                        Ecols.append(Eres @ src[B][:, r])
-                ls = cfg.lengthscale(g["ls_g"][r])
-                _, gls, gZ = basis_backward(X, g["Zg"], ls, cfg.variance_global, cfg.kind, b,
-                                            A / s2, np.column_stack(P) / s2, np.column_stack(Ecols))
-                g_ls[r] = cfg.fold_lengthscale_grad(gls, g["ls_g"][r])
+                A = basis_adjoint(bg[r] + phi * bd[r],
+                                  [(beta[r], src[L][r]) for src, _, L, _, beta in on], s2, M)
+                P = np.column_stack([src[m][r] for src, m, _, _, _ in on])
+                Ecols = np.column_stack([Eres @ src[B][:, r] for src, _, _, B, _ in on])
+                _, g_ls[r], gZ = kernel_grads(X, g["Zg"], g["ls_g"][r], cfg, b, A, P / s2,
+                                              Ecols)
                 g_Z += gZ
-            gg["ls_g"] = g_ls
-            gg["Zg"] = g_Z if cfg.learn_inducing else np.zeros_like(g_Z)
+            gg["ls_g"], gg["Zg"] = g_ls, g_Z
     return float(value), gl, gg, stats
-
-
-def ilmm_server_kl(g, cfg):
-    """``sum_r KL_g^(r)`` and its gradients (``mg``, ``Lg``)."""
-    if not cfg.use_global:
-        return 0.0, {}
-    gm, gL = np.empty_like(g["mg"]), np.empty_like(g["Lg"])
-    kl = 0.0
-    for r in range(cfg.R_g):
-        kl += kl_whitened(g["mg"][r], g["Lg"][r])
-        gm[r], gL[r] = kl_whitened_grads(g["mg"][r], g["Lg"][r])
-    return kl, {"mg": gm, "Lg": gL}
 
 
 # ----------------------------------------------------------------------------

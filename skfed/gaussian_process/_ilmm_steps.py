@@ -29,9 +29,11 @@ and the outer products ``b b^T`` of its loading columns to its last message
 import numpy as np
 
 from ._elbo import (
-    LOG2PI,
+    deviation_kl,
+    expected_log_lik,
     kl_whitened,
     optimal_phi,
+    server_kl,
     softplus,
     softplus_inv,
     stacked_gram,
@@ -44,21 +46,16 @@ from ._ilmm import (
     IlmmConfig,
     _colsq,
     global_bases,
-    ilmm_server_kl,
     ilmm_terms,
     local_bases,
     solve_local_ilmm,
 )
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ._steps import (
-    BasisCache,
     _PFedHGPSteps,
     check_pooled_scale,
     adam_ascent,
     adam_init,
-    client_inducing_count,
-    farthest_point_rows,
-    linear_mean,
     message_total,
     row_shift,
     wants_kernel_grad,
@@ -123,25 +120,9 @@ class _IlmmSteps(_PFedHGPSteps):
     def unpack_tril(self, v):
         return _unpack_stack(np.asarray(v, dtype=float), self.M)
 
-    def global_kl(self, g):
-        return ilmm_server_kl(g, self.cfg)
-
     # --- client ----------------------------------------------------------------
-    def client_init(self, data, rng):
-        cfg, loc = self.cfg, {}
-        if cfg.use_local:
-            Mi = client_inducing_count(data.X, self.Mi)
-            # raw units: scaled with the set-up's input scaling in the first round
-            loc["Zl"] = farthest_point_rows(data.X, Mi)
-            loc["ls_l"] = np.full((cfg.R_l, self.n_ls), softplus_inv(self.init.lengthscale_local))
-            loc["mu"] = np.zeros((cfg.R_l, Mi))
-            loc["Lu"] = np.stack([np.eye(Mi)] * cfg.R_l)
-        if cfg.use_deviation:
-            loc["md"] = np.zeros((cfg.R_g, self.M))
-            loc["Ld"] = np.stack([np.eye(self.M)] * cfg.R_g)
-        # the loadings wait for the normalization of the set-up round (_client_targets)
-        return {"loc": loc, "adam": None, "jitter": 0.0, "cache": BasisCache(),
-                "zl_raw": cfg.use_local}
+    def latents(self, component):
+        return (self.cfg.R_g,) if component == "global" else (self.cfg.R_l,)
 
     def _init_loadings(self, Y, loc, rng):
         """Set the client's loadings ``Bd``, ``Bl`` in ``loc`` (:func:`pca_loadings`)."""
@@ -272,60 +253,42 @@ class _IlmmSteps(_PFedHGPSteps):
         return msg
 
     # --- server ----------------------------------------------------------------
-    def _setup(self, messages, rng):
-        cfg = self.cfg
-        msgs = list(messages.values())
-        Q = cfg.n_outputs
-        # the clients with too few rows sent no sums (skfed.federated._release)
+    def _target_setup(self, msgs):
+        """Per-output ``(shift, scale)`` and the pooled second moments ``C`` about
+        the shift in the normalized units (for the initial loadings)."""
+        Q = self.cfg.n_outputs
         sent = [m for m in msgs if "sum_y" in m]
         shift, scale = np.zeros(Q), np.ones(Q)
-        if sent:
-            n = sum(float(m["n"]) for m in sent)
-            s1 = sum(np.asarray(m["sum_y"], dtype=float) for m in sent)
-            S2 = tril_unpack(sum(np.asarray(m["yty"], dtype=float) for m in sent), Q,
-                             symmetric=True)
-            check_pooled_scale(S2, "y")
-            if self.normalize_y:
-                shift = s1 / n
-                var = np.maximum(np.diag(S2) / n - shift**2, 0.0)
-                scale = np.where(var > 0, np.sqrt(var), 1.0)
-            # pooled second moments about the shift, in the normalized units
-            C = (S2 / n - np.outer(shift, s1 / n) - np.outer(s1 / n, shift)
-                 + np.outer(shift, shift))
-            C = C / np.outer(scale, scale)
-        else:
+        if not sent:
             too_few_rows_warning("normalize_y and the initial loadings", MIN_ROWS_MOMENTS,
                                  "y is left as it is and the loadings start isotropic")
-            C = np.eye(Q)
-        Zg, z_scale, x_shift, x_scale = self.setup_inputs(msgs, rng)
-        coef = None
-        if self.mean_function == "linear":
-            shift, coef, V = linear_mean(msgs, x_shift, x_scale, shift)
-            if V is not None:  # the loadings start from the residual second moments
-                if self.normalize_y:
-                    var = np.diag(V)
-                    scale = np.where(var > 0, np.sqrt(np.maximum(var, 0.0)), 1.0)
-                C = V / np.outer(scale, scale)
-        g = {"noise": np.asarray(softplus_inv(self.init.noise))}
-        if cfg.global_basis:
-            g["Zg"] = Zg
-            g["ls_g"] = np.full((cfg.R_g, self.n_ls), softplus_inv(self.init.lengthscale_global))
-        if cfg.use_deviation:
-            g["phi"] = np.asarray(softplus_inv(self.init.phi))
-        if cfg.use_global:
-            g["mg"] = np.zeros((cfg.R_g, self.M))
-            g["Lg"] = np.stack([np.eye(self.M)] * cfg.R_g)
-            n_comp = cfg.use_global + cfg.use_deviation + cfg.use_local
-            g["Bg"] = pca_loadings(C, cfg.R_g, n_comp, cfg.variance_global, rng)
-        return {"phase": 1, "g": g, "z_scale": z_scale, "round": 0,
-                "x_shift": x_shift, "x_scale": x_scale,
-                "adam": adam_init(g, self.global_keys()), "hyper_adam": None, "elbo": [],
-                "jitter": 0.0, "y_shift": shift, "y_scale": scale, "shared": None,
-                "released": None, "y_coef": coef}
+            return shift, scale, np.eye(Q)
+        n = sum(float(m["n"]) for m in sent)
+        s1 = sum(np.asarray(m["sum_y"], dtype=float) for m in sent)
+        S2 = tril_unpack(sum(np.asarray(m["yty"], dtype=float) for m in sent), Q,
+                         symmetric=True)
+        check_pooled_scale(S2, "y")
+        if self.normalize_y:
+            shift = s1 / n
+            var = np.maximum(np.diag(S2) / n - shift**2, 0.0)
+            scale = np.where(var > 0, np.sqrt(var), 1.0)
+        C = (S2 / n - np.outer(shift, s1 / n) - np.outer(s1 / n, shift)
+             + np.outer(shift, shift))
+        return shift, scale, C / np.outer(scale, scale)
 
-    def _shared_hypers(self, messages):
-        """pFedGP: latent lengthscales averaged (the latent variances are fixed)."""
-        return {"ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0)}
+    def _residual_setup(self, V, scale, C):
+        if V is None:
+            return scale, C
+        # the loadings start from the residual second moments
+        if self.normalize_y:
+            var = np.diag(V)
+            scale = np.where(var > 0, np.sqrt(np.maximum(var, 0.0)), 1.0)
+        return scale, V / np.outer(scale, scale)
+
+    def _initial_loadings(self, C, rng):
+        cfg = self.cfg
+        n_comp = cfg.use_global + cfg.use_deviation + cfg.use_local
+        return {"Bg": pca_loadings(C, cfg.R_g, n_comp, cfg.variance_global, rng)}
 
     def _cavi_server(self, state, messages):
         cfg = self.cfg
@@ -373,12 +336,12 @@ class _IlmmSteps(_PFedHGPSteps):
             if cfg.use_deviation:
                 phi = max(optimal_phi(D, a, T * R, M, s2), 1e-10)
         E = total_E(mg, Lg, Bg, phi)
-        elbo = -0.5 * n * Q * (LOG2PI + np.log(s2)) - E / (2 * s2) - kl_u
+        elbo = expected_log_lik(n * Q, E, s2) - kl_u
         if cfg.use_deviation:
-            elbo -= 0.5 * (D / phi - T * R * M + T * R * M * np.log(phi) - logdet_d)
+            elbo -= deviation_kl(D, logdet_d, T * R * M, phi)
         if cfg.use_global:
             g["mg"], g["Lg"], g["Bg"] = mg, Lg, Bg
-            elbo -= ilmm_server_kl(g, cfg)[0]
+            elbo -= server_kl(g, cfg)[0]
         g["noise"] = np.asarray(softplus_inv(s2))
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(phi))

@@ -49,8 +49,11 @@ from ._closed_form import (
     ClosedFormClient, fused_local_basis, global_basis_small, latent_q, round_fusable, small_round,
 )
 from ._elbo import (
-    LOG2PI,
+    cho_solve,
+    cholesky,
     client_terms,
+    deviation_kl,
+    expected_log_lik,
     global_basis,
     kl_whitened,
     local_basis,
@@ -58,8 +61,6 @@ from ._elbo import (
     server_kl,
     softplus,
     softplus_inv,
-    cholesky,
-    cho_solve,
     tril_pack,
     tril_unpack,
 )
@@ -697,7 +698,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
             keys += ["mu", "Lu"] + ["Bl"] * self.has_loadings
         return keys
 
-    # --- the global block on the wire (the multi-output model overrides these three) ---
+    # --- the global block on the wire (the multi-output model overrides these two) ---
     def pack_tril(self, L):
         """A covariance factor of the global block as sent: its packed lower triangle."""
         return tril_pack(L)
@@ -749,19 +750,38 @@ class _PFedHGPSteps(FederatedAlgorithm):
         return state
 
     # --- client ----------------------------------------------------------------
+    def latents(self, component):
+        """The leading shape of a component's blocks (``"global"`` for the global and
+        deviation blocks, ``"local"``): ``()`` here, one block per latent in the
+        multi-output model."""
+        return ()
+
+    def _blocks(self, component, m):
+        """The starting ``q`` of a component's ``m`` whitened inducing values: zero
+        means and identity covariance factors."""
+        lead = self.latents(component)
+        return np.zeros(lead + (m,)), np.broadcast_to(np.eye(m), lead + (m, m)).copy()
+
+    def _kernel_init(self, out, component, lengthscale, variance):
+        """A component's kernel hyperparameters as softplus pre-images, into ``out``."""
+        suffix = "_g" if component == "global" else "_l"
+        out["ls" + suffix] = np.full(self.latents(component) + (self.n_ls,),
+                                     softplus_inv(lengthscale))
+        if self.learns_kernel_variance:
+            out["var" + suffix] = np.asarray(softplus_inv(variance))
+
     def client_init(self, data, rng):
         cfg, loc = self.cfg, {}
         if cfg.use_local:
             Mi = client_inducing_count(data.X, self.Mi)
             # raw units: scaled with the set-up's input scaling in the first round
             loc["Zl"] = farthest_point_rows(data.X, Mi)
-            loc["ls_l"] = np.full(self.n_ls, softplus_inv(self.init.lengthscale_local))
-            loc["var_l"] = np.asarray(softplus_inv(self.init.variance_local))
-            loc["mu"] = np.zeros(Mi)
-            loc["Lu"] = np.eye(Mi)
+            self._kernel_init(loc, "local", self.init.lengthscale_local,
+                              self.init.variance_local)
+            loc["mu"], loc["Lu"] = self._blocks("local", Mi)
         if cfg.use_deviation:
-            loc["md"] = np.zeros(self.M)
-            loc["Ld"] = np.eye(self.M)
+            loc["md"], loc["Ld"] = self._blocks("global", self.M)
+        # the multi-output loadings wait for the set-up's normalization (_client_targets)
         return {"loc": loc, "adam": None, "jitter": 0.0, "cache": BasisCache(),
                 "zl_raw": cfg.use_local}
 
@@ -999,9 +1019,29 @@ class _PFedHGPSteps(FederatedAlgorithm):
         return {"phase": 0}, {"phase": np.int64(0)}
 
     def _setup(self, messages, rng):
-        cfg = self.cfg
+        """The set-up round: the targets' normalization (:meth:`_target_setup`), the
+        inputs' scaling and ``Z_g`` (:meth:`setup_inputs`), the linear prior mean
+        and the first global block (:meth:`_initial_globals`)."""
         msgs = list(messages.values())
-        # the clients with too few rows sent no sums (skfed.federated._release)
+        shift, scale, moments = self._target_setup(msgs)
+        Zg, z_scale, x_shift, x_scale = self.setup_inputs(msgs, rng)
+        coef = None
+        if self.mean_function == "linear":
+            shift, coef, var = linear_mean(msgs, x_shift, x_scale, shift)
+            scale, moments = self._residual_setup(var, scale, moments)
+        g = self._initial_globals(Zg, moments, rng)
+        return {"phase": 1, "g": g, "z_scale": z_scale, "round": 0,
+                "x_shift": x_shift, "x_scale": x_scale,
+                "adam": adam_init(g, self.global_keys()),
+                "hyper_adam": None, "elbo": [], "jitter": 0.0,
+                "y_shift": shift, "y_scale": scale, "shared": None, "released": None,
+                "y_coef": coef}
+
+    # --- the server's set-up hooks (the multi-output model overrides these) ---------
+    def _target_setup(self, msgs):
+        """``(shift, scale, moments)`` of ``y`` from the clients' sums (those with too
+        few rows sent none, see :mod:`skfed.federated._release`); ``moments`` is
+        what :meth:`_initial_globals` needs (nothing here)."""
         sent = [m for m in msgs if "sum_y" in m]
         n = sum(float(m["n"]) for m in sent)
         s1 = sum(float(m["sum_y"]) for m in sent)
@@ -1015,29 +1055,32 @@ class _PFedHGPSteps(FederatedAlgorithm):
             shift = s1 / n
             var = max(s2 / n - shift**2, 0.0)
             scale = np.sqrt(var) if var > 0 else 1.0
-        Zg, z_scale, x_shift, x_scale = self.setup_inputs(msgs, rng)
-        coef = None
-        if self.mean_function == "linear":
-            shift, coef, var = linear_mean(msgs, x_shift, x_scale, shift)
-            if self.normalize_y and var is not None:
-                scale = float(np.sqrt(var)) if var > 0 else 1.0
+        return shift, scale, None
+
+    def _residual_setup(self, var, scale, moments):
+        """The scale (and moments) from the linear mean's residual variance ``var``."""
+        if self.normalize_y and var is not None:
+            scale = float(np.sqrt(var)) if var > 0 else 1.0
+        return scale, moments
+
+    def _initial_globals(self, Zg, moments, rng):
+        """The first global parameters: kernel, ``phi`` and noise at their ``init``
+        values, ``q(u_g)`` at its prior (and the loadings, :meth:`_initial_loadings`)."""
+        cfg = self.cfg
         g = {"noise": np.asarray(softplus_inv(self.init.noise))}
         if cfg.global_basis:
             g["Zg"] = Zg
-            g["ls_g"] = np.full(self.n_ls, softplus_inv(self.init.lengthscale_global))
-            g["var_g"] = np.asarray(softplus_inv(self.init.variance_global))
+            self._kernel_init(g, "global", self.init.lengthscale_global,
+                              self.init.variance_global)
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(self.init.phi))
         if cfg.use_global:
-            g["mg"] = np.zeros(self.M)
-            g["Lg"] = np.eye(self.M)
-        state = {"phase": 1, "g": g, "z_scale": z_scale, "round": 0,
-                 "x_shift": x_shift, "x_scale": x_scale,
-                 "adam": adam_init(g, self.global_keys()),
-                 "hyper_adam": None, "elbo": [], "jitter": 0.0,
-                 "y_shift": shift, "y_scale": scale, "shared": None, "released": None,
-                 "y_coef": coef}
-        return state
+            g["mg"], g["Lg"] = self._blocks("global", self.M)
+            g.update(self._initial_loadings(moments, rng))
+        return g
+
+    def _initial_loadings(self, moments, rng):
+        return {}  # the scalar model has none
 
     def _last_round(self, state):
         """Whether the round after ``state`` is the last one: the ``n_rounds``-th, or
@@ -1173,10 +1216,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
 
     def _shared_hypers(self, messages):
         """pFedGP: the clients' local kernel hyperparameters, averaged (FedAvg-style)."""
-        return {
-            "ls_l": np.mean([m["ls_l"] for m in messages.values()], axis=0),
-            "var_l": np.asarray(np.mean([m["var_l"] for m in messages.values()])),
-        }
+        return {k: np.asarray(np.mean([m[k] for m in messages.values()], axis=0))
+                for k in self.shared_local_keys()}
 
     def _paper_server(self, state, messages):
         kl, kl_grads = self.global_kl(state["g"])
@@ -1224,9 +1265,9 @@ class _PFedHGPSteps(FederatedAlgorithm):
             if cfg.use_deviation:
                 phi = max(optimal_phi(D, t_g, T, M, s2), 1e-10)
         E = total_E(mg, Sg, phi)
-        elbo = -0.5 * n * (LOG2PI + np.log(s2)) - E / (2 * s2) - kl_u
+        elbo = expected_log_lik(n, E, s2) - kl_u
         if cfg.use_deviation:
-            elbo -= 0.5 * (D / phi - T * M + T * M * np.log(phi) - logdet_d)
+            elbo -= deviation_kl(D, logdet_d, T * M, phi)
         if cfg.use_global:
             elbo -= kl_whitened(mg, Lg)
             g["mg"], g["Lg"] = mg, Lg
