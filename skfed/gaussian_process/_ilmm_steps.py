@@ -29,18 +29,11 @@ and the outer products ``b b^T`` of its loading columns to its last message
 import numpy as np
 
 from ._elbo import (
-    deviation_kl,
-    expected_log_lik,
     kl_whitened,
-    optimal_phi,
-    server_kl,
-    softplus,
-    softplus_inv,
     stacked_gram,
     tril_pack,
     tril_unpack,
 )
-from ._closed_form import latent_q
 from ._ilmm import (
     IlmmClientGram,
     IlmmConfig,
@@ -290,59 +283,8 @@ class _IlmmSteps(_PFedHGPSteps):
         n_comp = cfg.use_global + cfg.use_deviation + cfg.use_local
         return {"Bg": pca_loadings(C, cfg.R_g, n_comp, cfg.variance_global, rng)}
 
-    def _cavi_server(self, state, messages):
-        cfg = self.cfg
-        g = dict(state["g"])
-        msgs = list(messages.values())
-        T, M, R, Q = len(msgs), self.M, cfg.R_g, cfg.n_outputs
-        n, rr, c, kl_u = (message_total(msgs, k) for k in ("n", "rr", "c", "kl_u"))
-        t_g = message_total(msgs, "t_g") if cfg.global_basis else None
-        if cfg.use_deviation:
-            a, D, logdet_d = (message_total(msgs, k) for k in ("a", "D", "logdet_d"))
-        s2 = float(softplus(g["noise"]))
-        phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
-        mg, Lg, Bg = g.get("mg"), g.get("Lg"), g.get("Bg")
-        if cfg.use_global:
-            G, WR = message_total(msgs, "Phi", packed=R * M), message_total(msgs, "WR")
-            blk = [slice(r * M, (r + 1) * M) for r in range(R)]
+    def _global_projection(self, msgs):
+        return message_total(msgs, "WR")
 
-        def global_terms(mg, Lg, Bg):
-            """``|R - H_g B_g^T|^2`` summed over clients, ``R^T H_g``, ``H_g^T H_g``, ``v_g``."""
-            RtH = np.column_stack([WR[blk[r]].T @ mg[r] for r in range(R)])
-            HtH = np.array([[mg[r] @ G[blk[r], blk[s]] @ mg[s] for s in range(R)]
-                            for r in range(R)])
-            v = np.array([np.sum(G[blk[r], blk[r]] * (Lg[r] @ Lg[r].T)) for r in range(R)]) + t_g
-            err = rr - 2 * np.sum(Bg * RtH) + np.sum((Bg.T @ Bg) * HtH)
-            return err, RtH, HtH, v
-
-        def total_E(mg, Lg, Bg, phi):
-            E = c + phi * a if cfg.use_deviation else c
-            if cfg.use_global:
-                err, _, _, v = global_terms(mg, Lg, Bg)
-                E += err + float(np.sum(Bg**2, axis=0) @ v)
-            else:
-                E += rr
-            return E
-
-        for _ in range(self.server_iterations):
-            if cfg.use_global:
-                means, Ls, _ = latent_q(G, WR, [M] * R, np.ones(R), Bg, s2)
-                mg, Lg = np.array(means), np.stack(Ls)
-                _, RtH, HtH, v = global_terms(mg, Lg, Bg)
-                A = HtH + np.diag(v)
-                Bg = np.linalg.solve(A, RtH.T).T
-            E = total_E(mg, Lg, Bg, phi)
-            s2 = max(E / (n * Q), 1e-10)
-            if cfg.use_deviation:
-                phi = max(optimal_phi(D, a, T * R, M, s2), 1e-10)
-        E = total_E(mg, Lg, Bg, phi)
-        elbo = expected_log_lik(n * Q, E, s2) - kl_u
-        if cfg.use_deviation:
-            elbo -= deviation_kl(D, logdet_d, T * R * M, phi)
-        if cfg.use_global:
-            g["mg"], g["Lg"], g["Bg"] = mg, Lg, Bg
-            elbo -= server_kl(g, cfg)[0]
-        g["noise"] = np.asarray(softplus_inv(s2))
-        if cfg.use_deviation:
-            g["phi"] = np.asarray(softplus_inv(phi))
-        return self._kernel_step(state, g, msgs, elbo)
+    def _deviation_trace(self, msgs, t_g):
+        return message_total(msgs, "a")

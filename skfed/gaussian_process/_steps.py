@@ -55,7 +55,6 @@ from ._elbo import (
     deviation_kl,
     expected_log_lik,
     global_basis,
-    kl_whitened,
     local_basis,
     optimal_phi,
     server_kl,
@@ -1229,48 +1228,74 @@ class _PFedHGPSteps(FederatedAlgorithm):
                                   self.server_lr)
 
     def _cavi_server(self, state, messages):
+        """The closed-form server step (derived here): alternate ``q(u_g)`` (jointly
+        over the latents, :func:`._closed_form.latent_q`), the loadings ``B_g``
+        (multi-output model), ``sigma^2`` and ``phi``, ``server_iterations`` times,
+        from the totals of the clients' statistics; then the ELBO.
+
+        Written once for both models: the scalar model is one latent with its
+        loading fixed at 1 (its blocks are reshaped to a stack of one).
+        """
         cfg = self.cfg
         g = dict(state["g"])
         msgs = list(messages.values())
-        T = len(msgs)
-        M = self.M
-        n, rr, c, t_g, kl_u = (message_total(msgs, k) for k in ("n", "rr", "c", "t_g", "kl_u"))
-        if cfg.use_global:
-            Phi, b = message_total(msgs, "Phi", packed=M), message_total(msgs, "b")
+        T, M, R = len(msgs), self.M, math.prod(self.latents("global"))
+        n, rr, c, kl_u = (message_total(msgs, k) for k in ("n", "rr", "c", "kl_u"))
+        t_g = message_total(msgs, "t_g") if cfg.global_basis else None
         if cfg.use_deviation:
+            a = self._deviation_trace(msgs, t_g)
             D, logdet_d = message_total(msgs, "D"), message_total(msgs, "logdet_d")
         s2 = float(softplus(g["noise"]))
         phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
+        Q = cfg.n_outputs if self.has_loadings else 1
+        mg = Lg = Bg = None
+        if cfg.use_global:
+            mg, Lg = g["mg"].reshape(R, M), g["Lg"].reshape(R, M, M)
+            Bg = g["Bg"] if self.has_loadings else np.ones((1, 1))
+            G, WR = message_total(msgs, "Phi", packed=R * M), self._global_projection(msgs)
+            blk = [slice(r * M, (r + 1) * M) for r in range(R)]
 
-        def total_E(mg, Sg, phi):
-            E = rr + c + (cfg.kappa_fixed + phi) * t_g
+        def global_terms(mg, Lg, Bg):
+            """``|R - H_g B_g^T|^2`` summed over clients, ``R^T H_g``, ``H_g^T H_g``, ``v_g``."""
+            RtH = np.column_stack([WR[blk[r]].T @ mg[r] for r in range(R)])
+            HtH = np.array([[mg[r] @ G[blk[r], blk[s]] @ mg[s] for s in range(R)]
+                            for r in range(R)])
+            v = np.array([np.sum(G[blk[r], blk[r]] * (Lg[r] @ Lg[r].T)) for r in range(R)]) + t_g
+            err = rr - 2 * np.sum(Bg * RtH) + np.sum((Bg.T @ Bg) * HtH)
+            return err, RtH, HtH, v
+
+        def total_E(mg, Lg, Bg, phi):
+            E = c + phi * a if cfg.use_deviation else c
             if cfg.use_global:
-                E += -2 * mg @ b + mg @ Phi @ mg + np.sum(Phi * Sg)
+                err, _, _, v = global_terms(mg, Lg, Bg)
+                E += err + float(np.sum(Bg**2, axis=0) @ v)
+            else:
+                E += rr
             return E
 
-        mg = g.get("mg")
-        Sg = g["Lg"] @ g["Lg"].T if cfg.use_global else None
-        Lg = g.get("Lg")
         joint = self._joint_round(state)
         for _ in range(self.server_iterations):
             if cfg.use_global:
-                # the multi-output server's q(u_g) step with one latent and unit loading
-                ms, Ls, _ = latent_q(Phi, b[:, None], [M], [1.0], np.ones((1, 1)), s2)
-                Lg = Ls[0]
-                Sg = Lg @ Lg.T
-                if not joint:
-                    mg = ms[0]
-            E = total_E(mg, Sg, phi)
-            s2 = max(E / n, 1e-10)
+                means, Ls, _ = latent_q(G, WR, [M] * R, np.ones(R), Bg, s2)
+                Lg = np.stack(Ls)
+                if not joint:  # the joint round sets m_g after the loop
+                    mg = np.array(means)
+                if self.has_loadings:
+                    _, RtH, HtH, v = global_terms(mg, Lg, Bg)
+                    Bg = np.linalg.solve(HtH + np.diag(v), RtH.T).T
+            E = total_E(mg, Lg, Bg, phi)
+            s2 = max(E / (n * Q), 1e-10)
             if cfg.use_deviation:
-                phi = max(optimal_phi(D, t_g, T, M, s2), 1e-10)
-        E = total_E(mg, Sg, phi)
-        elbo = expected_log_lik(n, E, s2) - kl_u
+                phi = max(optimal_phi(D, a, T * R, M, s2), 1e-10)
+        E = total_E(mg, Lg, Bg, phi)
+        elbo = expected_log_lik(n * Q, E, s2) - kl_u
         if cfg.use_deviation:
-            elbo -= deviation_kl(D, logdet_d, T * M, phi)
+            elbo -= deviation_kl(D, logdet_d, T * R * M, phi)
         if cfg.use_global:
-            elbo -= kl_whitened(mg, Lg)
-            g["mg"], g["Lg"] = mg, Lg
+            g["mg"], g["Lg"] = mg.reshape(g["mg"].shape), Lg.reshape(g["Lg"].shape)
+            if self.has_loadings:
+                g["Bg"] = Bg
+            elbo -= server_kl(g, cfg)[0]
         if joint:
             # the ELBO above is that of the clients' blocks with the broadcast m_g
             # and the new S_g, phi, s2; m_g then jumps to the joint optimum of all
@@ -1278,9 +1303,18 @@ class _PFedHGPSteps(FederatedAlgorithm):
             # s2, phi, and the clients' next solve follows it
             A = message_total(msgs, "A_joint", packed=M)
             A[np.diag_indices(M)] += 1.0
-            a = message_total(msgs, "a_joint")
-            g["mg"] = cho_solve(cholesky(A), a)
+            g["mg"] = cho_solve(cholesky(A), message_total(msgs, "a_joint"))
         g["noise"] = np.asarray(softplus_inv(s2))
         if cfg.use_deviation:
             g["phi"] = np.asarray(softplus_inv(phi))
         return self._kernel_step(state, g, msgs, elbo)
+
+    # the closed-form server's statistics (the multi-output messages name them apart)
+    def _global_projection(self, msgs):
+        """``W R`` of the stacked global bases (``(R M, Q)``) summed over clients."""
+        return message_total(msgs, "b")[:, None]
+
+    def _deviation_trace(self, msgs, t_g):
+        """``sum_r |b_delta,r|^2 t_g,r`` summed over clients: the deviation's residual
+        trace (the loading is 1 here)."""
+        return t_g
