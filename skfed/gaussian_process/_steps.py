@@ -614,7 +614,21 @@ class InitialValues:
 
 
 class _PFedHGPSteps(FederatedAlgorithm):
-    """Hyperparameters of one pFedHGP fit; all state lives in the step values."""
+    """Hyperparameters of one pFedHGP fit; all state lives in the step values.
+
+    One protocol for the scalar and the multi-output model
+    (:class:`._ilmm_steps._IlmmSteps`): the scalar model is the case of one
+    latent per component with a unit loading and a learned kernel variance.
+    What differs is declared here and overridden there: the flags
+    ``learns_kernel_variance`` and ``has_loadings`` (the parameter keys),
+    :meth:`latents` (the blocks' leading shape), the bases (``build_global``,
+    ``build_local``, :meth:`_jitter`), the client's :meth:`_client_targets`,
+    :meth:`_terms` (the ELBO terms, :mod:`._elbo` / :mod:`._ilmm`) and
+    :meth:`_cavi_client`, the set-up's :meth:`_target_setup`,
+    :meth:`_residual_setup` and :meth:`_initial_loadings`, the packed
+    covariance factors on the wire and the closed-form server's two statistics
+    (:meth:`_global_projection`, :meth:`_deviation_trace`).
+    """
 
     # how a client forms its bases (the ILMM steps form one per latent)
     build_global = staticmethod(global_basis)
@@ -1253,41 +1267,46 @@ class _PFedHGPSteps(FederatedAlgorithm):
             mg, Lg = g["mg"].reshape(R, M), g["Lg"].reshape(R, M, M)
             Bg = g["Bg"] if self.has_loadings else np.ones((1, 1))
             G, WR = message_total(msgs, "Phi", packed=R * M), self._global_projection(msgs)
-            blk = [slice(r * M, (r + 1) * M) for r in range(R)]
+            G_diag = np.stack([G[r * M:(r + 1) * M, r * M:(r + 1) * M] for r in range(R)])
 
-        def global_terms(mg, Lg, Bg):
-            """``|R - H_g B_g^T|^2`` summed over clients, ``R^T H_g``, ``H_g^T H_g``, ``v_g``."""
-            RtH = np.column_stack([WR[blk[r]].T @ mg[r] for r in range(R)])
-            HtH = np.array([[mg[r] @ G[blk[r], blk[s]] @ mg[s] for s in range(R)]
-                            for r in range(R)])
-            v = np.array([np.sum(G[blk[r], blk[r]] * (Lg[r] @ Lg[r].T)) for r in range(R)]) + t_g
-            err = rr - 2 * np.sum(Bg * RtH) + np.sum((Bg.T @ Bg) * HtH)
-            return err, RtH, HtH, v
+        def global_terms(mg, Lg):
+            """``R^T H_g``, ``H_g^T H_g`` and ``v_g`` summed over clients, with the means
+            as the columns of a block-diagonal ``(R M, R)`` matrix."""
+            P = np.zeros((R * M, R))
+            for r in range(R):
+                P[r * M:(r + 1) * M, r] = mg[r]
+            RtH, HtH = WR.T @ P, P.T @ (G @ P)
+            v = np.einsum("rij,rij->r", G_diag, Lg @ Lg.transpose(0, 2, 1)) + t_g
+            return RtH, HtH, v
 
-        def total_E(mg, Lg, Bg, phi):
+        def total_E(terms, Bg, phi):
+            """The expected squared error: ``|R - H_g B_g^T|^2`` plus the variance terms."""
             E = c + phi * a if cfg.use_deviation else c
             if cfg.use_global:
-                err, _, _, v = global_terms(mg, Lg, Bg)
+                RtH, HtH, v = terms
+                err = rr - 2 * np.sum(Bg * RtH) + np.sum((Bg.T @ Bg) * HtH)
                 E += err + float(np.sum(Bg**2, axis=0) @ v)
             else:
                 E += rr
             return E
 
         joint = self._joint_round(state)
+        terms = global_terms(mg, Lg) if cfg.use_global else None
         for _ in range(self.server_iterations):
             if cfg.use_global:
                 means, Ls, _ = latent_q(G, WR, [M] * R, np.ones(R), Bg, s2)
                 Lg = np.stack(Ls)
                 if not joint:  # the joint round sets m_g after the loop
                     mg = np.array(means)
+                terms = global_terms(mg, Lg)
                 if self.has_loadings:
-                    _, RtH, HtH, v = global_terms(mg, Lg, Bg)
+                    RtH, HtH, v = terms
                     Bg = np.linalg.solve(HtH + np.diag(v), RtH.T).T
-            E = total_E(mg, Lg, Bg, phi)
+            E = total_E(terms, Bg, phi)
             s2 = max(E / (n * Q), 1e-10)
             if cfg.use_deviation:
                 phi = max(optimal_phi(D, a, T * R, M, s2), 1e-10)
-        E = total_E(mg, Lg, Bg, phi)
+        E = total_E(terms, Bg, phi)
         elbo = expected_log_lik(n * Q, E, s2) - kl_u
         if cfg.use_deviation:
             elbo -= deviation_kl(D, logdet_d, T * R * M, phi)
