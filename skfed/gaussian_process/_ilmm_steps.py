@@ -127,6 +127,10 @@ class _IlmmSteps(_PFedHGPSteps):
         if cfg.use_local:
             loc["Bl"] = pca_loadings(C, cfg.R_l, n_comp, cfg.variance_local, rng)
 
+    #: coordinate-ascent sweeps of the client's closed form (:func:`._ilmm.solve_local_ilmm`)
+    #: at the round's start and after each local step
+    sweeps = (3, 1)
+
     # the first training round draws the loadings' perturbation (pca_loadings)
     client_step_draws = True
 
@@ -188,14 +192,14 @@ class _IlmmSteps(_PFedHGPSteps):
         lbs = self._local_basis(X, loc, cache) if cfg.use_local else None
         jit = self._jitter(lbs)
         gram = IlmmClientGram(Y, gbs, lbs, cfg)
-        loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, gram=gram)
+        loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=self.sweeps[0], gram=gram)
         for _ in range(self.local_steps if hyper else 0):
             _, gl, _, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_local_hyper=True)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
             lbs = self._local_basis(X, loc, cache)
             jit = max(jit, self._jitter(lbs))
             gram = IlmmClientGram(Y, gbs, lbs, cfg)
-            loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=1, gram=gram)
+            loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=self.sweeps[1], gram=gram)
         return loc, adam, jit, gram
 
     def _cavi_message(self, X, Y, g, loc, gbs, gram, kernel_grad=True):
