@@ -719,10 +719,6 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def unpack_tril(self, v):
         return tril_unpack(np.asarray(v, dtype=float), self.M)
 
-    def global_kl(self, g):
-        """``KL(q(u_g) || p(u_g))`` and its gradients (the server's term of the ELBO)."""
-        return server_kl(g, self.cfg)
-
     def pack_global(self, g):
         """The broadcast: global parameters (``Lg`` packed, :meth:`pack_tril`)."""
         return {k: (self.pack_tril(v) if k in TRIL_KEYS else np.asarray(v, dtype=float))
@@ -1233,7 +1229,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 for k in self.shared_local_keys()}
 
     def _paper_server(self, state, messages):
-        kl, kl_grads = self.global_kl(state["g"])
+        kl, kl_grads = server_kl(state["g"], self.cfg)  # the server's term of the ELBO
 
         def unpack(k, total):
             return self.unpack_tril(total) if k in TRIL_KEYS else total
