@@ -352,8 +352,8 @@ def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0, WE=None)
 
 
 # ----------------------------------------------------------------------------
-# the gradient terms every model shares (scalar and multi-output, Monte Carlo
-# free and closed form): one latent's block at a time
+# the ELBO's terms and gradient pieces every model shares (scalar and
+# multi-output, paper mode and closed form): one latent's block at a time
 # ----------------------------------------------------------------------------
 def basis_adjoint(kappa, blocks, s2, m):
     """``(kappa I - sum_c beta_c L_c L_c^T) / s2``, the part of a basis's adjoint
