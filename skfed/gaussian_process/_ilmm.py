@@ -85,14 +85,59 @@ def _colsq(A):
     return float(np.sum(A * A))
 
 
+def _local_hyper_grads(X, loc, cfg, lbs, Eres, s2):
+    """Gradients with respect to the local kernel (``ls_l``, ``Zl``) given the residual."""
+    if not cfg.use_local:
+        return {}
+    Bl = loc["Bl"]
+    beta = np.sum(Bl * Bl, axis=0)
+    g_ls = np.empty_like(np.asarray(loc["ls_l"], dtype=float))
+    g_Z = np.zeros_like(loc["Zl"])
+    for r, b in enumerate(lbs):
+        # V_bar = (mu_r (E b_r)^T - beta_r S_u V + beta_r V) / s2
+        A = basis_adjoint(beta[r], [(beta[r], loc["Lu"][r])], s2, b.W.shape[0])
+        _, g_ls[r], gZ = kernel_grads(X, loc["Zl"], loc["ls_l"][r], cfg, b, A,
+                                      loc["mu"][r][:, None] / s2, (Eres @ Bl[:, r])[:, None])
+        g_Z += gZ
+    return {"ls_l": g_ls, "Zl": g_Z}
+
+
+def _global_kernel_grads(X, g, loc, cfg, gbs, Eres, s2, phi):
+    """Gradients with respect to the global kernel (``ls_g``, ``Zg``) given the residual."""
+    if not cfg.global_basis:
+        return {}
+    bg = np.sum(g["Bg"] ** 2, axis=0) if cfg.use_global else np.zeros(cfg.R_g)
+    bd = np.sum(loc["Bd"] ** 2, axis=0) if cfg.use_deviation else np.zeros(cfg.R_g)
+    M = gbs[0].W.shape[0]
+    g_ls = np.empty_like(np.asarray(g["ls_g"], dtype=float))
+    g_Z = np.zeros_like(g["Zg"])
+    on = [(src, m, L, B, beta) for use, src, m, L, B, beta in (
+        (cfg.use_global, g, "mg", "Lg", "Bg", bg),
+        (cfg.use_deviation, loc, "md", "Ld", "Bd", bd)) if use]
+    for r, b in enumerate(gbs):
+        # W_bar = (sum_c m_c (E b_c)^T - beta_c S_c W + kappa W) / s2 over the
+        # global and deviation components: A W + P E^T
+        A = basis_adjoint(bg[r] + phi * bd[r],
+                          [(beta[r], src[L][r]) for src, _, L, _, beta in on], s2, M)
+        P = np.column_stack([src[m][r] for src, m, _, _, _ in on])
+        Ecols = np.column_stack([Eres @ src[B][:, r] for src, _, _, B, _ in on])
+        _, g_ls[r], gZ = kernel_grads(X, g["Zg"], g["ls_g"][r], cfg, b, A, P / s2, Ecols)
+        g_Z += gZ
+    return {"ls_g": g_ls, "Zg": g_Z}
+
+
 def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_global=False,
-               want_local_hyper=None, want_global_kernel=True):
+               want_local_hyper=None, want_global_kernel=True, want_value=True):
     """Client ``i``'s ILMM ELBO contribution ``ELL_i - KL_delta_i - KL_u_i`` and gradients.
 
     Parameters and returns as :func:`skfed.gaussian_process._elbo.client_terms`,
     with ``Y`` of shape ``(n, Q)``, stacked per-latent blocks and the loadings
     ``Bg`` (global), ``Bd``, ``Bl`` (local). ``stats`` also holds the latent
     means ``H`` and variance sums ``v`` per component for the closed forms.
+    With ``want_value=False`` and ``want_local=False`` only the kernels'
+    gradients asked for are formed (``want_local_hyper``; ``want_global``
+    with ``want_global_kernel``): they need the residual alone, not the
+    value (NaN), ``E``, ``v``, the block gradients, the noise's or phi's.
     """
     if want_local_hyper is None:
         want_local_hyper = want_local
@@ -124,6 +169,12 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
         stats["H"][c] = H
         Yhat += H @ B.T
     Eres = Y - Yhat
+    stats["Eres"] = Eres
+    if not (want_value or want_local):  # the kernels' gradients alone
+        gl = _local_hyper_grads(X, loc, cfg, lbs, Eres, s2) if want_local_hyper else {}
+        gg = (_global_kernel_grads(X, g, loc, cfg, gbs, Eres, s2, phi)
+              if want_global and want_global_kernel else {})
+        return np.nan, gl, gg, stats
     E = _colsq(Eres)
     for c, bs, m, L, B, kappa, t in comps:
         v = np.array([b.quad(L[r]) for r, b in enumerate(bs)]) + kappa * t
@@ -137,7 +188,6 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
     if cfg.use_local:
         value -= sum(kl_whitened(loc["mu"][r], loc["Lu"][r]) for r in range(cfg.R_l))
     stats["E"] = E
-    stats["Eres"] = Eres
 
     gl, gg = {}, {}
     owners = {"g": gg, "d": gl, "l": gl}
@@ -157,45 +207,17 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
         out[km_name], out[kL_name] = gm, gL
         out[kB_name] = (Eres.T @ stats["H"][c] - B * stats["v"][c][None, :]) / s2
 
-    if cfg.use_local and want_local_hyper:
-        Bl = loc["Bl"]
-        beta = np.sum(Bl * Bl, axis=0)
-        g_ls = np.empty_like(np.asarray(loc["ls_l"], dtype=float))
-        g_Z = np.zeros_like(loc["Zl"])
-        for r, b in enumerate(lbs):
-            # V_bar = (mu_r (E b_r)^T - beta_r S_u V + beta_r V) / s2
-            A = basis_adjoint(beta[r], [(beta[r], loc["Lu"][r])], s2, b.W.shape[0])
-            _, g_ls[r], gZ = kernel_grads(X, loc["Zl"], loc["ls_l"][r], cfg, b, A,
-                                          loc["mu"][r][:, None] / s2, (Eres @ Bl[:, r])[:, None])
-            g_Z += gZ
-        gl["ls_l"], gl["Zl"] = g_ls, g_Z
+    if want_local_hyper:
+        gl.update(_local_hyper_grads(X, loc, cfg, lbs, Eres, s2))
 
     if want_global:
         gg["noise"] = noise_grad(n * Q, E, s2, g["noise"])
-        if cfg.global_basis:
-            bg = np.sum(g["Bg"] ** 2, axis=0) if cfg.use_global else np.zeros(cfg.R_g)
-            bd = np.sum(loc["Bd"] ** 2, axis=0) if cfg.use_deviation else np.zeros(cfg.R_g)
-            M = gbs[0].W.shape[0]
-            if cfg.use_deviation:
-                gg["phi"] = phi_grad(float(bd @ t_g), stats["D"], cfg.R_g * M, s2, phi,
-                                     g["phi"])
-        if cfg.global_basis and want_global_kernel:
-            g_ls = np.empty_like(np.asarray(g["ls_g"], dtype=float))
-            g_Z = np.zeros_like(g["Zg"])
-            on = [(src, m, L, B, beta) for use, src, m, L, B, beta in (
-                (cfg.use_global, g, "mg", "Lg", "Bg", bg),
-                (cfg.use_deviation, loc, "md", "Ld", "Bd", bd)) if use]
-            for r, b in enumerate(gbs):
-                # W_bar = (sum_c m_c (E b_c)^T - beta_c S_c W + kappa W) / s2 over the
-                # global and deviation components: A W + P E^T
-                A = basis_adjoint(bg[r] + phi * bd[r],
-                                  [(beta[r], src[L][r]) for src, _, L, _, beta in on], s2, M)
-                P = np.column_stack([src[m][r] for src, m, _, _, _ in on])
-                Ecols = np.column_stack([Eres @ src[B][:, r] for src, _, _, B, _ in on])
-                _, g_ls[r], gZ = kernel_grads(X, g["Zg"], g["ls_g"][r], cfg, b, A, P / s2,
-                                              Ecols)
-                g_Z += gZ
-            gg["ls_g"], gg["Zg"] = g_ls, g_Z
+        if cfg.use_deviation:
+            bd = np.sum(loc["Bd"] ** 2, axis=0)
+            gg["phi"] = phi_grad(float(bd @ t_g), stats["D"], cfg.R_g * gbs[0].W.shape[0], s2,
+                                 phi, g["phi"])
+        if want_global_kernel:
+            gg.update(_global_kernel_grads(X, g, loc, cfg, gbs, Eres, s2, phi))
     return float(value), gl, gg, stats
 
 

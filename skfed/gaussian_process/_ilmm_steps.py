@@ -194,7 +194,8 @@ class _IlmmSteps(_PFedHGPSteps):
         gram = IlmmClientGram(Y, gbs, lbs, cfg)
         loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=self.sweeps[0], gram=gram)
         for _ in range(self.local_steps if hyper else 0):
-            _, gl, _, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_local_hyper=True)
+            _, gl, _, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_local_hyper=True,
+                                     want_value=False)
             loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
             lbs = self._local_basis(X, loc, cache)
             jit = max(jit, self._jitter(lbs))
@@ -244,7 +245,7 @@ class _IlmmSteps(_PFedHGPSteps):
             msg["WR"] = WR
         if kernel_grad and self.kernel_keys():
             _, _, gg, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=gram.local or None,
-                                     want_global=True)
+                                     want_global=True, want_value=False)
             for k in self.kernel_keys():
                 msg["g_" + k] = gg[k]
         return msg

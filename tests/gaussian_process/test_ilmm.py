@@ -81,6 +81,26 @@ def test_ilmm_gradients_match_finite_differences(use, kind, ard):
                 assert grad[idx] == pytest.approx(fd, rel=1e-5, abs=1e-6), (key, idx)
 
 
+@pytest.mark.parametrize("use", COMPONENTS)
+def test_kernel_gradients_alone_are_the_full_ones(use):
+    # the closed-form client's local steps and message skip the value and variance terms
+    rng = np.random.default_rng(5)
+    n, d, M, Mi, Q, Rg, Rl = 9, 2, 4, 3, 3, 2, 2
+    cfg = IlmmConfig(n_features=d, use_global=use[0], use_deviation=use[1], use_local=use[2],
+                     n_outputs=Q, rank_global=Rg, rank_local=Rl)
+    X, Y = rng.normal(size=(n, d)), rng.normal(size=(n, Q))
+    g, loc = random_ilmm(rng, d, M, Mi, Q, Rg, Rl, 1, cfg)
+    _, full, full_g, _ = ilmm_terms(X, Y, g, loc, cfg, want_local=True, want_global=True)
+    value, alone, alone_g, _ = ilmm_terms(X, Y, g, loc, cfg, want_local_hyper=True,
+                                          want_global=True, want_value=False)
+    assert np.isnan(value)
+    assert set(alone) == ({"ls_l", "Zl"} if use[2] else set())
+    assert set(alone_g) == ({"ls_g", "Zg"} if use[0] or use[1] else set())
+    for grads, reference in ((alone, full), (alone_g, full_g)):
+        for key, grad in grads.items():
+            np.testing.assert_array_equal(grad, reference[key])
+
+
 def test_server_kl_sums_the_latents():
     rng = np.random.default_rng(0)
     cfg = IlmmConfig(n_outputs=2, rank_global=2, rank_local=1)
