@@ -651,6 +651,20 @@ def block_cov_gram(Phi, beta, s2, prior_prec=1.0):
 LATENT_Q_SMALL = 512
 
 
+def loading_stats(G, C, means, Ls, sizes):
+    """``H^T H``, ``H^T R`` and ``tr(G_kk S_k)`` of latents with means ``m_k`` and
+    covariance factors ``L_k`` (``H = [W_k^T m_k]``), from ``G = W W^T`` and ``C = W R``
+    of the stacked bases: the statistics of the loadings' ridge
+    (:func:`ridge_loadings_gram`) and of the expected squared error."""
+    off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    P = np.zeros((off[-1], len(sizes)))  # the means as the columns of a block diagonal
+    for k in range(len(sizes)):
+        P[off[k]:off[k + 1], k] = means[k]
+    tr = np.array([np.sum(G[off[k]:off[k + 1], off[k]:off[k + 1]] * (L @ L.T))
+                   for k, L in enumerate(Ls)])
+    return P.T @ (G @ P), P.T @ C, tr
+
+
 def ridge_loadings_gram(HtH, HtR, v):
     """Optimal loadings ``R^T H (H^T H + diag(v))^{-1}`` from ``H^T H`` and ``H^T R``
     (derived here, not in the paper)."""
@@ -674,11 +688,8 @@ def _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps, want_cov=None)
         means = joint_means_gram(G, C, list(B.T), prior, sizes, s2)
         if sweep == n_sweeps:  # end with q optimal for the final loadings
             break
-        HtH = np.array([[means[k] @ G[bk, bl] @ means[l] for l, bl in enumerate(blk)]
-                        for k, bk in enumerate(blk)])
-        HtR = np.array([means[k] @ C[bk] for k, bk in enumerate(blk)])
-        v = np.array([np.sum(G[b, b] * (L @ L.T)) for b, L in zip(blk, Ls)]) + kt
-        B = ridge_loadings_gram(HtH, HtR, v)
+        HtH, HtR, tr = loading_stats(G, C, means, Ls, sizes)
+        B = ridge_loadings_gram(HtH, HtR, tr + kt)
     return means, Ls, B
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._closed_form import joint_means_gram, latent_q
+from ._closed_form import latent_q
 from ._elbo import (
     ModelConfig,
     basis_adjoint,
@@ -224,12 +224,6 @@ def ilmm_terms(X, Y, g, loc, cfg, gbs=None, lbs=None, want_local=False, want_glo
 # ----------------------------------------------------------------------------
 # closed forms (CAVI mode)
 # ----------------------------------------------------------------------------
-def joint_means(Ws, Bs, prior_prec, R, s2):
-    """:func:`joint_means_gram` from the bases ``Ws`` and the residual ``R`` themselves."""
-    Wst = np.vstack(Ws)
-    return joint_means_gram(Wst @ Wst.T, Wst @ R, Bs, prior_prec, [W.shape[0] for W in Ws], s2)
-
-
 class IlmmClientGram:
     """Gram statistics of a client's stacked deviation and local bases (closed form).
 

@@ -46,7 +46,8 @@ from ..federated._release import (
     MIN_ROWS_MOMENTS, sends_moments, sends_products, too_few_rows_warning,
 )
 from ._closed_form import (
-    ClosedFormClient, fused_local_basis, global_basis_small, latent_q, round_fusable, small_round,
+    ClosedFormClient, fused_local_basis, global_basis_small, latent_q, loading_stats,
+    ridge_loadings_gram, round_fusable, small_round,
 )
 from ._elbo import (
     cho_solve,
@@ -843,8 +844,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
         X, cache = self.client_inputs(data, state, broadcast, loc)
         y = self._client_targets(data, X, broadcast, loc, cache, rng)
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
-        shared = self.shared_local_keys()
-        if self.share_local_hypers and shared[0] in broadcast:
+        shared = self.shared_local_keys() if self.share_local_hypers else ()
+        if shared and shared[0] in broadcast:
             for k in shared:
                 loc[k] = np.array(broadcast[k], dtype=float)
         small = self.optimizer == "cavi" and self._small_round(X, loc, g)
@@ -1263,24 +1264,18 @@ class _PFedHGPSteps(FederatedAlgorithm):
             mg, Lg = g["mg"].reshape(R, M), g["Lg"].reshape(R, M, M)
             Bg = g["Bg"] if self.has_loadings else np.ones((1, 1))
             G, WR = message_total(msgs, "Phi", packed=R * M), self._global_projection(msgs)
-            G_diag = np.stack([G[r * M:(r + 1) * M, r * M:(r + 1) * M] for r in range(R)])
 
         def global_terms(mg, Lg):
-            """``R^T H_g``, ``H_g^T H_g`` and ``v_g`` summed over clients, with the means
-            as the columns of a block-diagonal ``(R M, R)`` matrix."""
-            P = np.zeros((R * M, R))
-            for r in range(R):
-                P[r * M:(r + 1) * M, r] = mg[r]
-            RtH, HtH = WR.T @ P, P.T @ (G @ P)
-            v = np.einsum("rij,rij->r", G_diag, Lg @ Lg.transpose(0, 2, 1)) + t_g
-            return RtH, HtH, v
+            """``H_g^T H_g``, ``H_g^T R`` and ``v_g`` summed over clients."""
+            HtH, HtR, tr = loading_stats(G, WR, mg, Lg, [M] * R)
+            return HtH, HtR, tr + t_g
 
         def total_E(terms, Bg, phi):
             """The expected squared error: ``|R - H_g B_g^T|^2`` plus the variance terms."""
             E = c + phi * a if cfg.use_deviation else c
             if cfg.use_global:
-                RtH, HtH, v = terms
-                err = rr - 2 * np.sum(Bg * RtH) + np.sum((Bg.T @ Bg) * HtH)
+                HtH, HtR, v = terms
+                err = rr - 2 * np.sum(Bg * HtR.T) + np.sum((Bg.T @ Bg) * HtH)
                 E += err + float(np.sum(Bg**2, axis=0) @ v)
             else:
                 E += rr
@@ -1296,8 +1291,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
                     mg = np.array(means)
                 terms = global_terms(mg, Lg)
                 if self.has_loadings:
-                    RtH, HtH, v = terms
-                    Bg = np.linalg.solve(HtH + np.diag(v), RtH.T).T
+                    Bg = ridge_loadings_gram(*terms)
             E = total_E(terms, Bg, phi)
             s2 = max(E / (n * Q), 1e-10)
             if cfg.use_deviation:

@@ -209,16 +209,16 @@ def test_one_output_unit_loading_is_the_scalar_elbo():
 
 def _optimal_global_only(X, Y, g, cfg, n_sweeps):
     """Coordinate ascent on q(u_g^(r)) with B_g fixed (server closed form, one client)."""
-    from skfed.gaussian_process._closed_form import block_cov_gram
-    from skfed.gaussian_process._ilmm import joint_means
+    from skfed.gaussian_process._closed_form import block_cov_gram, joint_means_gram
 
     s2 = float(softplus(g["noise"]))
     gbs = global_bases(X, g, cfg)
     beta = np.sum(g["Bg"] ** 2, axis=0)
     g["Lg"] = np.stack([block_cov_gram(b.W @ b.W.T, beta[r], s2) for r, b in enumerate(gbs)])
+    W = np.vstack([b.W for b in gbs])
     for _ in range(n_sweeps):
-        Ws = [b.W for b in gbs]
-        g["mg"] = np.array(joint_means(Ws, list(g["Bg"].T), [1.0] * len(gbs), Y, s2))
+        g["mg"] = np.array(joint_means_gram(W @ W.T, W @ Y, list(g["Bg"].T), [1.0] * len(gbs),
+                                            [b.W.shape[0] for b in gbs], s2))
     return ilmm_terms(X, Y, g, {}, cfg, gbs=gbs)[0] - server_kl(g, cfg)[0]
 
 
