@@ -14,7 +14,6 @@ Needs the ``flower`` extra. Run: ``python benchmarks/bench_flower.py [--rounds 5
 """
 
 import argparse
-import pickle
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from skfed import PersonalizedTensorRegressor, PFedHGPRegressor  # noqa: F401 (E
 from skfed.baselines import FedAvgRegressor  # noqa: F401
 from skfed.datasets import (make_federated_regression, make_hierarchical_gp,
                             make_tensor_regression)
-from skfed.federated.flower import LocalFederation, make_certificates, write_app
+from skfed.federated.flower import LocalFederation, load_fitted, write_app
 from skfed.linear_model import DPFedDROClassifier  # noqa: F401
 
 # name -> estimator expression (``R`` is the number of rounds), shared by the app and the
@@ -114,19 +113,17 @@ def main():
     print(f"3 sites x {args.rows} rows (PFedHGPRegressor: at most 200), {args.rounds} rounds, "
           "TLS on 127.0.0.1\n")
     rows = []
-    with LocalFederation(work / "federation", configs,
-                         tls=make_certificates(work / "tls")) as fed:
+    with LocalFederation(work / "federation", configs) as fed:  # TLS + authentication
         for name, (X, y, groups) in data.items():
             local = in_process(name, X, y, groups, args.rounds)
-            output = work / f"{name}.pkl"
+            output = work / f"{name}.skops"
             tic = time.perf_counter()
             done = fed.run(app, {"estimator": name, "n-rounds": args.rounds, "min-nodes": 3,
                                  "output": str(output)})
             run_seconds = time.perf_counter() - tic
             if done.returncode != 0 or not output.exists():
                 raise RuntimeError(done.stdout + done.stderr + fed.logs())
-            with open(output, "rb") as fh:
-                remote = pickle.load(fh)
+            remote = load_fitted(output)
             a, b = remote.communication_, local.communication_
             assert (a.bytes_up, a.bytes_down) == (b.bytes_up, b.bytes_down)
             rows.append((name, args.rounds, np.median(b.round_seconds),

@@ -177,6 +177,19 @@ class FederatedEstimator(FederatedEstimatorMixin):
         """The client and server steps, from the parameters and ``setup`` only."""
         raise NotImplementedError
 
+    def _privacy_claim(self):
+        """What a full fit guarantees each site, from the parameters only; None: no noise.
+
+        A private estimator returns ``{"epsilon", "delta", "noise_multiplier"}``:
+        the total ``(epsilon, delta)`` its ``privacy_spent_`` reports when every
+        round runs, and the smallest noise standard deviation over L2
+        sensitivity among a site's releases. A site of a distributed run
+        checks it against its own limits before it sends anything, and a
+        private fit's client steps draw from the site's secret entropy
+        (:mod:`skfed.federated.flower`).
+        """
+        return None
+
     def _engine_params(self):
         """The engine's options, from the usual parameters (one round without ``n_rounds``)."""
         return dict(n_rounds=int(getattr(self, "n_rounds", 1)),

@@ -50,7 +50,12 @@ class FederatedContract(Protocol):
        ``None``: the personalized parts stay on the sites).
 
     Optional: ``_with_site_state(label, state)``, the fitted model with one
-    site's personalized parts (``skfed.federated.flower.site_model``).
+    site's personalized parts (``skfed.federated.flower.site_model``);
+    ``_privacy_claim()`` (every node), ``None`` for a fit that adds no noise,
+    else ``{"epsilon", "delta", "noise_multiplier"}`` of a full fit: a site
+    checks it against its own limits, and the client steps of a private fit
+    draw their randomness from the site's secret entropy on a distributed
+    engine (a private estimator must provide it).
     """
 
     def _check_params(self) -> None: ...

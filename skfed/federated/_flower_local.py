@@ -6,6 +6,7 @@ For trying an app before deploying it, and for the tests and benchmarks of
 ``flwr run`` and stops every process it started, also on failure.
 """
 
+import json
 import os
 import signal
 import socket
@@ -59,8 +60,8 @@ def write_app(app_dir, module_source, config=None, name="skfedapp"):
         ``client_app`` (e.g. from :class:`FlowerFederation`).
     config : dict or None, default=None
         Run-config keys the app accepts, with their defaults (Flower refuses
-        undeclared keys); ``min-nodes``, ``output`` and ``scores-output``
-        are always declared.
+        undeclared keys); ``min-nodes``, ``output``, ``scores-output`` and
+        ``sites`` are always declared.
     name : str, default="skfedapp"
         Package name of the app.
 
@@ -68,7 +69,7 @@ def write_app(app_dir, module_source, config=None, name="skfedapp"):
     -------
     app_dir : Path
     """
-    config = {"min-nodes": 1, "output": "", "scores-output": "", **(config or {})}
+    config = {"min-nodes": 1, "output": "", "scores-output": "", "sites": "", **(config or {})}
     config_lines = "\n".join(f"{k} = {_toml_value(v)}" for k, v in config.items())
     app_dir = Path(app_dir)
     (app_dir / name).mkdir(parents=True, exist_ok=True)
@@ -106,23 +107,36 @@ class LocalFederation:
 
     A context manager: entering starts ``flower-superlink`` on a free port
     and one ``flower-supernode`` per node config, leaving stops them all
-    (SIGTERM, then SIGKILL after 15 s). Logs go to ``workdir/*.log``.
+    (SIGTERM, then SIGKILL after 15 s). Logs go to ``workdir/*.log``. By
+    default the federation runs as a deployment should: over TLS, with
+    SuperNode authentication.
 
     Parameters
     ----------
     workdir : path
-        Where the logs and the Flower homes are written.
+        Where the logs, the Flower homes, the certificates and the keys are
+        written.
     node_configs : list of dict
         One node config per SuperNode (e.g. ``{"client-id": 0,
         "data-path": "..."}``), read by the app's ``load_data``.
-    tls : dict or None, default=None
-        ``{"ca", "cert", "key"}`` PEM paths (see :func:`make_certificates`)
-        to run over TLS; ``None`` runs insecure (local trials only).
-    auth : bool, default=False
+    tls : "auto", dict or None, default="auto"
+        ``"auto"`` makes a test CA and a certificate for 127.0.0.1 in
+        ``workdir/tls`` (:func:`make_certificates`); a dict gives ``{"ca",
+        "cert", "key"}`` PEM paths; ``None`` runs insecure (a quick local
+        trial only: anyone on the machine can join or listen).
+    auth : bool, default=True
         Switch on SuperNode authentication (needs ``tls``): the SuperLink
         accepts only SuperNodes whose public keys were registered with
         ``flwr supernode register``; each SuperNode gets its own EC P-384
         key pair (OpenSSH format) in ``workdir/keys``.
+
+    Attributes
+    ----------
+    node_ids : list of int or None
+        With ``auth``, the SuperNode id the SuperLink gave each registered
+        key, in the order of ``node_configs``: the ``sites`` allow-list of
+        :class:`~skfed.federated.flower.FlowerFederation` binds each label
+        to its node with them.
 
     Examples
     --------
@@ -131,9 +145,10 @@ class LocalFederation:
     ...     done = fed.run(write_app("/tmp/fl/app", APP_SOURCE), {"min-nodes": 1})
     """
 
-    def __init__(self, workdir, node_configs, tls=None, auth=False):
+    def __init__(self, workdir, node_configs, tls="auto", auth=True):
         if auth and not tls:
-            raise ValueError("auth=True needs tls: SuperNode authentication runs over TLS.")
+            raise ValueError("auth=True needs tls: SuperNode authentication runs over TLS "
+                             "(pass tls='auto', or auth=False for an insecure trial).")
         self.workdir = Path(workdir)
         self.node_configs = node_configs
         self.tls = tls
@@ -143,6 +158,7 @@ class LocalFederation:
         self.port = _free_port()
         self.procs = []
         self.nodes = []
+        self.node_ids = [] if auth else None
 
     def _spawn(self, args, log_name):
         log = open(self.workdir / log_name, "wb")
@@ -162,6 +178,11 @@ class LocalFederation:
 
     def _start(self):
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.tls, str):
+            if self.tls != "auto":
+                raise ValueError(f"tls must be 'auto', a dict of PEM paths or None, got "
+                                 f"{self.tls!r}.")
+            self.tls = make_certificates(self.workdir / "tls")
         self.home.mkdir(parents=True, exist_ok=True)
         self.cli_home.mkdir(parents=True, exist_ok=True)
         security = (["--ssl-certfile", str(self.tls["cert"]), "--ssl-keyfile",
@@ -208,11 +229,13 @@ class LocalFederation:
         private.chmod(0o600)
         public.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                          serialization.PublicFormat.OpenSSH))
-        done = subprocess.run([str(BIN / "flwr"), "supernode", "register", str(public), "test"],
+        done = subprocess.run([str(BIN / "flwr"), "supernode", "register", str(public), "test",
+                               "--format", "json"],
                               env=_env(self.cli_home), capture_output=True, text=True,
                               timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"registering SuperNode {i} failed: {done.stdout}{done.stderr}")
+        self.node_ids.append(int(json.loads(done.stdout[done.stdout.index("{"):])["node-id"]))
         return private
 
     def _wait_port(self, port, timeout=60):

@@ -9,11 +9,26 @@ estimator's *own* client and server steps, unchanged, as Flower messages:
 every skfed message becomes an ``ArrayRecord`` of named arrays. The round
 semantics (client sampling, the failure policy, the ledger) are those of the
 in-process engine, shared code, so with the same ``random_state`` and data a
-Flower run and an in-process fit give the same fitted parameters and the
-same ``communication_`` totals.
+non-private Flower run and an in-process fit give the same fitted parameters
+and the same ``communication_`` totals.
 
-Client-local state (personalized parts, dual variables, noise streams) is
-kept in the SuperNode's ``context.state`` and never leaves the site.
+What the coordinator cannot do to a site (see :doc:`/threat_model`):
+
+* learn its noise: a private fit's client steps draw their randomness from
+  the site's own secret entropy (the operating system's CSPRNG), kept in the
+  site's ``context.state``; the run's seed serves shared randomness only
+  (client sampling, the server's draws, non-private client steps);
+* choose its noise scale or budget: the site checks the set-up against its
+  own rows (row and feature counts) and the run's privacy against the limits
+  of its node config (``max-epsilon``, ``max-delta``,
+  ``min-noise-multiplier``), and refuses anything else;
+* run code on it: nothing received is unpickled (the fitted estimator
+  travels in skops format, loaded with an explicit list of trusted types);
+* read data values in its errors: a site's error reply names the check that
+  failed and the error type; the details go to the site's own log.
+
+Client-local state (personalized parts, dual variables, the secret entropy)
+is kept in the SuperNode's ``context.state`` and never leaves the site.
 
 Message types: ``query.setup`` (each site validates its data and sends its
 set-up summary: row and feature counts, plus the estimator's extras such as
@@ -21,19 +36,24 @@ class labels), ``train`` (one round), ``train.finalize`` (the final
 broadcast, when the algorithm asks for it). The first message a site gets
 after the set-up also carries the combined set-up summary (counted in the
 ledger as the in-process set-up exchange is) and the control values seed and
-client index (not counted): the site builds the algorithm and its local
-state from them. Folding this into the first round saves a whole exchange,
-which on Flower costs seconds (each message starts a ``flwr-clientapp``
-process).
+client index (not counted): the site verifies them and builds the algorithm
+and its local state from them. Folding this into the first round saves a
+whole exchange, which on Flower costs seconds (each message starts a
+``flwr-clientapp`` process).
 """
 
+import contextlib
 import copy
 import inspect
 import json
+import logging
+import math
 import os
 import pickle
+import secrets
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -47,12 +67,74 @@ from ._flower_local import LocalFederation, make_certificates, write_app
 from ._flower_memory import InMemoryGrid
 from ._protocol import ClientData, check_message
 
-__all__ = ["FlowerFederation", "FlowerTransport", "InMemoryGrid", "LocalFederation", "exchange",
-           "make_certificates", "site_model", "supports_federation", "write_app"]
+__all__ = ["FlowerFederation", "FlowerTransport", "InMemoryGrid", "LocalFederation", "SiteError",
+           "TRUSTED_TYPES", "exchange", "load_fitted", "make_certificates", "save_fitted",
+           "site_model", "supports_federation", "write_app"]
+
+_log = logging.getLogger(__name__)
 
 _CONTRACT = ("_check_params", "_validate_site_data", "_federated_algorithm",
              "_engine_params", "_set_fitted")
 _STATE_KEY = "skfed"
+SITE_NOISE = ("secret", "shared")
+#: Node-config keys of a site's privacy limits (see :class:`FlowerFederation`).
+LIMIT_KEYS = ("max-epsilon", "max-delta", "min-noise-multiplier")
+
+#: The types a fitted estimator sent to a site may hold besides numpy's and
+#: scikit-learn's (skops trusts those by default): :func:`load_fitted` refuses
+#: any other, so a crafted file can build nothing but these plain objects.
+TRUSTED_TYPES = frozenset({
+    "skfed.baselines._fedavg.FedAvgRegressor",
+    "skfed.federated._ledger.Ledger",
+    "skfed.federated._ledger.LedgerRecord",
+    "skfed.gaussian_process._baselines.PFedGPRegressor",
+    "skfed.gaussian_process._elbo.ModelConfig",
+    "skfed.gaussian_process._ilmm.IlmmConfig",
+    "skfed.gaussian_process._pfedhgp.PFedHGPRegressor",
+    "skfed.linear_model._baselines.DPFedERMClassifier",
+    "skfed.linear_model._baselines.DPFedSGDClassifier",
+    "skfed.linear_model._baselines.FedOvADROClassifier",
+    "skfed.linear_model._dp_fed_dro.DPFedDROClassifier",
+    "skfed.tensor._baselines.FedAvgTensorRegressor",
+    "skfed.tensor._baselines.FedCommonTensorRegressor",
+    "skfed.tensor._baselines.LocalTwoStageTensorRegressor",
+    "skfed.tensor._pftr.PersonalizedTensorRegressor",
+})
+
+
+class SiteError(RuntimeError):
+    """A site's error as the coordinator sees it: which check failed, no data values.
+
+    Raised on the site in place of the original error (logged there in full
+    by the ``skfed.federated.flower`` logger); Flower forwards its text.
+    """
+
+
+class _Refusal(Exception):
+    """A site refuses the run; ``check`` is the public reason (no data values)."""
+
+    def __init__(self, check, detail):
+        super().__init__(detail)
+        self.check = check
+
+
+@contextlib.contextmanager
+def _stage(name):
+    """Name the site-side step an error comes from (the first name sticks)."""
+    try:
+        yield
+    except Exception as exc:
+        if not hasattr(exc, "_skfed_stage"):
+            exc._skfed_stage = name
+        raise
+
+
+def _public_reason(exc):
+    """The text a coordinator may see of a site's error: the check and the error type."""
+    if isinstance(exc, _Refusal):
+        return f"refused the run: {exc.check}"
+    stage = getattr(exc, "_skfed_stage", "its step")
+    return f"{stage} failed ({type(exc).__name__}; details in the site's log)"
 
 
 def _n_positional(func):
@@ -95,9 +177,10 @@ def site_model(estimator, path):
     Parameters
     ----------
     estimator : fitted skfed estimator
-        The run's result (``run_config["output"]``).
+        The run's result (``run_config["output"]``, read with
+        :func:`load_fitted`).
     path : str or path-like
-        The site's file.
+        The site's own file (written by this site's steps, never received).
 
     Returns
     -------
@@ -108,7 +191,7 @@ def site_model(estimator, path):
         without personalized parts (e.g. ``DPFedDROClassifier``) return an
         unchanged copy.
     """
-    with open(path, "rb") as fh:
+    with open(path, "rb") as fh:  # the site's own file, written by its own steps
         saved = pickle.load(fh)
     if type(estimator).__name__ != saved["estimator"]:
         raise ValueError(f"{path} holds the state of a {saved['estimator']} site, not of a "
@@ -118,6 +201,59 @@ def site_model(estimator, path):
         raise ValueError(f"site {saved['label']!r} of {path} is not a client of this fitted "
                          f"estimator (clients_ = {labels}).")
     return _personalize(estimator, saved["label"], saved["state"])
+
+
+def save_fitted(estimator, file):
+    """Write a fitted estimator in skops format (no pickle), for :func:`load_fitted`.
+
+    Parameters
+    ----------
+    estimator : fitted skfed estimator
+    file : str, path-like or None
+        Where to write; ``None`` returns the bytes instead.
+
+    Returns
+    -------
+    data : bytes or None
+    """
+    import skops.io as sio
+
+    if file is None:
+        return sio.dumps(estimator)
+    sio.dump(estimator, file)
+    return None
+
+
+def load_fitted(file):
+    """Read a fitted estimator written by :func:`save_fitted`, without running its code.
+
+    Nothing is unpickled: skops rebuilds the objects, and only numpy's and
+    scikit-learn's types and the skfed types of :data:`TRUSTED_TYPES` are
+    allowed; a file holding any other type is refused.
+
+    Parameters
+    ----------
+    file : str, path-like or bytes
+        The file, or its contents.
+
+    Returns
+    -------
+    estimator : fitted skfed estimator
+
+    Raises
+    ------
+    ValueError
+        If the file holds a type outside the trusted list.
+    """
+    import skops.io as sio
+
+    data = file if isinstance(file, (bytes, bytearray)) else Path(file).read_bytes()
+    found = set(sio.get_untrusted_types(data=data))
+    unknown = sorted(found - TRUSTED_TYPES)
+    if unknown:
+        raise ValueError(f"file holds types outside skfed's trusted list: {unknown}; it was "
+                         "not written by save_fitted from a skfed estimator.")
+    return sio.loads(data, trusted=sorted(found))
 
 
 def _personalize(estimator, label, state):
@@ -347,11 +483,31 @@ class FlowerFederation:
         ``load_test_data(node_config) -> (X, y)`` (or with ``run_config`` as
         second argument): a site's held-out rows. If given, after training
         the coordinator sends the fitted estimator (the shared parts, as
-        released) to every site in a ``query.evaluate`` message; each site
-        scores its personalized model (``score(X, y, groups=its label)``)
-        on those rows and returns only the score and the row count
-        (``site_scores_``). Not part of the fit's ``communication_``. A run
-        with ``run_config["evaluate"] = false`` skips it.
+        released, in skops format) to every site in a ``query.evaluate``
+        message; each site scores its personalized model (``score(X, y,
+        groups=its label)``) on those rows and returns only the score and
+        the row count (``site_scores_``). Not part of the fit's
+        ``communication_``. A run with ``run_config["evaluate"] = false``
+        skips it.
+    sites : sequence, mapping or None, default=None
+        The coordinator's allow-list. A sequence of client labels: only
+        SuperNodes declaring one of them take part (others are left out,
+        with a warning), and each must be present. A mapping from label to
+        SuperNode id (what ``flwr supernode register`` printed for the
+        site's key): a label is accepted only from that node, which binds
+        the self-declared label to the node's authenticated identity when
+        the SuperLink runs with ``--enable-supernode-auth``. ``None`` takes
+        ``run_config["sites"]`` if given (``"a,b"`` or ``"a=12,b=34"``),
+        else every connected SuperNode.
+    site_noise : {"secret", "shared"}, default="secret"
+        Where a private fit's client steps draw their randomness. ``"secret"``:
+        from each site's own entropy (the operating system's CSPRNG), so the
+        coordinator cannot subtract the noise; runs are not reproducible.
+        ``"shared"``: from the run's seed, as in-process, so a Flower run
+        equals the in-process fit; **for tests only**: the coordinator knows
+        the seed, hence the noise, and the fit's ``privacy_spent_`` says so
+        (``"against_coordinator": False``) with a warning. Non-private fits
+        draw from the run's seed either way.
 
     Attributes
     ----------
@@ -368,15 +524,26 @@ class FlowerFederation:
 
     Notes
     -----
-    The fitted estimator is written with ``pickle`` to
-    ``run_config["output"]`` if given: an ordinary fitted skfed estimator
-    whose ``predict(X)`` is the population prediction. Personalized parts
-    stay on the sites.
+    **A site's limits.** A site operator may set, in the SuperNode's node
+    config, ``max-epsilon`` and ``max-delta`` (the largest total budget the
+    site spends in one fit, as ``privacy_spent_`` reports it) and
+    ``min-noise-multiplier`` (the least noise standard deviation over L2
+    sensitivity of any release). With any of them set, the site refuses a
+    run whose estimator is not private or exceeds them, before it sends
+    anything. Every site also checks that the set-up it receives holds its
+    own row and feature counts, which set its noise scale.
+
+    The fitted estimator is written in skops format to
+    ``run_config["output"]`` if given (:func:`save_fitted`; read it with
+    :func:`load_fitted`): an ordinary fitted skfed estimator whose
+    ``predict(X)`` is the population prediction. Personalized parts stay on
+    the sites.
     """
 
     def __init__(self, make_estimator, load_data, *, client_key="client-id", min_nodes=None,
                  connect_timeout=120.0, round_timeout=600.0, offline_grace=10.0,
-                 site_model_key="model-path", load_test_data=None):
+                 site_model_key="model-path", load_test_data=None, sites=None,
+                 site_noise="secret"):
         probe = make_estimator({})
         if getattr(probe, "_pools_rows", False):
             raise TypeError(f"{type(probe).__name__} does not support federation: it pools the "
@@ -386,6 +553,8 @@ class FlowerFederation:
                 f"{type(probe).__name__} does not support federation: it needs "
                 f"{', '.join(_CONTRACT)} (see skfed.federated.FederatedContract)."
             )
+        if site_noise not in SITE_NOISE:
+            raise ValueError(f"site_noise must be one of {SITE_NOISE}, got {site_noise!r}.")
         self.make_estimator = make_estimator
         self.load_data = load_data
         self.client_key = client_key
@@ -395,60 +564,88 @@ class FlowerFederation:
         self.offline_grace = offline_grace
         self.site_model_key = site_model_key
         self.load_test_data = load_test_data
+        self.sites = None if sites is None else _allow_list(sites)
+        self.site_noise = site_noise
         self.fitted_ = None
         self.site_scores_ = None
         self.server_app = ServerApp()
         self.server_app.main()(self._server_main)
         self.client_app = ClientApp()
-        self.client_app.query("setup")(self._client_setup)
-        self.client_app.train()(self._client_round)
-        self.client_app.train("finalize")(self._client_finalize)
-        self.client_app.query("evaluate")(self._client_evaluate)
+        self.client_app.query("setup")(self._guarded(self._client_setup))
+        self.client_app.train()(self._guarded(self._client_round))
+        self.client_app.train("finalize")(self._guarded(self._client_finalize))
+        self.client_app.query("evaluate")(self._guarded(self._client_evaluate))
 
     # ------------------------------------------------------------------ site side
     def _label(self, node_config):
         """The site's client label (``client_key``, else Flower's ``partition-id``)."""
         return node_config.get(self.client_key, node_config.get("partition-id"))
 
-    def _site(self, context):
-        """The site's estimator and validated rows; errors name the site."""
+    def _guarded(self, handler):
+        """``handler`` whose errors reach the coordinator without data values."""
+
+        def run(msg, context):
+            try:
+                return handler(msg, context)
+            except Exception as exc:
+                label = self._label(dict(context.node_config))
+                _log.error("site %r: %s", label, _public_reason(exc), exc_info=exc)
+                raise SiteError(f"site {label!r}: {_public_reason(exc)}") from None
+
+        return run
+
+    def _site(self, context, check_limits=False):
+        """The site's estimator and validated rows."""
         config = dict(context.node_config)
         label = self._label(config)
-        estimator = _checked(self.make_estimator(dict(context.run_config)))
-        try:
+        with _stage("building the estimator"):
+            estimator = _checked(self.make_estimator(dict(context.run_config)))
+        if check_limits:
+            with _stage("checking the privacy limits"):
+                _check_limits(estimator, config)
+        with _stage("loading its data"):
             X, y = _call_loader(self.load_data, config, context.run_config)
+        with _stage("validating its rows"):
             X, y = estimator._validate_site_data(X, y, reset=True)
-        except Exception as exc:
-            raise ValueError(f"site {label!r}: its data cannot be used: {exc}") from exc
         return estimator, X, y, label
 
     def _reply(self, msg, arrays):
         return Message(RecordDict({"arrays": _to_record(arrays)}), reply_to=msg)
 
     def _client_setup(self, msg, context):
-        estimator, X, y, label = self._site(context)
-        reply = Message(
-            RecordDict({"arrays": _to_record(client_summary(X, y, estimator)),
-                        "config": ConfigRecord({"label": label})}),
-            reply_to=msg,
-        )
-        return reply
+        # the limits first: a site that refuses the run sends nothing
+        estimator, X, y, label = self._site(context, check_limits=True)
+        with _stage("summarizing its rows"):
+            summary = client_summary(X, y, estimator)
+        return Message(RecordDict({"arrays": _to_record(summary),
+                                   "config": ConfigRecord({"label": label})}), reply_to=msg)
 
     def _save_state(self, context, state, index, entropy, algorithm):
+        # site-local: context.state stays on the SuperNode (never on the wire)
         context.state[_STATE_KEY] = ConfigRecord({
             "state": pickle.dumps(state), "index": index, "entropy": str(entropy),
             "algorithm": pickle.dumps(algorithm),
         })
 
-    def _start(self, msg, estimator, X, y, label):
-        """Build the algorithm and the initial local state from the set-up summary."""
+    def _start(self, msg, context, estimator, X, y, label):
+        """Verify the set-up, then build the algorithm and the initial local state."""
         config = msg.content["config"]
-        index, entropy = int(config["client-index"]), int(config["entropy"])
-        setup = check_message(_from_record(msg.content["setup"]), sender="server",
-                              allow_text=True)
-        algorithm = estimator._federated_algorithm(setup)
-        data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
-        state = algorithm.client_init(data, round_rng(entropy, Stream.CLIENT_INIT, index))
+        index = int(config["client-index"])
+        with _stage("reading the set-up"):
+            setup = check_message(_from_record(msg.content["setup"]), sender="server",
+                                  allow_text=True)
+        _verify_setup(setup, index, X)
+        _check_limits(estimator, dict(context.node_config))
+        entropy = int(config["entropy"])
+        if self.site_noise == "secret" and estimator._privacy_claim() is not None:
+            # the noise of a private fit: from the site's own CSPRNG, never from the
+            # coordinator's seed (which would let the coordinator subtract it)
+            entropy = secrets.randbits(128)
+        with _stage("building the algorithm"):
+            algorithm = estimator._federated_algorithm(setup)
+            data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
+        with _stage("the site's first step"):
+            state = algorithm.client_init(data, round_rng(entropy, Stream.CLIENT_INIT, index))
         return algorithm, data, state, index, entropy
 
     def _step(self, msg, context, final):
@@ -460,20 +657,23 @@ class FlowerFederation:
             algorithm = pickle.loads(record["algorithm"])
             data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
         elif "setup" in msg.content.array_records:
-            algorithm, data, state, index, entropy = self._start(msg, estimator, X, y, label)
+            algorithm, data, state, index, entropy = self._start(msg, context, estimator, X, y,
+                                                                 label)
         else:
-            raise RuntimeError(f"site {label!r} got a {msg.metadata.message_type!r} message "
-                               "before the set-up summary.")
+            raise _Refusal("a training message came before the set-up",
+                           f"a {msg.metadata.message_type!r} message came before the set-up")
         rnd = int(msg.content["config"]["round"])
-        broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
-        if final:
-            rng = round_rng(entropy, Stream.CLIENT_FINAL, index, rnd)
-            state = algorithm.client_finalize(data, state, broadcast, rng)
-            message = {}
-        else:
-            rng = round_rng(entropy, Stream.CLIENT_STEP, index, rnd)
-            state, message = algorithm.client_step(data, state, broadcast, rng)
-            message = check_message(message, sender=f"client {label!r}")
+        with _stage("reading the broadcast"):
+            broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
+        with _stage(f"the client step of round {rnd}"):
+            if final:
+                rng = round_rng(entropy, Stream.CLIENT_FINAL, index, rnd)
+                state = algorithm.client_finalize(data, state, broadcast, rng)
+                message = {}
+            else:
+                rng = round_rng(entropy, Stream.CLIENT_STEP, index, rnd)
+                state, message = algorithm.client_step(data, state, broadcast, rng)
+                message = check_message(message, sender=f"client {label!r}")
         self._save_state(context, state, index, entropy, algorithm)
         path = context.node_config.get(self.site_model_key)
         if path:
@@ -493,15 +693,19 @@ class FlowerFederation:
         config = dict(context.node_config)
         label = self._label(config)
         if _STATE_KEY not in context.state:
-            raise RuntimeError(f"site {label!r} has no trained state to evaluate.")
-        fitted = pickle.loads(msg.content["config"]["estimator"])
-        state = pickle.loads(context.state[_STATE_KEY]["state"])
-        try:
+            raise _Refusal("no trained state to evaluate", "evaluate before training")
+        with _stage("reading the fitted estimator"):
+            fitted = load_fitted(msg.content["config"]["estimator"])
+            expected = type(self.make_estimator(dict(context.run_config)))
+            if type(fitted) is not expected:
+                raise _Refusal("the fitted estimator is not the run's",
+                               f"got a {type(fitted).__name__}, not a {expected.__name__}")
+        state = pickle.loads(context.state[_STATE_KEY]["state"])  # the site's own state
+        with _stage("loading its test data"):
             X, y = _call_loader(self.load_test_data, config, context.run_config)
-        except Exception as exc:
-            raise ValueError(f"site {label!r}: its test data cannot be used: {exc}") from exc
-        model = _personalize(fitted, label, state)
-        score = model.score(X, y, groups=[label] * len(X))
+        with _stage("scoring"):
+            model = _personalize(fitted, label, state)
+            score = model.score(X, y, groups=[label] * len(X))
         return self._reply(msg, {"score": np.float64(score), "n_samples": np.int64(len(X))})
 
     def _client_round(self, msg, context):
@@ -511,25 +715,55 @@ class FlowerFederation:
         return self._step(msg, context, final=True)
 
     # ---------------------------------------------------------------- server side
-    def _wait_for_nodes(self, grid, min_nodes):
+    def _wait_for_nodes(self, grid, min_nodes, wanted=None):
         deadline = time.monotonic() + self.connect_timeout
         while True:
             nodes = sorted(grid.get_node_ids())
-            if len(nodes) >= min_nodes:
+            if wanted is not None:
+                nodes = [n for n in nodes if n in wanted]
+                if len(nodes) == len(wanted):
+                    return nodes
+            elif len(nodes) >= min_nodes:
                 return nodes
             if time.monotonic() > deadline:
+                need = len(wanted) if wanted is not None else min_nodes
                 raise RuntimeError(
-                    f"only {len(nodes)} of {min_nodes} SuperNodes connected within "
+                    f"only {len(nodes)} of {need} SuperNodes connected within "
                     f"{self.connect_timeout} s."
                 )
             time.sleep(0.5)
+
+    def _accepted(self, sites, allow):
+        """The set-up replies of the allowed sites; the others are left out, with a warning."""
+        if allow is None:
+            return sites
+        kept, dropped = [], []
+        for label, node, summary in sites:
+            key = str(label)
+            if key in allow and allow[key] in (None, node):
+                kept.append((label, node, summary))
+            else:
+                dropped.append((label, node))
+        if dropped:
+            warnings.warn(f"SuperNodes left out, not on the allow-list (label, node): {dropped}",
+                          stacklevel=2)
+        missing = sorted(set(allow) - {str(label) for label, _, _ in kept})
+        if missing:
+            raise RuntimeError(f"sites of the allow-list did not join the run: {missing}.")
+        return kept
 
     def _server_main(self, grid: Grid, context: Context):
         run_config = dict(context.run_config)
         estimator = _checked(self.make_estimator(run_config))
         params = estimator._engine_params()
+        allow = self.sites
+        if allow is None and run_config.get("sites"):
+            allow = _allow_list(str(run_config["sites"]))
+        bound = None if allow is None else {n for n in allow.values() if n is not None}
+        if bound and len(bound) != len(allow):
+            raise ValueError("sites: give a SuperNode id for every label, or for none.")
         min_nodes = self.min_nodes or int(run_config.get("min-nodes", 1))
-        nodes = self._wait_for_nodes(grid, max(1, min_nodes))
+        nodes = self._wait_for_nodes(grid, max(1, min_nodes), wanted=bound or None)
 
         # set-up exchange: a site that cannot load or validate its data stops the run
         messages = {n: Message(RecordDict({}), dst_node_id=n, message_type="query.setup")
@@ -547,6 +781,7 @@ class FlowerFederation:
             summary = check_message(_from_record(reply.content["arrays"]),
                                     sender=f"SuperNode {node}", allow_text=True)
             sites.append((reply.content["config"]["label"], node, summary))
+        sites = self._accepted(sites, allow)
         try:
             sites.sort(key=lambda site: site[0])
         except TypeError:
@@ -570,11 +805,11 @@ class FlowerFederation:
         result = FederationResult(server_state=server_state, client_states=None, ledger=ledger,
                                   n_rounds=len(participation), participation=participation)
         estimator._set_fitted(FederatedFit(result, setup, np.array(labels), algorithm))
+        self._note_noise_source(estimator)
         self.fitted_ = estimator
         output = run_config.get("output")
         if output:
-            with open(output, "wb") as fh:
-                pickle.dump(estimator, fh)
+            save_fitted(estimator, output)
         if self.load_test_data is not None and run_config.get("evaluate", True):
             self.site_scores_ = self._evaluate(grid, estimator, sites)
             if run_config.get("scores-output"):
@@ -582,9 +817,23 @@ class FlowerFederation:
                     json.dump({str(k): list(v) for k, v in self.site_scores_.items()}, fh)
         return estimator
 
+    def _note_noise_source(self, estimator):
+        """Say in ``privacy_spent_`` whether the guarantee holds against the coordinator."""
+        spent = getattr(estimator, "privacy_spent_", None)
+        if estimator._privacy_claim() is None or not isinstance(spent, dict):
+            return
+        secret = self.site_noise == "secret"
+        estimator.privacy_spent_ = {**spent, "against_coordinator": secret}
+        if not secret:
+            warnings.warn(
+                "site_noise='shared': the sites drew their noise from the run's seed, which the "
+                "coordinator knows; privacy_spent_ holds against others, not against the "
+                "coordinator (privacy_spent_['against_coordinator'] is False).",
+                UserWarning, stacklevel=2)
+
     def _evaluate(self, grid, estimator, sites):
         """Each site's score of its personalized model on its held-out rows."""
-        blob = pickle.dumps(estimator)
+        blob = save_fitted(estimator, None)
         messages = {
             k: Message(RecordDict({"config": ConfigRecord({"estimator": blob})}),
                        dst_node_id=node, message_type="query.evaluate")
@@ -604,3 +853,56 @@ class FlowerFederation:
             out = _from_record(reply.content["arrays"])
             scores[label] = (float(out["score"]), int(out["n_samples"]))
         return scores
+
+
+def _allow_list(sites):
+    """``sites`` (labels, ``{label: node id}`` or ``"a,b"``/``"a=12,b=34"``) as ``{str: id}``."""
+    if isinstance(sites, str):
+        items = [part.strip() for part in sites.split(",") if part.strip()]
+        pairs = [item.split("=", 1) if "=" in item else (item, None) for item in items]
+        try:
+            return {label.strip(): None if node is None else int(node) for label, node in pairs}
+        except ValueError:
+            raise ValueError(f"sites: expected 'label,label' or 'label=node_id,...', got "
+                             f"{sites!r}.") from None
+    if hasattr(sites, "items"):
+        return {str(label): int(node) for label, node in sites.items()}
+    if isinstance(sites, (list, tuple, set, frozenset, np.ndarray)):
+        return {str(label): None for label in sites}
+    raise TypeError(f"sites must be a list of labels, a mapping label -> node id or None, got "
+                    f"{type(sites).__name__}.")
+
+
+def _verify_setup(setup, index, X):
+    """A site's check of the set-up it received against its own rows."""
+    counts = np.asarray(setup.get("n_samples", ()))
+    if counts.ndim != 1 or not 0 <= index < counts.size:
+        raise _Refusal("the set-up's client index", f"index {index} of {counts.shape}")
+    if int(counts[index]) != X.shape[0]:
+        # the noise scale of a private fit follows the row count
+        raise _Refusal("the set-up's row count is not the site's",
+                       f"set-up says {int(counts[index])} rows, the site has {X.shape[0]}")
+    width = int(np.prod(X.shape[1:], dtype=np.int64))
+    if int(np.asarray(setup.get("n_features", -1))) != width:
+        raise _Refusal("the set-up's feature count is not the site's",
+                       f"set-up says {setup.get('n_features')}, the site has {width}")
+
+
+def _check_limits(estimator, node_config):
+    """Refuse a run whose privacy is below the site's limits (its node config)."""
+    limits = {key: float(node_config[key]) for key in LIMIT_KEYS if key in node_config}
+    if not limits:
+        return
+    claim = estimator._privacy_claim()
+    if claim is None:
+        raise _Refusal("the run is not private and the site sets privacy limits",
+                       f"{type(estimator).__name__} adds no noise; limits {limits}")
+    broken = [key for key, ok in (
+        ("max-epsilon", claim["epsilon"] <= limits.get("max-epsilon", math.inf)),
+        ("max-delta", claim["delta"] <= limits.get("max-delta", math.inf)),
+        ("min-noise-multiplier",
+         claim["noise_multiplier"] >= limits.get("min-noise-multiplier", -math.inf)),
+    ) if not ok]
+    if broken:
+        raise _Refusal(f"the run's privacy is outside the site's {', '.join(broken)}",
+                       f"run: {claim}; site limits: {limits}")

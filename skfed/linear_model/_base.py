@@ -156,6 +156,16 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
         """Checks the constraints cannot state (subclasses extend); the privacy plan, once."""
         self._plan = self._privacy_plan()
 
+    def _privacy_claim(self):
+        """``privacy_spent_``'s epsilon and delta when every round runs, and the least
+        noise multiplier; ``None`` without noise (see ``FederatedEstimator``)."""
+        if self._plan is None:
+            return None
+        report = privacy_report(int(self.n_rounds), self._plan,
+                                getattr(self, "accountant", "paper"))
+        return {"epsilon": float(report["epsilon"]), "delta": float(report["delta"]),
+                "noise_multiplier": float(min(report["noise_multiplier"]))}
+
     def _validate_site_data(self, X, y, reset=False, groups=None):
         """The checks one site runs on its own rows (in-process: on the pooled rows).
 

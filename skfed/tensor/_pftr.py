@@ -696,6 +696,19 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.clients_ = labels
         self.communication_ = result.ledger
 
+    def _privacy_claim(self):
+        """``privacy_spent_``'s epsilon and delta and the noise multiplier of a private
+        fit, from the parameters; ``None`` without noise (see ``FederatedEstimator``)."""
+        p = self._fit_params
+        if p["epsilon"] is None:
+            return None
+        spent = _privacy_spent(p["epsilon"], p["delta"], p["n_releases"], self.accountant)
+        void = bool(p["outside"])  # privacy_mode="paper" with data-chosen inputs: no guarantee
+        return {"epsilon": math.inf if void else float(spent["epsilon"]),
+                "delta": 0.0 if void else float(spent["delta"]),
+                "noise_multiplier": float(pftr_noise_multiplier(
+                    p["epsilon"], p["delta"], p["n_releases"], self.accountant))}
+
     def _privacy_report(self, params):
         """``privacy_spent_``: the guarantee of everything released, or none."""
         spent = dict(_privacy_spent(params["epsilon"], params["delta"], params["n_releases"],

@@ -2,7 +2,6 @@
 
 import json
 import os
-import pickle
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from skfed.datasets import (  # noqa: E402
     make_hierarchical_gp,
     make_tensor_regression,
 )
-from skfed.federated.flower import site_model  # noqa: E402
+from skfed.federated.flower import load_fitted, site_model  # noqa: E402
 from skfed.linear_model import DPFedDROClassifier  # noqa: E402
 
 
@@ -57,9 +56,10 @@ def load_test_data(node_config, run_config):
     return data["Xtest_" + run_config["estimator"]], data["ytest_" + run_config["estimator"]]
 
 
-# generous: on a busy 2-core machine a flwr-clientapp process can take minutes to answer
+# generous: on a busy 2-core machine a flwr-clientapp process can take minutes to answer;
+# site_noise="shared" (the test option) so that the private runs equal the in-process fits
 federation = FlowerFederation(make_estimator, load_data, round_timeout=900,
-                              load_test_data=load_test_data)
+                              load_test_data=load_test_data, site_noise="shared")
 server_app = federation.server_app
 client_app = federation.client_app
 """
@@ -139,11 +139,10 @@ def running(sites, tmp_path_factory, local_federation, flower_app, tls_certifica
 
 def _run(running, tmp_path, **run_config):
     fed, app = running
-    output = tmp_path / "fitted.pkl"
+    output = tmp_path / "fitted.skops"
     done = fed.run(app, {"output": str(output), "min-nodes": 3, **run_config})
     assert done.returncode == 0 and output.exists(), done.stdout + done.stderr + fed.logs()
-    with open(output, "rb") as fh:
-        return pickle.load(fh)
+    return load_fitted(output)
 
 
 def _site_models_predict_like(remote, local, configs, X, groups):
@@ -179,13 +178,17 @@ def test_flower_run_equals_in_process_fit(sites, running, tmp_path):
 def test_dp_fed_dro_on_flower_equals_in_process_fit(running, tmp_path):
     """Same noise streams on the sites: the released models agree to 1e-8."""
     X, y, groups = _classification_data()
-    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "dpfeddro"})
+    fed, _ = running
+    # each label accepted only from the node its registered key got (authenticated identity)
+    bound = ",".join(f"{k}={node}" for k, node in enumerate(fed.node_ids))
+    remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "dpfeddro", "sites": bound})
     local = DPFedDROClassifier(epsilon=0.5, delta=1e-5, n_rounds=1, fit_intercept=True,
                                intercept_scaling=0.5, random_state=0).fit(X, y, groups=groups)
     assert remote.classes_.tolist() == ["setosa", "versicolor", "virginica"]
     np.testing.assert_allclose(remote.coef_, local.coef_, rtol=0, atol=1e-8)
     np.testing.assert_allclose(remote.intercept_, local.intercept_, rtol=0, atol=1e-8)
     np.testing.assert_array_equal(remote.predict(X), local.predict(X))
+    assert remote.privacy_spent_.pop("against_coordinator") is False  # shared: a test
     assert remote.privacy_spent_ == local.privacy_spent_
     np.testing.assert_array_equal(remote.noise_sigma_M_, local.noise_sigma_M_)
     np.testing.assert_allclose(remote.history_["consensus_violation"],
@@ -235,6 +238,7 @@ def test_tensor_regression_on_flower_equals_in_process_fit(sites, running, tmp_p
     remote = _run(running, tmp_path, **{**RUN_CONFIG, "estimator": "tensor", "n-rounds": 2})
     local = PersonalizedTensorRegressor(**TENSOR, n_rounds=2).fit(X, y, groups=groups)
     np.testing.assert_allclose(remote.shared_coef_, local.shared_coef_, rtol=0, atol=1e-8)
+    remote.privacy_spent_.pop("against_coordinator")
     assert remote.rank_ == local.rank_ and remote.privacy_spent_ == local.privacy_spent_
     _same_ledger_totals(remote.communication_, local.communication_)
     _site_models_predict_like(remote, local, configs, X, groups)
@@ -273,7 +277,7 @@ def test_killed_supernode_follows_the_failure_policy(sites, local_federation, fl
                                                      tmp_path, policy):
     root, X, y, groups, configs = sites
     app = flower_app(tmp_path / "app", APP, RUN_CONFIG)
-    output = tmp_path / "fitted.pkl"
+    output = tmp_path / "fitted.skops"
     with local_federation(tmp_path, configs) as fed:
         code, out = _run_and_kill_one_node(
             fed, app, {"output": str(output), "min-nodes": 3, "n-rounds": 4, "policy": policy},
@@ -281,8 +285,7 @@ def test_killed_supernode_follows_the_failure_policy(sites, local_federation, fl
         logs = fed.logs()
     if policy == "skip":
         assert output.exists(), out + logs
-        with open(output, "rb") as fh:
-            model = pickle.load(fh)
+        model = load_fitted(output)
         failed = {(label, rnd) for rnd, label, _ in model.communication_.failures}
         assert failed and {label for label, _ in failed} == {2}
         # it answered round 0; a reply sent just before SIGTERM may be lost with the node

@@ -47,7 +47,7 @@ def test_started_processes_die_with_a_killed_parent():
 
 def test_auth_needs_tls(tmp_path):
     with pytest.raises(ValueError, match="auth=True needs tls"):
-        LocalFederation(tmp_path, [{"client-id": 0}], auth=True)
+        LocalFederation(tmp_path, [{"client-id": 0}], tls=None, auth=True)
 
 
 def test_unreachable_superlink_is_named_and_nothing_stays_running(tmp_path):
@@ -58,7 +58,8 @@ def test_unreachable_superlink_is_named_and_nothing_stays_running(tmp_path):
     from skfed.federated.flower import write_app
 
     app = write_app(tmp_path / "app", "server_app = client_app = None\n")
-    with LocalFederation(tmp_path / "federation", [{"client-id": 0}]) as fed:
+    with LocalFederation(tmp_path / "federation", [{"client-id": 0}], tls=None,
+                         auth=False) as fed:  # insecure: a quick trial
         superlink = fed.procs[0]
         os.killpg(superlink.pid, signal.SIGTERM)
         superlink.wait(timeout=30)

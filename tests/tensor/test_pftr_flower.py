@@ -31,8 +31,8 @@ def load_data(node_config):
     return X[rows], Y[rows]
 
 
-def flower_fit(make, load=load_data):
-    app = FlowerFederation(lambda run_config: make(), load)
+def flower_fit(make, load=load_data, **kwargs):
+    app = FlowerFederation(lambda run_config: make(), load, **kwargs)
     grid = InMemoryGrid(app, [{"client-id": k} for k in range(3)], {"min-nodes": 3})
     return grid.run()
 
@@ -68,12 +68,21 @@ def test_private_flower_fit_draws_the_same_noise():
     params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1, fit_intercept=False,
                   tau_x=4.0, tau_e=2.0)  # strict: the noisy moment starts A_0
     local = PersonalizedTensorRegressor(**params).fit(X, Y, groups=GROUPS)
-    remote = flower_fit(lambda: PersonalizedTensorRegressor(**params))
+    # the test option: the sites draw from the run's seed, as in-process
+    with pytest.warns(UserWarning, match="site_noise='shared'"):
+        remote = flower_fit(lambda: PersonalizedTensorRegressor(**params), site_noise="shared")
     assert np.all(local.noise_std_ > 0)
     np.testing.assert_array_equal(remote.shared_coef_, local.shared_coef_)
     np.testing.assert_array_equal(remote.grad_norm_, local.grad_norm_)
+    assert remote.privacy_spent_.pop("against_coordinator") is False
     assert remote.privacy_spent_ == local.privacy_spent_
     assert_same_communication(remote.communication_, local.communication_)
+    # by default each site's noise is its own secret: another release, the same guarantee
+    secret = flower_fit(lambda: PersonalizedTensorRegressor(**params))
+    assert not np.allclose(secret.shared_coef_, local.shared_coef_)
+    assert secret.privacy_spent_.pop("against_coordinator") is True
+    assert secret.privacy_spent_ == local.privacy_spent_
+    assert_same_communication(secret.communication_, local.communication_)
 
 
 def test_personalized_parts_stay_on_the_sites():
@@ -97,7 +106,8 @@ def test_personalized_parts_stay_on_the_sites():
 def test_cv_and_bad_site_data_are_named():
     with pytest.raises(ValueError, match=r"cv=2 .*in-process.*\(cv\)"):
         flower_fit(lambda: PersonalizedTensorRegressor(**BASE, cv=2))
-    with pytest.raises(RuntimeError, match="tensor_shape"):
+    # the coordinator learns which check failed, not the site's values (its log has them)
+    with pytest.raises(RuntimeError, match=r"site 0: validating its rows failed \(ValueError"):
         flower_fit(lambda: PersonalizedTensorRegressor(**{**BASE, "tensor_shape": (5, 5)}))
 
     def one_site_nd(node_config):
@@ -132,8 +142,10 @@ def test_site_model_gives_each_site_its_personalized_tensor(tmp_path):
     params = dict(BASE, rank=(2, 2, 2, 2), epsilon=20.0, delta=0.1, fit_intercept=False,
                   tau_x=4.0, tau_e=2.0)  # strict: the noisy moment starts A_0
     configs = [{"client-id": k, "model-path": str(tmp_path / f"site{k}.pkl")} for k in range(3)]
-    app = FlowerFederation(lambda run_config: PersonalizedTensorRegressor(**params), load_data)
-    remote = InMemoryGrid(app, configs, {"min-nodes": 3}).run()
+    app = FlowerFederation(lambda run_config: PersonalizedTensorRegressor(**params), load_data,
+                           site_noise="shared")  # to compare with the in-process fit
+    with pytest.warns(UserWarning, match="site_noise='shared'"):
+        remote = InMemoryGrid(app, configs, {"min-nodes": 3}).run()
     local = PersonalizedTensorRegressor(**params).fit(X, Y, groups=GROUPS)
     for k in range(3):
         mine = site_model(remote, tmp_path / f"site{k}.pkl")
