@@ -620,11 +620,12 @@ class FlowerFederation:
         return Message(RecordDict({"arrays": _to_record(summary),
                                    "config": ConfigRecord({"label": label})}), reply_to=msg)
 
-    def _save_state(self, context, state, index, entropy, algorithm):
+    def _save_state(self, context, state, index, entropy, algorithm, last_round, finalized):
         # site-local: context.state stays on the SuperNode (never on the wire)
         context.state[_STATE_KEY] = ConfigRecord({
             "state": pickle.dumps(state), "index": index, "entropy": str(entropy),
-            "algorithm": pickle.dumps(algorithm),
+            "algorithm": pickle.dumps(algorithm), "last-round": last_round,
+            "finalized": finalized,
         })
 
     def _start(self, msg, context, estimator, X, y, label):
@@ -650,11 +651,13 @@ class FlowerFederation:
 
     def _step(self, msg, context, final):
         estimator, X, y, label = self._site(context)
+        last_round, finalized = -1, False
         if _STATE_KEY in context.state:
             record = context.state[_STATE_KEY]
             state, index, entropy = (pickle.loads(record["state"]), int(record["index"]),
                                      int(record["entropy"]))
             algorithm = pickle.loads(record["algorithm"])
+            last_round, finalized = int(record["last-round"]), bool(record["finalized"])
             data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
         elif "setup" in msg.content.array_records:
             algorithm, data, state, index, entropy = self._start(msg, context, estimator, X, y,
@@ -663,6 +666,14 @@ class FlowerFederation:
             raise _Refusal("a training message came before the set-up",
                            f"a {msg.metadata.message_type!r} message came before the set-up")
         rnd = int(msg.content["config"]["round"])
+        # one reply per round, rounds in order, no more than the run's: the budget the site
+        # checked covers n_rounds releases, and a round asked twice with another broadcast
+        # would give two releases with the same noise (their difference is noise-free)
+        n_rounds = int(estimator._engine_params()["n_rounds"])
+        if finalized or rnd <= last_round or rnd > n_rounds or (rnd == n_rounds and not final):
+            raise _Refusal("a round the site already answered or beyond the run's rounds",
+                           f"round {rnd} after round {last_round} of {n_rounds} "
+                           f"(finalized: {finalized})")
         with _stage("reading the broadcast"):
             broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
         with _stage(f"the client step of round {rnd}"):
@@ -674,7 +685,7 @@ class FlowerFederation:
                 rng = round_rng(entropy, Stream.CLIENT_STEP, index, rnd)
                 state, message = algorithm.client_step(data, state, broadcast, rng)
                 message = check_message(message, sender=f"client {label!r}")
-        self._save_state(context, state, index, entropy, algorithm)
+        self._save_state(context, state, index, entropy, algorithm, rnd, final)
         path = context.node_config.get(self.site_model_key)
         if path:
             self._keep_site_state(str(path), estimator, label, state)

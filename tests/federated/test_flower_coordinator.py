@@ -17,6 +17,7 @@ pytest.importorskip("skops")
 
 from skfed.baselines import FedAvgRegressor  # noqa: E402
 from skfed.datasets import make_federated_regression  # noqa: E402
+from skfed.federated import ClientDropout  # noqa: E402
 from skfed.federated.flower import (  # noqa: E402
     FlowerFederation,
     InMemoryGrid,
@@ -374,3 +375,31 @@ def test_bad_allow_lists_are_refused():
         FlowerFederation(_fedavg, lambda cfg: None, sites=3)
     with pytest.raises(ValueError, match="site_noise must be"):
         FlowerFederation(_fedavg, lambda cfg: None, site_noise="public")
+
+
+# -- 6. no more releases than the budget covers ----------------------------------------------
+
+@pytest.mark.parametrize("attack", ["replay", "extra_round"])
+def test_a_site_answers_each_round_once_and_no_more_rounds_than_the_run_has(attack):
+    """A round asked twice (another broadcast, the same noise) or past n_rounds is refused."""
+    from skfed.federated.flower import FlowerTransport
+
+    data = _classification_sites()
+    grid, spy = _run(_dro, data)
+    original = FlowerTransport.round
+
+    def round_(self, rnd, asked, broadcast, final=False):
+        out = original(self, rnd, asked, broadcast, final)
+        if rnd == 1 and not final:  # the coordinator asks again
+            again = rnd if attack == "replay" else 3  # 3 rounds in this run: 0, 1, 2
+            return original(self, again, asked, {**broadcast}, final)
+        return out
+
+    FlowerTransport.round = round_
+    try:
+        with pytest.raises(ClientDropout, match="refused the run: a round the site already "
+                                                "answered or beyond the run's rounds"):
+            grid.run()
+    finally:
+        FlowerTransport.round = original
+    assert len(_train_replies(spy)) == 6  # rounds 0 and 1 of each site, nothing more
