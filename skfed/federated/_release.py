@@ -171,11 +171,17 @@ def sends_curve(n_rows, unknowns_per_row, n_values):
     return int(n_rows) * int(unknowns_per_row) > int(n_values)
 
 
-def too_few_rows_warning(what, minimum, fallback):
-    """Warn that no client passed the ``minimum`` rule to contribute to ``what``."""
+def too_few_rows_warning(what, minimum, fallback, sent="sums"):
+    """Warn that no client passed the ``minimum`` rule to contribute to ``what``.
+
+    ``sent`` names the message: ``"sums"`` (:func:`sends_sums`,
+    :func:`sends_moments`) or, under :func:`sends_gram`, e.g. ``"model updates"``
+    (then the products of two columns count too).
+    """
+    columns = "column" if sent == "sums" else "column and product of two columns"
     warnings.warn(
         f"no client has {minimum} or more rows with {minimum} or more nonzero values in each "
-        f"column that is not all zero, so none sent the sums {what} needs (a smaller "
-        f"client's sums would give its raw values); {fallback}.",
+        f"{columns} that is not all zero, so none sent the {sent} {what} needs (a smaller "
+        f"client's {sent} would give its raw values); {fallback}.",
         UserWarning, stacklevel=user_stacklevel(),
     )
