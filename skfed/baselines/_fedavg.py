@@ -150,13 +150,15 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     on ``0.5 * mean((X w + b - y)^2) + 0.5 * alpha * ||w||^2`` from the
     current global model and sends its model and row count; the server
     averages the models weighted by row counts (FedAvg, McMahan et al.,
-    2017). A client with fewer than 3 rows, or a column of ``X`` or ``y``
-    (or a product of two columns) nonzero on only one or two of its rows,
-    sends its row count only: its updates would give its rows back
-    (``doc/releases.md``). It takes no part in the average (warned if no
-    client takes part: the global model stays zero) but fine-tunes. With ``fine_tune_epochs > 0`` each client then fine-tunes the final
-    global model on its own rows ("FedAvg + fine-tuning", a standard
+    2017). With ``fine_tune_epochs > 0`` each client then fine-tunes the
+    final global model on its own rows ("FedAvg + fine-tuning", a standard
     personalized baseline); the fine-tuned models stay with the clients.
+
+    A client with fewer than 3 rows, or a column of ``X`` or ``y`` (or a
+    product of two columns) nonzero on only one or two of its rows, sends
+    its row count only: its updates would give its rows back
+    (``doc/releases.md``). It takes no part in the average (a warning if no
+    client does: the global model stays zero) but fine-tunes.
 
     ``predict(X, groups)`` uses each row's fine-tuned client model, or the
     global model for ``groups=None``, unseen clients (with
