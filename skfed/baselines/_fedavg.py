@@ -1,6 +1,7 @@
 """FedAvg for linear regression, with optional local fine-tuning (a pFL baseline)."""
 
 import copy
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -8,7 +9,8 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from ..base import FederatedEstimator, check_on_site, scatter_rows
-from ..federated import FederatedAlgorithm
+from ..federated import ClientData, FederatedAlgorithm
+from ..federated._release import MIN_ROWS_MOMENTS, sends_gram, too_few_rows_warning
 from ..utils._param_validation import (
     FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
 )
@@ -38,6 +40,13 @@ def _local_sgd(X, y, coef, intercept, n_epochs, rng, learning_rate, alpha, batch
         X, y, coef, float(intercept), order, learning_rate, alpha, batch_size, fit_intercept
     )
     return coef, intercept
+
+
+@dataclass(frozen=True, eq=False)
+class _FedAvgData(ClientData):
+    """A client's rows and whether it may send its model updates (:func:`sends_gram`)."""
+
+    sends_update: bool = False
 
 
 class _FedAvg(FederatedAlgorithm):
@@ -94,17 +103,33 @@ class _FedAvg(FederatedAlgorithm):
         coef, intercept = np.zeros(self.n_features), 0.0
         return (coef, intercept), {"coef": coef, "intercept": intercept}
 
+    def prepare_client(self, data):
+        # a least-squares update is a function of the Gram matrix of [1, X, y], and the
+        # updates from several broadcast models give it back: a one-row client's first
+        # update is its row (coefficient change / intercept change), two rows follow up
+        # to their order. Such a client sends its row count only, decided on the site
+        # (skfed.federated._release.sends_gram); it still fine-tunes
+        return _FedAvgData(X=data.X, y=data.y, sample_weight=data.sample_weight,
+                           label=data.label, index=data.index,
+                           sends_update=sends_gram(data.X, data.y))
+
     def client_step(self, data, state, broadcast, rng):
+        if not data.sends_update:
+            return state, {"n_samples": np.int64(data.n_samples)}
         coef, intercept = self._sgd(data, broadcast["coef"], broadcast["intercept"],
                                     self.local_epochs, rng)
         return state, {"coef": coef, "intercept": intercept,
                        "n_samples": np.int64(data.n_samples)}
 
     def server_step(self, state, messages, rng):
-        n = np.array([m["n_samples"] for m in messages.values()], dtype=float)
+        updates = [m for m in messages.values() if "coef" in m]
+        if not updates:  # every client asked this round is too small to send an update
+            coef, intercept = state
+            return state, {"coef": coef, "intercept": intercept}
+        n = np.array([m["n_samples"] for m in updates], dtype=float)
         w = n / n.sum()
-        coef = sum(wk * m["coef"] for wk, m in zip(w, messages.values()))
-        intercept = float(sum(wk * m["intercept"] for wk, m in zip(w, messages.values())))
+        coef = sum(wk * m["coef"] for wk, m in zip(w, updates))
+        intercept = float(sum(wk * m["intercept"] for wk, m in zip(w, updates)))
         if not (np.all(np.isfinite(coef)) and np.isfinite(intercept)):
             raise FloatingPointError(
                 "FedAvg diverged (non-finite coefficients); lower learning_rate, use "
@@ -125,9 +150,15 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     on ``0.5 * mean((X w + b - y)^2) + 0.5 * alpha * ||w||^2`` from the
     current global model and sends its model and row count; the server
     averages the models weighted by row counts (FedAvg, McMahan et al.,
-    2017). With ``fine_tune_epochs > 0`` each client then fine-tunes the final
-    global model on its own rows ("FedAvg + fine-tuning", a standard
+    2017). With ``fine_tune_epochs > 0`` each client then fine-tunes the
+    final global model on its own rows ("FedAvg + fine-tuning", a standard
     personalized baseline); the fine-tuned models stay with the clients.
+
+    A client with fewer than 3 rows, or a column of ``X`` or ``y`` (or a
+    product of two columns) nonzero on only one or two of its rows, sends
+    its row count only: its updates would give its rows back
+    (``doc/releases.md``). It takes no part in the average (a warning if no
+    client does: the global model stays zero) but fine-tunes.
 
     ``predict(X, groups)`` uses each row's fine-tuned client model, or the
     global model for ``groups=None``, unseen clients (with
@@ -278,6 +309,10 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         """
         result, setup, labels = fit.result, fit.setup, fit.labels
         coef, intercept = result.server_state
+        if not any("coef" in r.names for r in result.ledger.records if r.direction == "up"):
+            too_few_rows_warning("the global model", MIN_ROWS_MOMENTS,
+                                 "the global model is zero (fine-tuning starts from it)",
+                                 sent="model updates")
         states = result.client_states
         if not self.fine_tune_epochs:
             states = [(coef, intercept)] * len(labels)

@@ -24,6 +24,15 @@ nonzero: where an indicator column is 1 on a single row, ``sum_i x_ij y_i``
 is that row's ``y``. A client sends them only if every entry is a sum of no
 or of at least :data:`MIN_ROWS_MOMENTS` nonzero products
 (:func:`sends_products`).
+
+The rule covers what the sums determine, too. A least-squares model fitted
+to a client's rows, or a gradient step of one from a broadcast model, is a
+function of the Gram matrix of ``[1, X, y]``, and a client's steps from
+several broadcast models give that matrix back: such a message is sent only
+under :func:`sends_gram` (the sums, sums of squares and products above
+together). A message that sums a nonlinear function of each row at several
+points (a loss curve) can give each row's arguments back whatever its
+zeros: :func:`sends_curve` counts the unknowns against the values sent.
 """
 
 import warnings
@@ -32,8 +41,8 @@ import numpy as np
 
 from ..utils._validation import user_stacklevel
 
-__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "sends_moments", "sends_products",
-           "sends_sums", "too_few_rows_warning"]
+__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "sends_curve", "sends_gram", "sends_moments",
+           "sends_products", "sends_sums", "too_few_rows_warning"]
 
 MIN_ROWS_SUM = 2
 MIN_ROWS_MOMENTS = 3
@@ -104,11 +113,75 @@ def sends_products(A, B=None):
     return bool(np.all((counts == 0) | (counts >= MIN_ROWS_MOMENTS)))
 
 
-def too_few_rows_warning(what, minimum, fallback):
-    """Warn that no client passed the ``minimum`` rule to contribute to ``what``."""
+def sends_gram(*arrays):
+    """Whether a client may send what the Gram matrix of its rows ``[1, X, y]`` determines.
+
+    That is the sums, sums of squares and cross products of the columns of
+    ``arrays`` together, and whatever is computed from them alone: a
+    least-squares model fitted to the rows, or a gradient step of one from a
+    broadcast model (a client's steps from ``d + 2`` broadcast models give all
+    of it back but ``y^T y``). The matrix fixes the centred rows up to a
+    rotation of the ``n - 1`` dimensions orthogonal to the ones vector: a
+    one-row client's row exactly, a two-row client's two rows up to their
+    order, and three or more only up to a continuum. So the client needs
+    :data:`MIN_ROWS_MOMENTS` rows, every column a sum of no or of that many
+    nonzero values (:func:`sends_moments`) and every product of two columns,
+    of any of the arrays, a sum of no or of that many nonzero products
+    (:func:`sends_products`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.federated._release import sends_gram
+    >>> X = np.array([[1.0, 0.5], [2.0, 0.0], [3.0, 0.0], [4.0, 0.7]])
+    >>> y = np.array([0.3, 0.1, 0.4, 0.2])
+    >>> sends_gram(X, y)  # column 1 has two nonzero values
+    False
+    >>> sends_gram(X[:, :1], y)
+    True
+    """
+    if not _every_column_has(MIN_ROWS_MOMENTS, arrays):
+        return False
+    return sends_products(np.hstack([_columns(a) for a in arrays]))
+
+
+def sends_curve(n_rows, unknowns_per_row, n_values):
+    """Whether a client may send ``n_values`` sums over its rows of one nonlinear function.
+
+    Each row enters the sums through ``unknowns_per_row`` numbers (e.g. its
+    score margins), at ``n_values`` points (e.g. temperatures). A generic
+    smooth map from more unknowns than values has a continuum of solutions,
+    while ``n_values`` sums of fewer unknowns can determine them (two rows'
+    log losses at many temperatures give both rows' margins). So the rows'
+    unknowns must outnumber the values sent. Zeros are not special here:
+    every row adds its own term.
+
+    Examples
+    --------
+    >>> from skfed.federated._release import sends_curve
+    >>> sends_curve(2, 1, 61), sends_curve(62, 1, 61), sends_curve(31, 2, 61)
+    (False, True, True)
+    """
+    for name, value in (("n_rows", n_rows), ("unknowns_per_row", unknowns_per_row),
+                        ("n_values", n_values)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {value!r}.")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}.")
+    return int(n_rows) * int(unknowns_per_row) > int(n_values)
+
+
+def too_few_rows_warning(what, minimum, fallback, sent="sums"):
+    """Warn that no client passed the ``minimum`` rule to contribute to ``what``.
+
+    ``sent`` names the message: ``"sums"`` (:func:`sends_sums`,
+    :func:`sends_moments`) or, under :func:`sends_gram`, e.g. ``"model updates"``
+    (then the products of two columns count too).
+    """
+    columns = "column" if sent == "sums" else "column and product of two columns"
     warnings.warn(
         f"no client has {minimum} or more rows with {minimum} or more nonzero values in each "
-        f"column that is not all zero, so none sent the sums {what} needs (a smaller "
-        f"client's sums would give its raw values); {fallback}.",
+        f"{columns} that is not all zero, so none sent the {sent} {what} needs (a smaller "
+        f"client's {sent} would give its raw values); {fallback}.",
         UserWarning, stacklevel=user_stacklevel(),
     )

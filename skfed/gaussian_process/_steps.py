@@ -43,7 +43,7 @@ from threadpoolctl import ThreadpoolController
 
 from ..federated import FederatedAlgorithm
 from ..federated._release import (
-    MIN_ROWS_MOMENTS, sends_moments, sends_products, too_few_rows_warning,
+    MIN_ROWS_MOMENTS, sends_gram, sends_moments, sends_products, too_few_rows_warning,
 )
 from ._closed_form import (
     ClosedFormClient, fused_local_basis, global_basis_small, latent_q, loading_stats,
@@ -412,7 +412,8 @@ def target_summary(y):
 
 def cross_summary(X, y):
     """A client's set-up cross products for the linear mean: ``X^T X`` (packed lower
-    triangle) and ``X^T y``, only with ``MIN_ROWS_MOMENTS`` rows or more.
+    triangle) and ``X^T y``, only with ``MIN_ROWS_MOMENTS`` rows or more
+    (:func:`skfed.federated._release.sends_gram`).
 
     With the sums and sums of squares they are the first and second moments
     of the rows ``(x, y)``: these fix the centred rows only up to a rotation
@@ -426,8 +427,7 @@ def cross_summary(X, y):
     which the linear mean needs with the products.
     """
     y = np.asarray(y, dtype=float)
-    if not (sends_moments(X, y) and sends_products(X) and sends_products(X, y)
-            and (y.ndim == 1 or sends_products(y))):
+    if not sends_gram(X, y):
         return {}
     return {"xtx": tril_pack(X.T @ X), "xty": X.T @ y}
 

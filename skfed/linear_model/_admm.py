@@ -12,6 +12,7 @@ import numpy as np
 from scipy import sparse
 
 from ..federated import FederatedAlgorithm
+from ..federated._release import sends_curve
 from ..privacy import gaussian_noise
 from ._base import LinearClientMixin
 from ._kernels import dro_cs_pass
@@ -421,6 +422,20 @@ def softmax_log_loss_grid(scores, y, betas=TEMPERATURE_GRID):
     return (lse - z[:, np.arange(y.size), y]).sum(axis=1)
 
 
+def sends_log_loss_grid(n_samples, n_classes, n_features, betas=TEMPERATURE_GRID):
+    """Whether a site may send its summed log losses at the temperatures ``betas``.
+
+    A row's log loss at every temperature is a function of its ``K - 1``
+    score margins ``s_j - s_y``, linear in its ``d`` features given the
+    broadcast model: ``min(K - 1, d)`` unknowns per row. The ``betas.size``
+    sums give them back when they are not fewer (two rows of a binary problem
+    have two margins for 61 sums); so the site's rows must carry more
+    unknowns than there are sums (:func:`skfed.federated._release.sends_curve`).
+    """
+    return sends_curve(int(n_samples), max(0, min(int(n_classes) - 1, int(n_features))),
+                       int(np.size(betas)))
+
+
 def pick_temperature(total_loss, betas=TEMPERATURE_GRID):
     """Temperature ``1 / beta`` minimising the summed log-loss on the grid.
 
@@ -555,6 +570,9 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
     def client_step(self, data, state, broadcast, rng):
         if "calibrate" in broadcast:
             # the extra last round: score the released model (see server_step)
+            if not sends_log_loss_grid(data.n_samples, self.n_classes, self.n_features
+                                       - (self.intercept_scaling is not None)):
+                return state, {"n_samples": np.int64(data.n_samples)}
             scores = data.X @ np.asarray(broadcast["coef"], dtype=float).T
             return state, {"log_loss": softmax_log_loss_grid(scores, data.y)}
         g = data.index
@@ -599,7 +617,10 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
 
     def server_step(self, state, messages, rng):
         if self.calibrate_round is not None and state["round"] >= self.calibrate_round:
-            total = sum(np.asarray(m["log_loss"], dtype=float) for m in messages.values())
+            sent = [m["log_loss"] for m in messages.values() if "log_loss" in m]
+            if not sent:  # no site large enough: no temperature (the estimator warns)
+                return state, {"coef": state["coef"]}
+            total = sum(np.asarray(loss, dtype=float) for loss in sent)
             return dict(state, temperature=pick_temperature(total)), {"coef": state["coef"]}
         state, broadcast = super().server_step(state, messages, rng)
         if state["round"] == self.calibrate_round:

@@ -12,7 +12,7 @@ from ..federated._release import MIN_ROWS_MOMENTS, sends_moments, too_few_rows_w
 from sklearn.utils._param_validation import StrOptions
 
 from ..utils._param_validation import Number, nonnegative_real, positive_real
-from ._admm import DUAL_NORM, DPFedDROAlgorithm, sensitivities, step_sizes
+from ._admm import DUAL_NORM, TEMPERATURE_GRID, DPFedDROAlgorithm, sensitivities, step_sizes
 from ._base import _LinearFederatedClassifier
 from ._checks import per_client
 from ._privacy_plan import classical_multiplier, privacy_plan
@@ -226,7 +226,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     n_iter_ : int
         Training rounds run (without the calibration round of non-private mode).
     temperature_ : float
-        Temperature of :meth:`predict_proba`: fitted without privacy, 1 with it.
+        Temperature of :meth:`predict_proba`: fitted without privacy (on the
+        clients large enough to send their log losses, see :meth:`predict_proba`),
+        1 with it.
     feature_mean_, feature_scale_ : ndarray of shape (n_features,) or None
         The pooled standardization (``None`` when not standardizing).
     history_ : dict of ndarray
@@ -526,6 +528,16 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         server, setup = fit.result.server_state, fit.setup
         self.n_iter_ = int(server["round"])
         self.temperature_ = float(server.get("temperature", 1.0))
+        if not self._is_private() and "temperature" not in server:
+            n_classes = np.asarray(setup["classes"]).size
+            per_row = max(1, min(n_classes - 1, int(setup["n_features"])))
+            warnings.warn(
+                f"no site has more than {TEMPERATURE_GRID.size // per_row} rows, so none sent "
+                f"its summed log losses at the {TEMPERATURE_GRID.size} calibration "
+                "temperatures (fewer rows' score margins follow from those sums); "
+                "temperature_ is 1 (predict_proba is the softmax of the raw scores).",
+                UserWarning,
+            )
         norm = float(np.linalg.norm(self._server_model(server)))
         if not self._is_private() and norm < ZERO_MODEL:
             # the exact problem's solution is M = 0: predictions would rest on round-off
@@ -581,7 +593,12 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         the ``n_rounds`` training rounds: the server broadcasts the released
         model and every client returns only the sum of its log losses at 61
         fixed temperatures (``1e-3`` to ``1e3``, log-spaced); the server
-        picks the best (refined by a parabola in log scale). With privacy
+        picks the best (refined by a parabola in log scale). A client sends
+        those sums only if it has more than ``61 // min(K - 1, n_features)``
+        rows (``K`` classes): each row's losses are a function of its
+        ``min(K - 1, n_features)`` score margins, which fewer rows' 61 sums
+        give back (``doc/releases.md``); if no client has, ``fit`` warns and
+        ``temperature_ = 1``. With privacy
         nothing more is released: ``temperature_ = 1`` (the hinge margin is
         1), so ``privacy_spent_`` still covers everything released.
 

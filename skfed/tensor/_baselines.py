@@ -1,5 +1,6 @@
 """Baselines of the tensor-regression paper, with the API of PersonalizedTensorRegressor."""
 
+import dataclasses
 import numbers
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import transactional_fit
 from ..federated import FederatedAlgorithm
-from ..federated._release import MIN_ROWS_SUM, too_few_rows_warning
+from ..federated._release import MIN_ROWS_MOMENTS, sends_gram, too_few_rows_warning
 from ..utils._param_validation import positive_int
 from ..utils._validation import check_positive_int, check_scale, validate_data
 from ._base import (
@@ -20,6 +21,7 @@ from ._pftr import PersonalizedTensorRegressor
 from ._rank import make_feasible, ratio_rank
 from ._stages import (
     NUMERICAL_ERRORS,
+    SiteData,
     admm_init,
     check_finite_step,
     client_failure,
@@ -58,7 +60,17 @@ class _LocalTwoStage(FederatedAlgorithm):
     fit_intercept: bool = False
 
     def prepare_client(self, data):
-        return prepare_site(data, self.fit_intercept)
+        site = prepare_site(data, self.fit_intercept)
+        if not self.send_coef:
+            return site
+        # the local fit (ADMM, Stage I, the lasso) is a function of the Gram matrix of
+        # the rows [1, X, y]: a client too small to hide its rows in it sends no model
+        # (skfed.federated._release), checked on the raw rows as the sums
+        gram = sends_gram(data.X, data.y)
+        if isinstance(site, SiteData):
+            return dataclasses.replace(site, gram_releasable=gram)
+        return SiteData(X=site.X, y=site.y, sample_weight=site.sample_weight,
+                        label=site.label, index=site.index, gram_releasable=gram)
 
     def client_step(self, data, state, broadcast, rng):
         try:
@@ -88,25 +100,22 @@ class _LocalTwoStage(FederatedAlgorithm):
                  "init_deviation": D_init.reshape(self.coef_shape),
                  "intercept": site_intercept(data, A0 + B)}
         message = {"n_samples": np.int64(data.n_samples)}
-        if self.send_coef:
+        if self.send_coef and data.gram_releasable:
             message["coef"] = A0 + B
-            # the intercept is mean(y) - <coef, mean(X)>: a one-row client's is its y,
-            # and a column nonzero on one row puts that value in it; such a client
-            # sends none (skfed.federated._release)
-            if not self.fit_intercept or data.sums_releasable:
-                message["intercept"] = state["intercept"]
+            # the intercept is mean(y) - <coef, mean(X)>; sends_gram implies sends_sums
+            # (a one-row client's intercept would be its y), so it comes with the coef
+            message["intercept"] = state["intercept"]
         return state, message
 
     def server_step(self, state, messages, rng):
         keys = sorted(messages)
+        sent = [k for k in keys if "coef" in messages[k]]
         sizes = np.array([float(messages[k]["n_samples"]) for k in keys])
-        coefs = [np.asarray(messages[k]["coef"]) for k in keys if "coef" in messages[k]]
-        intercepts = [np.asarray(messages[k]["intercept"]) for k in keys
-                      if "intercept" in messages[k]]
-        intercept_sizes = np.array([float(messages[k]["n_samples"]) for k in keys
-                                    if "intercept" in messages[k]])
+        coefs = [np.asarray(messages[k]["coef"]) for k in sent]
+        intercepts = [np.asarray(messages[k]["intercept"]) for k in sent]
+        coef_sizes = np.array([float(messages[k]["n_samples"]) for k in sent])
         return {"sizes": sizes, "coefs": coefs, "intercepts": intercepts,
-                "intercept_sizes": intercept_sizes}, {}
+                "coef_sizes": coef_sizes}, {}
 
 
 class LocalTwoStageTensorRegressor(_TensorRegressorBase):
@@ -318,11 +327,14 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
     """"Fed-Avg" of the paper's data analysis: the average of local two-stage fits.
 
     Every client fits :class:`LocalTwoStageTensorRegressor` on its own rows
-    and sends its coefficient tensor ``A_{0,k} + B_k`` (and, with
-    ``fit_intercept``, its intercept, unless it has one row: that would be
-    its ``y``) once, unperturbed (not private); the server averages them (uniformly, as in the paper, or by
-    row counts) and every client predicts with the average. This is
-    averaging of final local estimates, not FedAvg of gradient iterates.
+    and sends its coefficient tensor ``A_{0,k} + B_k`` and intercept once,
+    unperturbed (not private); the server averages them (uniformly, as in
+    the paper, or by row counts) and every client predicts with the average.
+    This is averaging of final local estimates, not FedAvg of gradient
+    iterates. The local fit is a function of the Gram matrix of the client's
+    rows: a client with fewer than 3 rows, or a column of ``X`` or ``y`` (or
+    a product of two columns) nonzero on only one or two of its rows, sends
+    its row count only and is left out of the average (``doc/releases.md``).
 
     Parameters
     ----------
@@ -334,11 +346,10 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
     Attributes
     ----------
     average_coef_ : ndarray of shape coef_shape_
-        The averaged tensor used for every prediction.
+        The averaged tensor of the clients that sent one, used for every prediction.
     average_intercept_ : float or ndarray of shape output_shape_
-        The same average of the intercepts of the clients with two rows or
-        more and no column of ``X`` or ``y`` nonzero on a single row (0, with
-        a warning, if there are none).
+        The same average of the intercepts of the clients that sent their
+        tensor (both 0, with a warning, if there are none).
 
     Examples
     --------
@@ -400,21 +411,21 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
         """The averaged tensor, from the server state (also on a distributed engine)."""
         super()._set_fitted(fit)
         state = fit.result.server_state
-        w = state["sizes"] / state["sizes"].sum() if self.weights == "n_samples" else \
-            np.full(len(state["coefs"]), 1.0 / len(state["coefs"]))
-        self.average_coef_ = np.tensordot(w, np.stack(state["coefs"]), axes=1)
-        # the intercepts of the clients that sent one (skfed.federated._release)
-        sizes, intercepts = state.get("intercept_sizes", state["sizes"]), state["intercepts"]
-        if not intercepts:
-            too_few_rows_warning("the average intercept", MIN_ROWS_SUM,
-                                 "the average intercept is taken as 0")
+        # the models of the clients that sent one (skfed.federated._release.sends_gram)
+        sizes, coefs, intercepts = state["coef_sizes"], state["coefs"], state["intercepts"]
+        if not coefs:
+            too_few_rows_warning("the average", MIN_ROWS_MOMENTS,
+                                 "the average tensor and intercept are taken as 0",
+                                 sent="local models")
             q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
-            average = np.zeros(q)
-        else:
-            v = sizes / sizes.sum() if self.weights == "n_samples" else \
-                np.full(len(intercepts), 1.0 / len(intercepts))
-            average = np.tensordot(v, np.stack(intercepts), axes=1)
-        self.average_intercept_ = self._intercept_layout(average)
+            self.average_coef_ = np.zeros(self.coef_shape_)
+            self.average_intercept_ = self._intercept_layout(np.zeros(q))
+            return
+        w = sizes / sizes.sum() if self.weights == "n_samples" else \
+            np.full(len(coefs), 1.0 / len(coefs))
+        self.average_coef_ = np.tensordot(w, np.stack(coefs), axes=1)
+        self.average_intercept_ = self._intercept_layout(
+            np.tensordot(w, np.stack(intercepts), axes=1))
 
     def _coef_for_client(self, k):
         return self.average_coef_

@@ -56,11 +56,15 @@ class SiteData(ClientData):
     ``x_mean`` and ``y_mean`` stay on the site; they give its intercept.
     ``sums_releasable``: whether the raw rows' per-column sums may be sent
     (:func:`skfed.federated._release.sends_sums`, checked before centring).
+    ``gram_releasable``: whether a model fitted to the rows may be sent
+    (:func:`skfed.federated._release.sends_gram`, on the raw rows; set only by
+    the steps that send one).
     """
 
     x_mean: np.ndarray | None = None
     y_mean: np.ndarray | None = None
     sums_releasable: bool = False
+    gram_releasable: bool = False
 
 
 def check_client_range(X, Y, label):

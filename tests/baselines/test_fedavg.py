@@ -182,3 +182,88 @@ def test_overflowing_X_is_refused_by_name():
     X[0, 0] = 1e300
     with pytest.raises(ValueError, match="X is out of range"):
         FedAvgRegressor(n_rounds=2, random_state=0).fit(X, y, groups=groups)
+
+
+def _with_small_clients(sizes=(1, 2), n_large=3, seed=0):
+    """Clients of ``make_federated_regression`` followed by small clients (last labels)."""
+    X, y, groups = make_federated_regression(n_clients=n_large, n_samples=30, random_state=seed)
+    rng = np.random.default_rng(seed)
+    n_small = sum(sizes)
+    X_small = rng.normal(size=(n_small, X.shape[1]))
+    y_small = rng.normal(size=n_small)
+    g_small = np.repeat(np.arange(n_large, n_large + len(sizes)), sizes)
+    return (np.vstack([X, X_small]), np.concatenate([y, y_small]),
+            np.concatenate([groups, g_small]), (X, y, groups))
+
+
+def _up_payloads(model, client):
+    ledger = model.communication_
+    return [p for r, p in zip(ledger.records, ledger.payloads)
+            if r.client == client and r.direction == "up" and r.round >= 0]
+
+
+def test_one_row_client_sends_nothing_that_solves_for_its_row():
+    from skfed.federated._ledger import keeping_payloads
+
+    from skfed.baselines._fedavg import _local_sgd
+
+    X, y, groups, _ = _with_small_clients(sizes=(1,))
+    row = X[-1]
+    # from the zero model, a one-row client's SGD step moves coef by lr * y * x and the
+    # intercept by lr * y: their ratio is its row
+    coef, intercept = _local_sgd(X[-1:], y[-1:], np.zeros(row.size), 0.0, 1,
+                                 np.random.default_rng(0), 0.1, 1e-4, 32, True)
+    np.testing.assert_allclose(coef / intercept, row)
+    with keeping_payloads():
+        model = FedAvgRegressor(n_rounds=3, random_state=0).fit(X, y, groups=groups)
+    payloads = _up_payloads(model, 3)
+    assert len(payloads) == 3
+    for payload in payloads:  # the row count alone
+        assert set(payload) == {"n_samples"} and int(payload["n_samples"]) == 1
+
+
+def test_two_row_client_sends_no_update():
+    from skfed.federated._ledger import keeping_payloads
+
+    X, y, groups, _ = _with_small_clients(sizes=(2, 3))
+    with keeping_payloads():
+        model = FedAvgRegressor(n_rounds=2, random_state=0).fit(X, y, groups=groups)
+    # the updates of a two-row client give its Gram matrix, hence its two rows up to order
+    assert all(set(p) == {"n_samples"} for p in _up_payloads(model, 3))
+    # three rows hide in their Gram matrix (up to a rotation): that client sends its update
+    assert all(set(p) == {"coef", "intercept", "n_samples"} for p in _up_payloads(model, 4))
+
+
+def test_small_clients_leave_the_global_model_as_without_them():
+    X, y, groups, (X0, y0, g0) = _with_small_clients(sizes=(1, 2))
+    kw = dict(n_rounds=4, fine_tune_epochs=2, random_state=0)
+    with_small = FedAvgRegressor(**kw).fit(X, y, groups=groups)
+    without = FedAvgRegressor(**kw).fit(X0, y0, groups=g0)
+    # the large clients keep their indices and random streams: the same global model
+    np.testing.assert_array_equal(with_small.coef_, without.coef_)
+    assert with_small.intercept_ == without.intercept_
+    np.testing.assert_array_equal(with_small.client_coefs_[:3], without.client_coefs_)
+    # the small clients still fine-tune the global model on their own rows
+    assert not np.array_equal(with_small.client_coefs_[3], with_small.coef_)
+
+
+def test_an_indicator_on_one_row_keeps_the_update_home():
+    X, y, groups = make_federated_regression(n_clients=3, n_samples=20, random_state=0)
+    X = np.column_stack([X, np.zeros(len(X))])
+    # client 0: an indicator set on one row (X^T y holds that row's y)
+    X[np.flatnonzero(groups == np.unique(groups)[0])[0], -1] = 1.0
+    model = FedAvgRegressor(n_rounds=2, random_state=0).fit(X, y, groups=groups)
+    senders = {r.client for r in model.communication_.records
+               if r.direction == "up" and r.round >= 0 and "coef" in r.names}
+    assert senders == {1, 2}
+
+
+def test_no_client_large_enough_warns_and_keeps_the_zero_model():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(4, 2)), rng.normal(size=4)
+    groups = np.array([0, 0, 1, 1])
+    with pytest.warns(UserWarning, match="none sent the model updates the global model"):
+        model = FedAvgRegressor(n_rounds=3, fine_tune_epochs=1, random_state=0).fit(
+            X, y, groups=groups)
+    assert not model.coef_.any() and model.intercept_ == 0.0
+    assert model.client_coefs_.any()  # fine-tuned from the zero model

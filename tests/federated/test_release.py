@@ -6,6 +6,8 @@ import pytest
 from skfed.federated._release import (
     MIN_ROWS_MOMENTS,
     MIN_ROWS_SUM,
+    sends_curve,
+    sends_gram,
     sends_moments,
     sends_products,
     sends_sums,
@@ -50,3 +52,38 @@ def test_bad_arguments():
         sends_moments()
     with pytest.raises(ValueError, match="row count"):
         sends_sums(np.ones((3, 1)), np.ones(4))
+
+
+def test_gram_needs_three_rows_and_enough_nonzero_products():
+    rng = np.random.default_rng(0)
+    for n in range(1, 6):
+        X, y = rng.normal(size=(n, 2)), rng.normal(size=n)
+        assert sends_gram(X, y) == (n >= MIN_ROWS_MOMENTS), n
+    # two indicator columns set together on two rows: their product is a sum of two
+    X = np.column_stack([np.linspace(0.5, 1.5, 8), _column(8, 4), np.roll(_column(8, 4), 2)])
+    y = np.linspace(-1.0, 1.0, 8) + 0.1
+    assert sends_moments(X, y) and not sends_products(X) and not sends_gram(X, y)
+    # y nonzero on two rows puts those rows' x_ij y_i in X^T y
+    assert not sends_gram(X[:, :1], _column(8, 2))
+
+
+def test_gram_is_the_linear_mean_rule():
+    # the rule the GP linear mean applied before sends_gram, on sparse random rows
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n, d = rng.integers(1, 7), rng.integers(1, 4)
+        X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.6)
+        y = rng.normal(size=(n, 2) if rng.random() < 0.5 else n)
+        y = y * (rng.random(y.shape) < 0.8)
+        before = (sends_moments(X, y) and sends_products(X) and sends_products(X, y)
+                  and (y.ndim == 1 or sends_products(y)))
+        assert sends_gram(X, y) == before
+
+
+def test_curve_counts_unknowns_against_values():
+    assert not sends_curve(2, 1, 61) and not sends_curve(61, 1, 61)
+    assert sends_curve(62, 1, 61) and sends_curve(31, 2, 61) and not sends_curve(30, 2, 61)
+    with pytest.raises(TypeError, match="n_rows"):
+        sends_curve(2.0, 1, 61)
+    with pytest.raises(ValueError, match="n_values"):
+        sends_curve(2, 1, -1)

@@ -659,6 +659,55 @@ def test_predict_proba_is_calibrated_softmax(small_problem):
     np.testing.assert_allclose(dp.predict_proba(X), softmax(dp.decision_function(X), axis=1))
 
 
+def test_two_rows_log_loss_sums_give_their_margins():
+    # why a two-row site sends no calibration sums: its 61 summed log losses (binary)
+    # are a function of its two score margins, which least squares recovers
+    from scipy.optimize import least_squares
+
+    from skfed.linear_model._admm import TEMPERATURE_GRID, softmax_log_loss_grid
+
+    scores, y = np.random.default_rng(0).normal(size=(2, 2)), np.array([0, 1])
+    curve = softmax_log_loss_grid(scores, y)
+    margins = scores[[0, 1], [1, 0]] - scores[[0, 1], y]
+
+    def residual(m):
+        return np.logaddexp(0.0, TEMPERATURE_GRID[:, None] * m[None]).sum(axis=1) - curve
+
+    fits = [least_squares(residual, np.array(start), xtol=1e-15, ftol=1e-15, gtol=1e-15)
+            for start in [(0.3, -0.2), (1.0, 1.0), (-1.0, -1.0), (1.0, -1.0)]]
+    best = min(fits, key=lambda f: f.cost)
+    np.testing.assert_allclose(np.sort(best.x), np.sort(margins), atol=1e-6)
+
+
+def test_small_sites_send_no_calibration_sums():
+    from skfed.federated._ledger import keeping_payloads
+    from skfed.linear_model._admm import (TEMPERATURE_GRID, pick_temperature,
+                                          softmax_log_loss_grid)
+
+    rng = np.random.default_rng(3)
+    X, y = _blobs(rng, n=122)  # 3 classes, 4 features: 2 margins per row
+    groups = np.repeat([0, 1, 2, 3], [2, 40, 40, 40])
+    with keeping_payloads():
+        clf = DPFedDROClassifier(epsilon=None, n_rounds=4).fit(X, y, groups=groups)
+    ledger = clf.communication_
+    last = {r.client: p for r, p in zip(ledger.records, ledger.payloads)
+            if r.round == 4 and r.direction == "up"}
+    # the two-row site's 61 sums would hold its 4 score margins: its row count only
+    assert set(last[0]) == {"n_samples"} and int(last[0]["n_samples"]) == 2
+    assert all(set(last[k]) == {"log_loss"} for k in (1, 2, 3))
+    # the temperature is the best on the rows of the sites that sent their sums
+    codes = np.searchsorted(clf.classes_, y)
+    total = sum(softmax_log_loss_grid(clf.decision_function(X[groups == k]), codes[groups == k])
+                for k in (1, 2, 3))
+    assert clf.temperature_ == pytest.approx(pick_temperature(total), rel=1e-6)
+    # a site needs more than 61 // 2 = 30 rows here; with none: temperature 1, warned
+    assert TEMPERATURE_GRID.size == 61
+    few = np.repeat([0, 1, 2, 3], 30)
+    with pytest.warns(UserWarning, match="no site has more than 30 rows"):
+        flat = DPFedDROClassifier(epsilon=None, n_rounds=2).fit(X[:120], y[:120], groups=few)
+    assert flat.temperature_ == 1.0
+
+
 def test_neg_log_loss_in_cross_validate_with_routing():
     import sklearn
     from sklearn.model_selection import GroupKFold, cross_validate

@@ -137,3 +137,29 @@ def test_predict_on_zero_tensor_rows_names_X(cls):
     # before: "cannot reshape array of size 0 into shape (0,newaxis)"
     with pytest.raises(ValueError, match=r"^X: Found array with 0 sample"):
         model.predict(X[:0])
+
+
+def test_fedavg_small_clients_send_no_local_model():
+    from skfed.federated._ledger import keeping_payloads
+
+    rng = np.random.default_rng(0)
+    sizes = (20, 25, 1, 2)  # the Gram matrix of one or two rows gives them
+    X = rng.standard_normal((sum(sizes), 3, 2))
+    y = X[:, 0, 0] - X[:, 1, 1] + 0.1 * rng.standard_normal(sum(sizes))
+    groups = np.repeat(np.arange(4), sizes)
+    kw = dict(rank=(1, 1), n_iter=10, weights="n_samples")
+    with keeping_payloads():
+        model = FedAvgTensorRegressor(**kw).fit(X, y, groups=groups)
+    ledger = model.communication_
+    up = {r.client: p for r, p in zip(ledger.records, ledger.payloads)
+          if r.direction == "up" and r.round == 0}
+    assert set(up[2]) == set(up[3]) == {"n_samples"}
+    assert set(up[0]) == set(up[1]) == {"n_samples", "coef", "intercept"}
+    # the average is over the clients that sent a model
+    w = np.array(sizes[:2]) / sum(sizes[:2])
+    np.testing.assert_allclose(model.average_coef_, np.tensordot(w, model.coef_[:2], axes=1))
+    np.testing.assert_allclose(model.average_intercept_, w @ model.intercept_[:2])
+    # none large enough: zeros, with a warning
+    with pytest.warns(UserWarning, match="none sent the local models the average needs"):
+        small = FedAvgTensorRegressor(**kw).fit(X[-3:], y[-3:], groups=groups[-3:])
+    assert not small.average_coef_.any() and small.average_intercept_ == 0.0
