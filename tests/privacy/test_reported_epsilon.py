@@ -186,7 +186,7 @@ def test_linear_report_is_never_below_the_exact_epsilon(cls, linear_data):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", UserWarning)
                     model = cls(**budget, n_rounds=rounds, accountant=accountant,
-                                random_state=0).fit(X, y, groups=groups)
+                                classes=[0, 1, 2], random_state=0).fit(X, y, groups=groups)
                 spent = model.privacy_spent_
                 exact = _worst_client(np.tile(_linear_multipliers(model, sizes),
                                               model.n_iter_), spent["delta"])
