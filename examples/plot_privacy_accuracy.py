@@ -37,6 +37,9 @@ X, y, groups = load_multilevel("chile", return_X_y=True)
 bounds = np.array([250_000, 1, 100, 1, 1, 200_000, 2.0])  # fixed, see the Chile example
 X = NormClipper(max_norm=1.0).fit_transform(X / bounds / np.sqrt(len(bounds)))
 train, test = next(WithinClientKFold(5, shuffle=True, random_state=0).split(X, y, groups))
+# the survey's answer options are public: passing them keeps each region's set of answers
+# (from its rows) out of the set-up exchange, which the guarantee does not cover
+VOTES = ["A", "N", "U", "Y"]
 
 epsilons = [0.3, 3.0, 30.0] if QUICK else [0.3, 1.0, 3.0, 10.0, 30.0, 100.0]
 seeds = range(2 if QUICK else 5)
@@ -46,7 +49,7 @@ for accountant in ("paper", "rdp"):
     for eps in epsilons:
         scores = []
         for seed in seeds:
-            model = DPFedDROClassifier(target_epsilon=eps, target_delta=1e-5,
+            model = DPFedDROClassifier(target_epsilon=eps, target_delta=1e-5, classes=VOTES,
                                        accountant=accountant, n_rounds=20, random_state=seed)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")

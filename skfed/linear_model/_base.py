@@ -4,6 +4,7 @@ Parameter checks live in :mod:`._checks`, privacy plans in :mod:`._privacy_plan`
 """
 
 import math
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -14,9 +15,15 @@ from ..base import FederatedEstimator
 from ..federated import ClientData
 from ..privacy import check_epsilon
 from ..utils._param_validation import FEDERATION_CONSTRAINTS
-from ..utils._validation import check_scale, map_clients, validate_data
-from ._checks import _label_array, check_norm_bound, client_weights
+from ..utils._validation import check_scale, map_clients, user_stacklevel, validate_data
+from ._checks import _label_array, check_known_classes, check_norm_bound, client_weights
 from ._privacy_plan import classical_multiplier, privacy_plan, privacy_report
+
+
+#: ``privacy_spent_["outside"]`` of a private fit without ``classes``
+LABEL_SETS = ("classes: each site's set of class labels, sent in the set-up exchange without "
+              "noise (it sets classes_, the number of classes and with it the step sizes, the "
+              "noise scale and every message's shape); pass classes= to keep it on the sites")
 
 
 class LinearClientMixin:
@@ -133,7 +140,7 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
     """A federated linear classifier: the hooks of FederatedEstimator, shared."""
 
     _min_client_rows = 2
-    _parameter_constraints = {**FEDERATION_CONSTRAINTS}
+    _parameter_constraints = {**FEDERATION_CONSTRAINTS, "classes": ["array-like", None]}
 
     #: Whether the estimator adds noise when ``epsilon``/``target_epsilon`` is set.
     _private = True
@@ -154,6 +161,7 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
 
     def _check_params(self):
         """Checks the constraints cannot state (subclasses extend); the privacy plan, once."""
+        self._classes = None if self.classes is None else check_known_classes(self.classes)
         self._plan = self._privacy_plan()
 
     def _privacy_claim(self):
@@ -177,17 +185,43 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
         check_classification_targets(y)
         if self._is_private():
             check_norm_bound(X, float(self.norm_bound))
+        if self._classes is not None:
+            self._check_labels_known(y, groups)
         return X, y
 
-    def _site_summary(self, X, y):
-        """A site's class labels: the union over sites is ``classes_``.
+    def _check_labels_known(self, y, groups):
+        """Refuse labels outside the public ``classes``, on the site, before anything is sent."""
+        y = _label_array(y, "y")
+        known = self._classes
+        if (y.dtype.kind == "U") != (known.dtype.kind == "U"):  # text against numbers
+            unknown = np.ones(y.shape, dtype=bool)
+        else:
+            unknown = ~np.isin(y, known)
+        if unknown.any():
+            where = "" if groups is None else (
+                f" (client {np.asarray(groups)[np.flatnonzero(unknown)[0]].tolist()!r})")
+            raise ValueError(
+                f"y holds class labels {np.unique(y[unknown]).tolist()} not in classes="
+                f"{known.tolist()}{where}: every site's labels must be among the public "
+                "classes given (classes)."
+            )
 
-        Which labels a site holds is released in the set-up exchange, outside
-        the differential privacy guarantee (like the row counts).
+    def _site_summary(self, X, y):
+        """A site's class labels (the union over sites is ``classes_``), unless ``classes``.
+
+        Which labels a site holds is a function of its rows, released in the
+        set-up exchange without noise, outside the differential privacy
+        guarantee: it sets the number of classes, hence the step sizes, the
+        noise scale and every message's shape. With the public ``classes``
+        nothing about the labels is sent.
         """
+        if self._classes is not None:
+            return {}
         return {"classes": _label_array(np.unique(y), "y")}
 
     def _combine_site_summaries(self, labels, summaries):
+        if self._classes is not None:  # public: the sites sent no labels
+            return {"classes": self._classes}
         kinds = {s["classes"].dtype.kind == "U" for s in summaries}
         if len(kinds) > 1:
             raise ValueError("y: some sites hold text class labels and others numbers.")
@@ -235,8 +269,20 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
         self.communication_ = result.ledger
         for name, value in algorithm.fitted_attrs.items():
             setattr(self, name, value)
+        outside = [] if plan is None or self._classes is not None else [LABEL_SETS]
         self.privacy_spent_ = privacy_report(self.n_iter_, plan,
-                                             getattr(self, "accountant", "paper"))
+                                             getattr(self, "accountant", "paper"), outside)
+        if outside:
+            warnings.warn(
+                f"{type(self).__name__} with "
+                + (f"target_epsilon={self.target_epsilon!r}" if self.target_epsilon is not None
+                   else f"epsilon={self.epsilon!r}")
+                + ": each site's set of class labels was sent in the set-up exchange "
+                "without noise, outside the differential-privacy guarantee (it sets the "
+                "number of classes, the step sizes, the noise scale and the messages' "
+                "shape); privacy_spent_['outside'] lists it. Pass classes= (the public class "
+                "labels) to keep the label sets on the sites.",
+                UserWarning, stacklevel=user_stacklevel())
         if plan is not None:
             eps, delta, _ = plan
             self.epsilon_round_ = tuple(eps)

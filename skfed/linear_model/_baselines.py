@@ -210,6 +210,17 @@ class DPFedERMClassifier(_FederatedBaseline):
         Append a constant feature (it counts towards the norm bound).
     intercept_scaling : float, default=1.0
         Its value.
+    classes : array-like of shape (n_classes,) or None, default=None
+        The class labels, when they are public knowledge (e.g. the label set
+        of the task). Every site encodes its labels against them and sends
+        nothing about which labels it holds; a site whose ``y`` holds a label
+        outside ``classes`` is refused with a ``ValueError``. The number of
+        classes, and with it the step sizes, the noise scale and the shape
+        of every message, then depend only on public inputs. ``None``: each
+        site sends the set of labels it holds in the set-up exchange and
+        ``classes_`` is their union; with privacy that release is outside
+        the guarantee (``privacy_spent_["outside"]`` lists it and ``fit``
+        warns), since one row of a rare class changes the label set.
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
         uniformly without replacement from the ``random_state`` stream
@@ -238,8 +249,9 @@ class DPFedERMClassifier(_FederatedBaseline):
         As :class:`skfed.DPFedDROClassifier`.
     privacy_spent_ : dict
         As :class:`skfed.DPFedDROClassifier`'s: total ``"epsilon"``,
-        ``"delta"`` and what they cover; ``"epsilon"`` is ``inf`` without
-        privacy (``epsilon=None`` or ``inf``).
+        ``"delta"`` and what they cover (``"outside"``: the sites' label sets
+        without ``classes``); ``"epsilon"`` is ``inf`` without privacy
+        (``epsilon=None`` or ``inf``).
     noise_sigma_ : ndarray of shape (n_clients,)
         Noise standard deviation per client.
     eta_ : ndarray of shape (n_clients,)
@@ -253,7 +265,8 @@ class DPFedERMClassifier(_FederatedBaseline):
     >>> y = rng.integers(0, 3, 300)
     >>> X = np.eye(3)[y] + 0.1 * rng.standard_normal((300, 3))
     >>> X /= np.linalg.norm(X, axis=1, keepdims=True)
-    >>> clf = DPFedERMClassifier(c_w=5.0, random_state=0).fit(X, y, groups=y % 2)
+    >>> clf = DPFedERMClassifier(c_w=5.0, classes=[0, 1, 2], random_state=0)
+    >>> clf = clf.fit(X, y, groups=y % 2)
     >>> round(clf.privacy_spent_["epsilon"], 3)
     3.73
     """
@@ -261,7 +274,7 @@ class DPFedERMClassifier(_FederatedBaseline):
     def __init__(self, *, epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
                  accountant="paper", n_rounds=50, rho=0.8, reg=1e-4, c_w=1.0, norm_bound=1.0,
                  alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
-                 client_fraction=1.0, on_client_error="raise",
+                 classes=None, client_fraction=1.0, on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None, verbose=0):
         self.epsilon = epsilon
         self.delta = delta
@@ -276,6 +289,7 @@ class DPFedERMClassifier(_FederatedBaseline):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
+        self.classes = classes
         self.client_fraction = client_fraction
         self.on_client_error = on_client_error
         self.unknown_client = unknown_client
@@ -345,6 +359,17 @@ class DPFedSGDClassifier(_FederatedBaseline):
         Append a constant feature (it counts towards the norm bound).
     intercept_scaling : float, default=1.0
         Its value.
+    classes : array-like of shape (n_classes,) or None, default=None
+        The class labels, when they are public knowledge (e.g. the label set
+        of the task). Every site encodes its labels against them and sends
+        nothing about which labels it holds; a site whose ``y`` holds a label
+        outside ``classes`` is refused with a ``ValueError``. The number of
+        classes, and with it the step sizes, the noise scale and the shape
+        of every message, then depend only on public inputs. ``None``: each
+        site sends the set of labels it holds in the set-up exchange and
+        ``classes_`` is their union; with privacy that release is outside
+        the guarantee (``privacy_spent_["outside"]`` lists it and ``fit``
+        warns), since one row of a rare class changes the label set.
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
         uniformly without replacement from the ``random_state`` stream
@@ -381,7 +406,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
     >>> y = rng.integers(0, 3, 300)
     >>> X = np.eye(3)[y] + 0.1 * rng.standard_normal((300, 3))
     >>> X /= np.linalg.norm(X, axis=1, keepdims=True)
-    >>> clf = DPFedSGDClassifier(learning_rate=2.0, random_state=0).fit(X, y)
+    >>> clf = DPFedSGDClassifier(learning_rate=2.0, classes=[0, 1, 2], random_state=0).fit(X, y)
     >>> bool(clf.score(X, y) > 0.9)
     True
     """
@@ -389,7 +414,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
     def __init__(self, *, epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
                  accountant="paper", n_rounds=50, learning_rate=0.1, reg=1e-6, norm_bound=1.0,
                  alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
-                 client_fraction=1.0, on_client_error="raise",
+                 classes=None, client_fraction=1.0, on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None, verbose=0):
         self.epsilon = epsilon
         self.delta = delta
@@ -403,6 +428,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
+        self.classes = classes
         self.client_fraction = client_fraction
         self.on_client_error = on_client_error
         self.unknown_client = unknown_client
@@ -461,6 +487,13 @@ class FedOvADROClassifier(_FederatedBaseline):
         Append a constant feature.
     intercept_scaling : float, default=1.0
         Its value.
+    classes : array-like of shape (n_classes,) or None, default=None
+        The class labels, when they are public knowledge. Every site encodes
+        its labels against them and sends nothing about which labels it
+        holds; a site whose ``y`` holds a label outside ``classes`` is
+        refused with a ``ValueError``. ``None``: each site sends the set of
+        labels it holds in the set-up exchange and ``classes_`` is their
+        union.
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction *
         n_clients)``, drawn uniformly without replacement. A client not asked
@@ -503,7 +536,7 @@ class FedOvADROClassifier(_FederatedBaseline):
 
     def __init__(self, *, n_rounds=50, rho=0.5, kappa=0.5, radius=1e-3, feature_norm="l1",
                  alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
-                 client_fraction=1.0, on_client_error="raise",
+                 classes=None, client_fraction=1.0, on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None, verbose=0):
         self.n_rounds = n_rounds
         self.rho = rho
@@ -513,6 +546,7 @@ class FedOvADROClassifier(_FederatedBaseline):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
+        self.classes = classes
         self.client_fraction = client_fraction
         self.on_client_error = on_client_error
         self.unknown_client = unknown_client

@@ -18,6 +18,24 @@ def _label_array(labels, name):
     )
 
 
+def check_known_classes(classes):
+    """The public ``classes``: sorted unique labels (numbers or strings), at least 2."""
+    try:
+        arr = np.asarray(classes)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"classes must be a 1-d array-like of class labels: {exc}") from exc
+    if arr.ndim != 1:
+        raise ValueError(f"classes must be a 1-d array-like of class labels, got shape "
+                         f"{arr.shape}.")
+    arr = _label_array(arr, "classes")
+    if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+        raise ValueError(f"classes must be finite labels, got {classes!r}.")
+    arr = np.unique(arr)
+    if arr.size < 2:
+        raise ValueError(f"classes must hold at least 2 distinct labels, got {classes!r}.")
+    return arr
+
+
 def check_norm_bound(X, bound):
     """Refuse rows with ``||x||_2 > bound`` (never clip silently)."""
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))  # no n x p temporary

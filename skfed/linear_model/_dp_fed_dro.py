@@ -77,8 +77,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     :class:`skfed.preprocessing.NormClipper`). The guarantee does **not**
     cover data-dependent preprocessing (e.g. min-max statistics computed on
     the training rows), hyperparameter search on the private data, the
-    set-up exchange (each client's row count, public under replace-one, and
-    the set of class labels it holds, from which ``classes_`` is formed), or
+    set-up exchange (each client's row count, public under replace-one, and,
+    without ``classes``, the set of class labels it holds, from which
+    ``classes_`` is formed: ``fit`` then warns and ``privacy_spent_["outside"]``
+    lists it; pass the public ``classes`` to keep it on the sites), or
     ``history_["objective"]`` (client-local diagnostics that are never sent;
     do not publish them).
 
@@ -186,6 +188,17 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         balancing helps macro-F1 there, but where no linear model lowers the
         balanced hinge below its value at ``M = 0`` (WVS) the fit is the zero
         model and ``fit`` warns.
+    classes : array-like of shape (n_classes,) or None, default=None
+        The class labels, when they are public knowledge (e.g. the label set
+        of the task). Every site encodes its labels against them and sends
+        nothing about which labels it holds; a site whose ``y`` holds a label
+        outside ``classes`` is refused with a ``ValueError``. The number of
+        classes, and with it the step sizes, the noise scale and the shape
+        of every message, then depend only on public inputs. ``None``: each
+        site sends the set of labels it holds in the set-up exchange and
+        ``classes_`` is their union; with privacy that release is outside
+        the guarantee (``privacy_spent_["outside"]`` lists it and ``fit``
+        warns), since one row of a rare class changes the label set.
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
         uniformly without replacement from the ``random_state`` stream
@@ -243,8 +256,11 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         :class:`skfed.tensor.PersonalizedTensorRegressor`'s: ``"epsilon"``,
         ``"delta"`` (total per client, by the chosen accountant),
         ``"n_releases"``, ``"noise_multiplier"``, ``"calibration"``,
-        ``"strict"``, ``"covers"``, ``"outside"``. Without privacy
-        (``epsilon=None`` or ``inf``) ``"epsilon"`` is ``inf``: no guarantee.
+        ``"strict"``, ``"covers"``, ``"outside"``. Without ``classes`` a
+        private fit lists each site's label set under ``"outside"``
+        (``"strict"`` is then false; ``"epsilon"`` still bounds the noisy
+        releases). Without privacy (``epsilon=None`` or ``inf``)
+        ``"epsilon"`` is ``inf``: no guarantee.
     privacy_unit_ : str or None
         ``"record"``: one row of one client (replace-one).
     epsilon_round_ : tuple of float or None
@@ -282,7 +298,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     >>> X /= np.linalg.norm(X, axis=1, keepdims=True)
     >>> groups = rng.integers(0, 3, 300)
     >>> clf = DPFedDROClassifier(epsilon=0.5, delta=1e-6, n_rounds=50, c_M=2.0,
-    ...                          random_state=0).fit(X, y, groups=groups)
+    ...                          classes=[0, 1, 2], random_state=0).fit(X, y, groups=groups)
     >>> round(clf.privacy_spent_["epsilon"], 4)
     3.7299
     >>> bool(clf.score(X, y) > 0.9)
@@ -294,7 +310,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                  kappa="auto", radius="auto", c_M=1.0, c_lambda=1.0, C=0.4, V=1.0,
                  norm_bound=1.0, feature_norm="l1", alpha="uniform", output_model="last",
                  project_lambda=False, fit_intercept="auto", intercept_scaling=1.0,
-                 standardize="auto", class_weight=None, client_fraction=1.0,
+                 standardize="auto", class_weight=None, classes=None, client_fraction=1.0,
                  on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None,
                  verbose=0):
@@ -322,6 +338,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         self.intercept_scaling = intercept_scaling
         self.standardize = standardize
         self.class_weight = class_weight
+        self.classes = classes
         self.client_fraction = client_fraction
         self.on_client_error = on_client_error
         self.unknown_client = unknown_client
@@ -478,8 +495,14 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         squared deviation (:mod:`skfed.federated._release`)."""
         summary = super()._site_summary(X, y)
         if self.class_weight == "balanced":
-            # the site's class histogram, in the order of summary["classes"]
-            summary["class_counts"] = np.unique(y, return_counts=True)[1].astype(np.int64)
+            # the site's class histogram, in the order of summary["classes"] (or of the
+            # public classes, zeros included)
+            if self._classes is None:
+                counts = np.unique(y, return_counts=True)[1]
+            else:
+                counts = np.bincount(np.searchsorted(self._classes, y),
+                                     minlength=self._classes.size)
+            summary["class_counts"] = counts.astype(np.int64)
         if self._standardizes() and sends_moments(X):
             mean = X.mean(axis=0)
             summary["feature_sum"] = X.sum(axis=0)
@@ -494,8 +517,14 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             classes = setup["classes"]
             counts = np.zeros(classes.size)
             for s in summaries:
-                counts[np.searchsorted(classes, s["classes"])] += s["class_counts"]
-            setup["class_weight"] = counts.sum() / (classes.size * counts)
+                held = slice(None) if self._classes is not None else np.searchsorted(
+                    classes, s["classes"])
+                counts[held] += s["class_counts"]
+            # a public class no site holds has no rows to weigh: weight 1, not counted in K
+            present = counts > 0
+            weight = np.ones(classes.size)
+            weight[present] = counts.sum() / (present.sum() * counts[present])
+            setup["class_weight"] = weight
         elif isinstance(self.class_weight, Mapping):  # given weights; classes not listed: 1
             setup["class_weight"] = np.array(
                 [float(self.class_weight.get(c.item(), 1.0)) for c in setup["classes"]])

@@ -52,7 +52,7 @@ def privacy_spent(n_rounds, epsilons, delta, delta_bar, accountant):
     return epsilon_spent(_rounds_event(n_rounds, epsilons, delta), delta_bar, accountant)
 
 
-def privacy_report(n_rounds, plan, accountant):
+def privacy_report(n_rounds, plan, accountant, outside=()):
     """``privacy_spent_``: the guarantee of everything a client released, or none.
 
     The keys are those of :class:`skfed.tensor.PersonalizedTensorRegressor`'s
@@ -60,6 +60,9 @@ def privacy_report(n_rounds, plan, accountant):
     level), ``n_releases``, ``noise_multiplier`` (one per release of a round),
     ``calibration`` (the accountant), ``strict``, ``covers`` and ``outside``.
     Without privacy (``plan`` None) ``epsilon`` is ``inf``: no guarantee.
+    ``outside`` lists what a client released without noise (as the tensor
+    estimator's, ``"name: what"``); ``strict`` is then false, and ``epsilon``
+    still bounds the noisy releases alone.
     """
     if plan is None:
         return {"epsilon": math.inf, "delta": 0.0, "n_releases": 0, "noise_multiplier": 0.0,
@@ -67,18 +70,23 @@ def privacy_report(n_rounds, plan, accountant):
                 "covers": "nothing: no noise was added", "outside": []}
     eps, delta, delta_bar = plan
     per_round = [e for e in eps if e > 0]
+    outside = list(outside)
+    released = (f"its noisy local model(s) of each of {n_rounds} rounds (Gaussian mechanism, "
+                "sensitivity from the norm bound and the client's row count)")
+    if outside:
+        covers = f"{released}; its row count is public; not what 'outside' lists"
+    else:
+        covers = (f"everything a client releases: {released}; its row count is public and "
+                  "the class labels are the public classes given")
     return {
         "epsilon": privacy_spent(n_rounds, eps, delta, delta_bar, accountant),
         "delta": delta_bar,
         "n_releases": n_rounds * len(per_round),
         "noise_multiplier": tuple(classical_multiplier(e, delta) for e in eps),
         "calibration": accountant,
-        "strict": True,
-        "covers": (f"everything a client releases: its noisy local model(s) of each of "
-                   f"{n_rounds} rounds (Gaussian mechanism, sensitivity from the norm bound "
-                   "and the client's row count); its row count and the set of class labels "
-                   "it holds are public"),
-        "outside": [],
+        "strict": not outside,
+        "covers": covers,
+        "outside": outside,
     }
 
 

@@ -4,7 +4,9 @@ Generic pieces live here; each paper's own composition bound sits in a module
 of its own beside them.
 """
 
-from ._accounting import ACCOUNTANTS, calibrate_noise_multiplier, epsilon_spent, gaussian_event
+from ._accounting import (
+    ACCOUNTANTS, calibrate_noise_multiplier, epsilon_spent, gaussian_epsilon, gaussian_event,
+)
 from ._dpfeddro_bound import dpfeddro_epsilon, dpfeddro_per_round_epsilon, split_round_budget
 from ._mechanisms import (
     check_epsilon, check_privacy_budget, classical_gaussian_sigma, gaussian_mechanism,
@@ -27,6 +29,7 @@ __all__ = [
     "dpfeddro_epsilon",
     "dpfeddro_per_round_epsilon",
     "epsilon_spent",
+    "gaussian_epsilon",
     "gaussian_event",
     "gaussian_mechanism",
     "gaussian_noise",

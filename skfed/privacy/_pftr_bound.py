@@ -15,6 +15,11 @@ the sensitivity, the noise multiplier, is the same every round, so the
 transcript is also a ``T_g``-fold Gaussian mechanism that dp-accounting's
 RDP accountant can bound more tightly.
 
+The classical calibration is proven only for a per-release ``epsilon / T_g
+< 1``; beyond it the releases may spend more than ``epsilon`` (one release at
+``epsilon = 10, delta = 1e-5`` spends 10.39). :func:`pftr_privacy_spent`
+then reports the exact epsilon of the releases instead of the budget.
+
 The multiplier can instead be calibrated by an accountant
 (``accountant="rdp"`` or ``"pld"``): the smallest one whose ``T_g`` Gaussian
 releases cost exactly ``(epsilon, delta)`` under it
@@ -25,7 +30,9 @@ budget.
 import functools
 import math
 
-from ._accounting import ACCOUNTANTS, calibrate_noise_multiplier, epsilon_spent, gaussian_event
+from ._accounting import (
+    ACCOUNTANTS, calibrate_noise_multiplier, epsilon_spent, gaussian_epsilon, gaussian_event,
+)
 from ._mechanisms import check_privacy_budget
 
 __all__ = ["PFTR_ACCOUNTANTS", "pftr_noise_multiplier", "pftr_noise_std", "pftr_privacy_spent"]
@@ -145,13 +152,18 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
     -------
     spent : dict
         ``epsilon``/``delta``: with ``calibration="paper"`` the paper's basic
-        composition (the nominal budget); otherwise the epsilon of the
-        releases recomputed by the calibrating accountant at ``delta`` (at
-        most ``epsilon``, within a relative 1e-4). ``calibration``: which.
-        ``classical_valid``: whether the per-round ``epsilon/T_g < 1``, the
-        range where the classical Gaussian calibration is proven (``None``
-        when an accountant calibrated the noise, no classical step is used);
-        ``noise_multiplier``; ``epsilon_<accountant>``: the accountant's
+        composition (the nominal budget) where it holds, else the exact
+        epsilon of the releases (see ``epsilon_exact``); otherwise the
+        epsilon of the releases recomputed by the calibrating accountant at
+        ``delta`` (at most ``epsilon``, within a relative 1e-4).
+        ``calibration``: which. ``classical_valid``: whether the per-round
+        ``epsilon/T_g < 1``, the range where the classical Gaussian
+        calibration is proven (``None`` when an accountant calibrated the
+        noise, no classical step is used); ``noise_multiplier``;
+        ``epsilon_exact``: the exact epsilon of the releases at ``delta``
+        (:func:`~skfed.privacy.gaussian_epsilon`; above ``epsilon`` only
+        where the classical calibration falls short of the budget, and then
+        reported as ``epsilon``); ``epsilon_<accountant>``: the accountant's
         epsilon of the same releases at ``delta`` (neighbouring datasets
         differ in one replaced pair, whose sensitivity is built into the
         multiplier). Infinite epsilons when no noise was added.
@@ -162,6 +174,9 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
     >>> s = pftr_privacy_spent(20.0, 0.1, 20)
     >>> s["epsilon"], s["epsilon_rdp"] < 20
     (20.0, True)
+    >>> s = pftr_privacy_spent(20.0, 0.1, 2)  # epsilon / T_g = 10: the classical step fails
+    >>> s["classical_valid"], round(s["epsilon"], 2), s["epsilon"] == s["epsilon_exact"]
+    (False, 21.78, True)
     >>> s = pftr_privacy_spent(20.0, 0.1, 20, calibration="rdp")
     >>> round(s["epsilon"], 3), round(s["noise_multiplier"], 3)
     (20.0, 0.926)
@@ -172,13 +187,18 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
         return {
             "epsilon": math.inf, "delta": 0.0, "n_releases": int(n_rounds),
             "noise_multiplier": 0.0, "classical_valid": False, "calibration": calibration,
-            f"epsilon_{accountant}": math.inf,
+            "epsilon_exact": math.inf, f"epsilon_{accountant}": math.inf,
         }
     z = pftr_noise_multiplier(epsilon, delta, n_rounds, calibration)
     event = gaussian_event(z, count=n_rounds)
     extra = epsilon_spent(event, delta, accountant)
+    exact = gaussian_epsilon(z, delta, counts=n_rounds)
     if calibration == "paper":
-        spent_epsilon, classical = epsilon, epsilon / n_rounds < 1.0
+        # Basic composition of classical mechanisms proves (epsilon, delta) only for a
+        # per-release epsilon / T_g < 1 (Dwork and Roth, Thm A.1); beyond it the budget is
+        # kept where the releases' exact epsilon is within it, else the exact one is the
+        # guarantee (the noise itself is the paper's either way).
+        spent_epsilon, classical = max(epsilon, exact), epsilon / n_rounds < 1.0
     else:
         spent_epsilon = extra if calibration == accountant else epsilon_spent(
             event, delta, calibration)
@@ -190,5 +210,6 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
         "noise_multiplier": z,
         "classical_valid": classical,
         "calibration": calibration,
+        "epsilon_exact": exact,
         f"epsilon_{accountant}": extra,
     }

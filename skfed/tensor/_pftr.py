@@ -152,8 +152,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         paper's protocol (data-dependent truncation levels, the largest
         client's unperturbed initial estimate, the rank vote), which
         reproduces its experiments but carries no guarantee: ``fit`` warns
-        (``UserWarning``) and ``privacy_spent_["epsilon"]`` is ``inf`` (the
-        calibrated budget is ``"epsilon_nominal"``). With settings that release
+        (``UserWarning``) and ``privacy_spent_["epsilon"]`` is ``inf`` (what
+        the noise alone would guarantee is ``"epsilon_nominal"``). With settings that release
         nothing else, ``"paper"`` gives the strict guarantee too. Ignored
         without privacy.
     accountant : {"paper", "rdp", "pld"}, default="paper"
@@ -161,7 +161,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         sensitivity ``2 tau_e tau_x / n_k``) of the ``n_releases`` Gaussian
         releases is calibrated to ``(epsilon, delta)``. ``"paper"``: the
         paper's basic composition of classical Gaussian mechanisms (Section
-        4.3). ``"rdp"``/``"pld"``: the smallest multiplier whose releases
+        4.3), proven only for a per-release ``epsilon / n_releases < 1``;
+        where it falls short of the budget (e.g. one release at
+        ``epsilon=10``, ``delta=1e-5`` is exactly ``(10.39, 1e-5)``-DP), ``fit``
+        warns and ``privacy_spent_`` reports the exact epsilon of the noise
+        added. ``"rdp"``/``"pld"``: the smallest multiplier whose releases
         cost ``epsilon`` at ``delta`` under dp-accounting's RDP or PLD
         accountant (:func:`skfed.privacy.calibrate_noise_multiplier`), so less
         noise for the same budget (at the paper's ``epsilon=20``,
@@ -276,19 +280,24 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         (``n_rounds``, plus 1 with ``init="moment"``) by the accountant that
         calibrated the noise (``calibration``, the ``accountant`` parameter:
         the paper's basic composition, or dp-accounting's RDP or PLD
-        accountant recomputed on the releases), ``epsilon_rdp`` by
+        accountant recomputed on the releases; with ``"paper"``, where the
+        releases' exact epsilon exceeds the budget, that exact epsilon),
+        ``epsilon_exact``, the exact epsilon of the releases at ``delta``
+        (:func:`skfed.privacy.gaussian_epsilon`), ``epsilon_rdp`` by
         dp-accounting's RDP accountant at the same ``delta``,
         ``noise_multiplier``, ``classical_valid`` (per-release ``epsilon /
         n_releases < 1``; ``None`` unless ``accountant="paper"``), ``strict`` (whether the
         guarantee holds), ``mode`` (``privacy_mode``), ``covers`` (what the
         guarantee covers) and ``outside`` (the releases that void it, empty
         when strict). Not strict (``privacy_mode="paper"`` with releases
-        outside): no guarantee, so ``epsilon`` and ``epsilon_rdp`` are ``inf``
-        and ``delta`` 0; ``epsilon_nominal``, ``delta_nominal`` and
-        ``epsilon_rdp_nominal`` give the budget the noise was calibrated for.
-        Without privacy (``epsilon=None`` or ``inf``): ``epsilon`` and
-        ``epsilon_rdp`` are ``inf``, ``noise_multiplier`` 0, ``strict``
-        false.
+        outside): no guarantee, so ``epsilon``, ``epsilon_exact`` and
+        ``epsilon_rdp`` are ``inf`` and ``delta`` 0; ``epsilon_nominal``,
+        ``delta_nominal``, ``epsilon_exact_nominal`` and ``epsilon_rdp_nominal``
+        give what the noisy releases alone would guarantee (the budget the
+        noise was calibrated for, or its exact epsilon where that is larger).
+        Without privacy (``epsilon=None`` or ``inf``): ``epsilon``,
+        ``epsilon_exact`` and ``epsilon_rdp`` are ``inf``, ``noise_multiplier``
+        0, ``strict`` false.
     grad_norm_ : ndarray of shape (n_rounds,)
         Norm of the aggregated Stage-I gradient per round.
     cv_results_ : dict
@@ -311,8 +320,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         the sensitivity bound ``2 tau_e tau_x / n_k`` is not data-independent;
         a strict private fit takes fixed ``tau_x`` and ``tau_e``;
     (b) the classical Gaussian calibration is proven only for a per-release
-        ``epsilon / T < 1`` (``privacy_spent_["classical_valid"]``);
-        ``epsilon_rdp`` is a valid bound for the same releases in any case;
+        ``epsilon / T < 1`` (``privacy_spent_["classical_valid"]``); beyond
+        it the paper's noise may spend more than ``epsilon`` (its eps = 20,
+        delta = 0.1 with the moment start and one round: 21.78), and then
+        ``privacy_spent_["epsilon"]`` is the exact epsilon of the releases
+        and ``fit`` warns; ``epsilon_exact`` and ``epsilon_rdp`` are valid
+        for the same releases in any case;
     (c) the paper's initial ``A_0`` is the largest client's estimate, sent
         without noise (and with ``rank="auto"`` every client's selected
         ranks; with ``step_size="auto"`` every client sends its ``L_k``):
@@ -723,23 +736,47 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         outside = list(params["outside"])
         spent["outside"] = outside
         spent["strict"] = not outside
+        short = self._shortfall(spent, params)
         if not outside:
             spent["covers"] = (
                 f"everything a client releases: {released} (Gaussian mechanism, "
                 "L2 sensitivity 2 tau_e tau_x / n_k each); its row count is public")
+            if short:
+                warnings.warn(short + " privacy_spent_['epsilon'] reports it.", UserWarning,
+                              stacklevel=user_stacklevel())
             return spent
         warnings.warn(
             f"privacy_mode='paper' with epsilon={self.epsilon!r}: no differential-privacy "
             "guarantee holds, because " + "; ".join(outside)
-            + ". privacy_spent_['epsilon'] is inf; the budget the noise was calibrated "
-            "for is privacy_spent_['epsilon_nominal'].", UserWarning, stacklevel=user_stacklevel())
-        for key in ("epsilon", "delta", "epsilon_rdp"):
+            + ". privacy_spent_['epsilon'] is inf; what the noisy releases alone would "
+            "guarantee is privacy_spent_['epsilon_nominal']."
+            + (" " + short if short else ""), UserWarning, stacklevel=user_stacklevel())
+        for key in ("epsilon", "delta", "epsilon_exact", "epsilon_rdp"):
             spent[f"{key}_nominal"] = spent[key]
-        spent.update(epsilon=math.inf, delta=0.0, epsilon_rdp=math.inf)
+        spent.update(epsilon=math.inf, delta=0.0, epsilon_exact=math.inf, epsilon_rdp=math.inf)
         spent["covers"] = (
             f"nothing: the noise of {released} is calibrated to the nominal budget, but "
             "the releases listed in 'outside' void the guarantee")
         return spent
+
+    def _shortfall(self, spent, params):
+        """The warning text when the paper's calibration spends more than ``epsilon``, or ''.
+
+        The classical Gaussian calibration is proven only for a per-release epsilon
+        below 1 (the paper's Sec. 4.3 uses it at any epsilon); beyond it the
+        releases may be (epsilon, delta)-DP only for a larger epsilon.
+        """
+        if spent["epsilon"] <= params["epsilon"]:
+            return ""
+        n = params["n_releases"]
+        return (
+            f"accountant='paper' with epsilon={self.epsilon!r}, delta={self.delta!r}: the "
+            "classical Gaussian calibration is proven only for a per-release epsilon / "
+            f"n_releases < 1 (here {params['epsilon'] / n:.3g}) and falls short of the "
+            f"budget: the noise of the {n} releases is exactly "
+            f"({spent['epsilon']:.6g}, {params['delta']:g})-DP (analytic Gaussian "
+            "mechanism). Pass accountant='pld' (or 'rdp') for noise calibrated to the budget."
+        )
 
     def _set_client_attributes(self, states, participation=None):
         """Per-client attributes from the clients' final states (``None``: off the sites).
