@@ -40,7 +40,7 @@ def _classification_sites():
 
 def _dro(run_config):
     return DPFedDROClassifier(epsilon=float(run_config.get("epsilon", 0.5)), n_rounds=3,
-                              random_state=0)
+                              classes=[0, 1, 2], random_state=0)
 
 
 def _fedavg(run_config):
@@ -107,6 +107,7 @@ def test_two_runs_with_the_same_coordinator_config_differ_only_in_their_noise():
     setup_b = [m for _, kind, m in spy_b.replies if kind == "query.setup"]
     for x, y in zip(setup_a, setup_b):
         assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)
+        assert "classes" not in x  # classes= is public: the sites keep their label sets
     noisy_a, noisy_b = _train_replies(spy_a), _train_replies(spy_b)
     assert len(noisy_a) == len(noisy_b) == 9
     for (na, ma), (nb, mb) in zip(noisy_a, noisy_b):

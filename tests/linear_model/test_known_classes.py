@@ -133,6 +133,8 @@ def test_non_private_fit_does_not_warn(name, rare_class):
     params = {} if name == "FedOvADROClassifier" else {"epsilon": None}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # small sites keep their calibration losses (the small-client rule): not this test's
+        warnings.filterwarnings("ignore", message="no site has more than")
         model = _fit(name, X, y, groups, **params)
     assert model.privacy_spent_["outside"] == []
 
