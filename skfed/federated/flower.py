@@ -244,6 +244,17 @@ def load_fitted(file):
     ------
     ValueError
         If the file holds a type outside the trusted list.
+
+    Examples
+    --------
+    >>> from skfed.baselines import FedAvgRegressor
+    >>> from skfed.datasets import make_federated_regression
+    >>> from skfed.federated.flower import load_fitted, save_fitted
+    >>> X, y, groups = make_federated_regression(n_clients=2, n_samples=20, random_state=0)
+    >>> model = FedAvgRegressor(n_rounds=2, random_state=0).fit(X, y, groups=groups)
+    >>> back = load_fitted(save_fitted(model, None))
+    >>> bool((back.predict(X) == model.predict(X)).all())
+    True
     """
     import skops.io as sio
 
