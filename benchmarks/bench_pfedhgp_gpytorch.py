@@ -13,7 +13,8 @@ one thread each. A two-step warm-up fit of each comes first, untimed (numba
 loads, or on a fresh install compiles, its kernels; torch initializes); then
 our time is the whole fit, GPyTorch's its optimization loop.
 
-Needs the ``bench`` extra (torch 2.13.0 CPU build and gpytorch). Run:
+Needs the ``gpytorch`` extra (torch 2.13.0 CPU build and gpytorch:
+``pip install -e ".[gpytorch]"``). Run:
 ``python benchmarks/bench_pfedhgp_gpytorch.py [--rows 1000] [--steps 200] [--inducing 50]``.
 """
 
