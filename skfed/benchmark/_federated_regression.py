@@ -1,6 +1,5 @@
 """Local, pooled and FedAvg baselines on a heterogeneous federated regression problem."""
 
-import time
 
 import numpy as np
 from sklearn.linear_model import Ridge
@@ -8,6 +7,7 @@ from sklearn.linear_model import Ridge
 from ..baselines import FedAvgRegressor, LocalEstimator, PooledEstimator
 from ..datasets import make_federated_regression
 from ._registry import Experiment, register
+from ._timing import timed
 
 SIZES = {
     "quick": dict(n_clients=10, n_samples=(20, 200), n_features=5),
@@ -45,9 +45,8 @@ def run(seed, mode):
             ("FedAvg + fine-tuning", FedAvgRegressor(n_rounds=30, fine_tune_epochs=10,
                                                      random_state=seed)),
         ):
-            tic = time.perf_counter()
-            model.fit(X[~test], y[~test], groups=groups[~test])
-            fit_time = time.perf_counter() - tic
+            fit_time, _ = timed(model, lambda: model.fit(X[~test], y[~test],
+                                                          groups=groups[~test]))
             pred = model.predict(X[test], groups=groups[test])
             rows.append({
                 "setting": f"heterogeneity={het}",

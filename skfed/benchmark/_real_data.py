@@ -15,7 +15,6 @@ Every method runs at its defaults (the baselines around scikit-learn's
 defaults), on the data in raw units; nothing is tuned here.
 """
 
-import time
 import warnings
 
 import numpy as np
@@ -28,6 +27,7 @@ from sklearn.model_selection import GroupKFold
 from ..metrics import gaussian_nll, interval_coverage
 from ..model_selection import WithinClientKFold
 from ._registry import Experiment, register
+from ._timing import timed
 
 __all__ = ["REGRESSION_SETS", "CLASSIFICATION_SETS", "regression_methods",
            "classification_methods", "evaluate"]
@@ -111,11 +111,12 @@ def _splits(X, y, groups, seed):
 
 
 def _fit(model, X, y, groups):
-    tic = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.fit(X, y, groups=groups)
-    return time.perf_counter() - tic
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit(X, y, groups=groups)
+
+    return timed(model, run)[0]
 
 
 def _regression_fold(label, model, is_gp, X, y, groups, train, test, setting):

@@ -247,7 +247,8 @@ def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None, w
         f"Cells: mean ± standard deviation over seeds below {MIN_SEEDS_FOR_INTERVAL} seeds, "
         f"mean [95% t-interval, clipped to the metric's range] from {MIN_SEEDS_FOR_INTERVAL} "
         "seeds on; `(paper x)`: the published value, shown only in a run of the paper's "
-        "protocol.",
+        "protocol. `fit_time_s` excludes compilation: each estimator configuration runs once "
+        "untimed per process before its timed fits.",
         "",
     ]
     for exp in experiments:
