@@ -647,9 +647,10 @@ class FlowerFederation:
             setup = check_message(_from_record(msg.content["setup"]), sender="server",
                                   allow_text=True)
         _verify_setup(setup, index, X)
-        _check_limits(estimator, dict(context.node_config))
+        claim = estimator._privacy_claim()  # once: a PLD accountant takes seconds
+        _check_limits(estimator, dict(context.node_config), claim)
         entropy = int(config["entropy"])
-        if self.site_noise == "secret" and estimator._privacy_claim() is not None:
+        if self.site_noise == "secret" and claim is not None:
             # the noise of a private fit: from the site's own CSPRNG, never from the
             # coordinator's seed (which would let the coordinator subtract it)
             entropy = secrets.randbits(128)
@@ -910,12 +911,16 @@ def _verify_setup(setup, index, X):
                        f"set-up says {setup.get('n_features')}, the site has {width}")
 
 
-def _check_limits(estimator, node_config):
-    """Refuse a run whose privacy is below the site's limits (its node config)."""
+def _check_limits(estimator, node_config, claim=None):
+    """Refuse a run whose privacy is below the site's limits (its node config).
+
+    ``claim`` is ``estimator._privacy_claim()`` if the caller has it already.
+    """
     limits = {key: float(node_config[key]) for key in LIMIT_KEYS if key in node_config}
     if not limits:
         return
-    claim = estimator._privacy_claim()
+    if claim is None:
+        claim = estimator._privacy_claim()
     if claim is None:
         raise _Refusal("the run is not private and the site sets privacy limits",
                        f"{type(estimator).__name__} adds no noise; limits {limits}")
