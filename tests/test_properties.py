@@ -49,6 +49,7 @@ from skfed.linear_model import (
     DPFedDROClassifier,
     DPFedERMClassifier,
     DPFedSGDClassifier,
+    FedMixedLMRegressor,
     FedOvADROClassifier,
 )
 from skfed.preprocessing import NormClipper
@@ -170,6 +171,8 @@ SPECS = {s.name: s for s in [
          "classifier", PooledEstimator, sample_weight=True),
     Spec("MixedLMRegressor", lambda: MixedLMRegressor(max_iter=20), "regressor",
          MixedLMRegressor, cost=2),
+    Spec("FedMixedLMRegressor", lambda: FedMixedLMRegressor(random_slopes=[0]), "regressor",
+         FedMixedLMRegressor),
     Spec("NormClipper", NormClipper, "transformer", NormClipper, groups=False,
          privacy=("max_norm",)),
 ]}

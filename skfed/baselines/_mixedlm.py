@@ -18,7 +18,7 @@ from ..utils._validation import (
 )
 from ._mixedlm_core import fit_mixedlm
 
-__all__ = ["MixedLMRegressor"]
+__all__ = ["MixedLMRegressor", "predict_mixed", "resolve_random_slopes"]
 
 # scipy optimizers statsmodels' MixedLM.fit accepts ("newton"/"ncg" are refused
 # by statsmodels; "minimize"/"basinhopping" need options we do not pass on)
@@ -33,6 +33,77 @@ def _import_statsmodels():
             'MixedLMRegressor needs statsmodels>=0.14: pip install "skfed[bench]" '
             '(or "skfed[test]").'
         ) from None
+
+
+def resolve_random_slopes(slopes, n_features, feature_names=None):
+    """Column indices of the ``random_slopes`` parameter (None, "all", indices or names).
+
+    Parameters
+    ----------
+    slopes : None, "all" or list of int or str
+    n_features : int
+    feature_names : ndarray of str or None
+        ``feature_names_in_`` of the fitted estimator, for names.
+
+    Returns
+    -------
+    slopes : ndarray of int
+    """
+    if slopes is None:
+        return np.array([], dtype=np.intp)
+    if isinstance(slopes, str):
+        if slopes == "all":
+            return np.arange(n_features, dtype=np.intp)
+        raise ValueError(
+            f"random_slopes must be None, 'all' or a list of column indices or "
+            f"feature names, got the string {slopes!r} (for one feature, pass "
+            f"[{slopes!r}])."
+        )
+    if isinstance(slopes, (numbers.Integral, np.integer)):
+        raise ValueError(
+            f"random_slopes must be None, 'all' or a list, got {slopes!r} "
+            f"(for one feature, pass [{slopes!r}])."
+        )
+    try:
+        items = list(slopes)
+    except TypeError:
+        raise ValueError(
+            f"random_slopes must be None, 'all' or a list of column indices or "
+            f"feature names, got {slopes!r}."
+        ) from None
+    names = feature_names
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            if names is None:
+                raise ValueError(
+                    f"random_slopes names the feature {item!r}, but X has no "
+                    "feature names; pass column indices or a DataFrame."
+                )
+            hits = np.flatnonzero(names == item)
+            if not hits.size:
+                raise ValueError(
+                    f"random_slopes names the feature {item!r}, which is not a "
+                    f"column of X (columns: {names.tolist()[:20]})."
+                )
+            out.append(int(hits[0]))
+        elif isinstance(item, (numbers.Integral, np.integer)) and not isinstance(
+            item, (bool, np.bool_)
+        ):
+            if not -n_features <= item < n_features:
+                raise ValueError(
+                    f"random_slopes has the column index {item}, but X has "
+                    f"{n_features} features."
+                )
+            out.append(int(item) % n_features)
+        else:
+            raise ValueError(
+                f"random_slopes entries must be column indices or feature names, "
+                f"got {item!r}."
+            )
+    if len(set(out)) != len(out):
+        raise ValueError(f"random_slopes names a feature twice: {slopes!r}.")
+    return np.asarray(out, dtype=np.intp)
 
 
 class MixedLMRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
@@ -193,62 +264,8 @@ class MixedLMRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         return methods, check_positive_int(self.max_iter, "max_iter")
 
     def _resolve_slopes(self, n_features):
-        slopes = self.random_slopes
-        if slopes is None:
-            return np.array([], dtype=np.intp)
-        if isinstance(slopes, str):
-            if slopes == "all":
-                return np.arange(n_features, dtype=np.intp)
-            raise ValueError(
-                f"random_slopes must be None, 'all' or a list of column indices or "
-                f"feature names, got the string {slopes!r} (for one feature, pass "
-                f"[{slopes!r}])."
-            )
-        if isinstance(slopes, (numbers.Integral, np.integer)):
-            raise ValueError(
-                f"random_slopes must be None, 'all' or a list, got {slopes!r} "
-                f"(for one feature, pass [{slopes!r}])."
-            )
-        try:
-            items = list(slopes)
-        except TypeError:
-            raise ValueError(
-                f"random_slopes must be None, 'all' or a list of column indices or "
-                f"feature names, got {slopes!r}."
-            ) from None
-        names = getattr(self, "feature_names_in_", None)
-        out = []
-        for item in items:
-            if isinstance(item, str):
-                if names is None:
-                    raise ValueError(
-                        f"random_slopes names the feature {item!r}, but X has no "
-                        "feature names; pass column indices or a DataFrame."
-                    )
-                hits = np.flatnonzero(names == item)
-                if not hits.size:
-                    raise ValueError(
-                        f"random_slopes names the feature {item!r}, which is not a "
-                        f"column of X (columns: {names.tolist()[:20]})."
-                    )
-                out.append(int(hits[0]))
-            elif isinstance(item, (numbers.Integral, np.integer)) and not isinstance(
-                item, (bool, np.bool_)
-            ):
-                if not -n_features <= item < n_features:
-                    raise ValueError(
-                        f"random_slopes has the column index {item}, but X has "
-                        f"{n_features} features."
-                    )
-                out.append(int(item) % n_features)
-            else:
-                raise ValueError(
-                    f"random_slopes entries must be column indices or feature names, "
-                    f"got {item!r}."
-                )
-        if len(set(out)) != len(out):
-            raise ValueError(f"random_slopes names a feature twice: {slopes!r}.")
-        return np.asarray(out, dtype=np.intp)
+        return resolve_random_slopes(self.random_slopes, n_features,
+                                     getattr(self, "feature_names_in_", None))
 
     @transactional_fit
     def fit(self, X, y, groups=None):
@@ -324,12 +341,16 @@ class MixedLMRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        index = self._client_index(groups, X.shape[0])
-        y_pred = X @ self.coef_ + self.intercept_
-        seen = np.flatnonzero(index >= 0)
-        if seen.size:
-            u = self.random_effects_[index[seen]]
-            y_pred[seen] += u[:, 0] + np.einsum(
-                "ij,ij->i", X[np.ix_(seen, self.random_slopes_)], u[:, 1:]
-            )
-        return y_pred
+        return predict_mixed(self, X, self._client_index(groups, X.shape[0]))
+
+
+def predict_mixed(model, X, index):
+    """Fixed effects plus the random effects of each row's client (``index`` -1: none)."""
+    y_pred = X @ model.coef_ + model.intercept_
+    seen = np.flatnonzero(index >= 0)
+    if seen.size:
+        u = model.random_effects_[index[seen]]
+        y_pred[seen] += u[:, 0] + np.einsum(
+            "ij,ij->i", X[np.ix_(seen, model.random_slopes_)], u[:, 1:]
+        )
+    return y_pred

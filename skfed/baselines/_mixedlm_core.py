@@ -121,8 +121,10 @@ def _n_iter(result):
     return int(retvals.get("fcalls", 1))
 
 
-def _fit_statsmodels(y, Xf, Z, group_index, reml, methods, max_iter):
+def _fit_statsmodels(y, Xf, Z, group_index, reml, methods, max_iter, fit_options=None):
     """Run statsmodels with each method until one converges.
+
+    ``fit_options`` are passed on to ``MixedLM.fit`` (e.g. a tighter ``gtol``).
 
     Returns ``(result, method, converged, n_iter)`` (``n_iter`` summed over
     the methods run), or ``(None, errors, False, n_iter)`` when every method
@@ -141,7 +143,8 @@ def _fit_statsmodels(y, Xf, Z, group_index, reml, methods, max_iter):
                 # convergence is reported through ``converged``
                 warnings.simplefilter("ignore")
                 result = model.fit(reml=reml, method=[method], maxiter=max_iter,
-                                   start_params=start, full_output=True)
+                                   start_params=start, full_output=True,
+                                   **(fit_options or {}))
         except (np.linalg.LinAlgError, ValueError, FloatingPointError, OverflowError) as exc:
             errors.append(f"{method}: {type(exc).__name__}: {exc}")
             continue
@@ -161,7 +164,7 @@ def _fit_statsmodels(y, Xf, Z, group_index, reml, methods, max_iter):
 
 
 def fit_mixedlm(X, y, group_index, n_groups, slopes, *, fit_intercept, reml, methods,
-                max_iter):
+                max_iter, fit_options=None):
     """Fit the mixed model; return a :class:`MixedLMFit` in the units of ``X`` and ``y``.
 
     Parameters
@@ -178,6 +181,9 @@ def fit_mixedlm(X, y, group_index, n_groups, slopes, *, fit_intercept, reml, met
         scipy optimizers tried in turn by statsmodels.
     max_iter : int
         Iterations per optimizer.
+    fit_options : dict or None, default=None
+        Further keyword arguments of statsmodels' ``MixedLM.fit`` (e.g.
+        ``{"gtol": 1e-12}`` for a tightly converged reference).
     """
     n, p = X.shape
     # standardize: center only with an intercept (otherwise centering changes the model)
@@ -218,7 +224,7 @@ def fit_mixedlm(X, y, group_index, n_groups, slopes, *, fit_intercept, reml, met
     for slope_set in [kept_slopes] + ([slopes[:0]] if len(kept_slopes) else []):
         Z = np.column_stack([ones, Xs[:, slope_set]])
         result, info, converged, iters = _fit_statsmodels(ys, Xf, Z, group_index, reml,
-                                                          methods, max_iter)
+                                                          methods, max_iter, fit_options)
         n_iter += iters
         if result is not None:
             break

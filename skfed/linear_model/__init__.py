@@ -1,4 +1,4 @@
-"""Federated linear classifiers: DP-Fed DRO and the baselines of its paper."""
+"""Federated linear models: DP-Fed DRO and the baselines of its paper, the mixed model."""
 
 from ._baselines import (
     CentralizedDROClassifier,
@@ -7,11 +7,13 @@ from ._baselines import (
     FedOvADROClassifier,
 )
 from ._dp_fed_dro import DPFedDROClassifier
+from ._fed_mixedlm import FedMixedLMRegressor
 
 __all__ = [
     "CentralizedDROClassifier",
     "DPFedDROClassifier",
     "DPFedERMClassifier",
     "DPFedSGDClassifier",
+    "FedMixedLMRegressor",
     "FedOvADROClassifier",
 ]
