@@ -52,6 +52,8 @@ N. M. Laird and J. H. Ware, "Random-effects models for longitudinal data",
 Biometrics 38(4), 1982.
 D. Bates, M. Maechler, B. Bolker and S. Walker, "Fitting linear mixed-effects
 models using lme4", Journal of Statistical Software 67(1), 2015.
+S. Burer and R. D. C. Monteiro, "Local minima and convergence in low-rank
+semidefinite programming", Mathematical Programming 103(3), 2005.
 """
 
 import warnings
@@ -64,11 +66,14 @@ from ..baselines._mixedlm_core import _EXACT_FIT_TOL, _COLLINEAR_TOL, _to_origin
 __all__ = ["MixedLMStats", "fit_from_stats", "site_statistics", "pack_lower", "unpack_lower",
            "deviance"]
 
-# the deviance's gradient in the standardized factor entries: BFGS and the Newton
-# steps stop below _GTOL; a fit whose gradient stays above _GTOL_CONVERGED is not
-# converged (the deviance is O(n_samples): both are far below a change of any digit
-# that matters, far above rounding)
-_GTOL = 1e-9
+# the optimizer works on the standardized problem (entries of the factor of order 1,
+# the deviance of order n_samples): BFGS stops at a gradient of _GTOL_BFGS, Newton steps
+# follow until a step is below _STEP_TOL relative to the entries (quadratic convergence:
+# the estimates are then exact to rounding); a fit is converged if the last Newton step
+# was below _STEP_TOL_CONVERGED or the gradient below _GTOL_CONVERGED
+_GTOL_BFGS = 1e-6
+_STEP_TOL = 1e-12
+_STEP_TOL_CONVERGED = 1e-7
 _GTOL_CONVERGED = 1e-5
 _NEWTON_STEPS = 8
 
@@ -152,6 +157,22 @@ class MixedLMStats:
     def n_features(self):
         return self.grams.shape[1] - 2
 
+    def relative_factor(self, cov, noise_variance, slopes):
+        """A factor ``L`` of ``Sigma / sigma^2`` in standardized units, from original units.
+
+        The inverse of the map of :func:`skfed.baselines._mixedlm_core._to_original`
+        (for comparing the likelihood at another fit's estimates).
+        """
+        slopes = np.asarray(slopes, dtype=np.intp)
+        q = 1 + slopes.size
+        T = np.eye(q)
+        T[0, 1:] = -self.x_center[slopes] / self.x_scale[slopes]
+        T[1:, 1:] = np.diag(1.0 / self.x_scale[slopes])
+        T_inv = np.linalg.inv(T)
+        D = T_inv @ np.asarray(cov) @ T_inv.T / noise_variance
+        w, U = np.linalg.eigh(0.5 * (D + D.T))
+        return U * np.sqrt(np.maximum(w, 0.0))
+
     def pooled(self):
         return self.grams.sum(axis=0)
 
@@ -204,11 +225,18 @@ class _Deviance:
         self.n_total = n_total
         self.reml = reml
         self.n_eff = n_total - self.p if reml else n_total
-        self.rows, self.cols = np.tril_indices(self.q)
+        self.full = False
+
+    @property
+    def entries(self):
+        """``(rows, cols)`` of the factor's free entries: lower triangle, or all when ``full``."""
+        if self.full:
+            return tuple(np.indices((self.q, self.q)).reshape(2, -1))
+        return np.tril_indices(self.q)
 
     def factor(self, theta):
         L = np.zeros((self.q, self.q))
-        L[self.rows, self.cols] = theta
+        L[self.entries] = theta
         return L
 
     def parts(self, theta=None, L=None):
@@ -230,26 +258,36 @@ class _Deviance:
 
     def __call__(self, theta):
         """Deviance ``-2 log-likelihood`` (constants included) and its gradient in ``theta``."""
-        L, M_inv, T, Q, A, beta, rss, logdet_m = self.parts(theta)
+        value, grad = self.at_factor(self.factor(theta))
+        return value, grad[self.entries]
+
+    def at_factor(self, L):
+        """Deviance and its gradient (a ``q x q`` matrix) at the factor ``L``."""
+        L, M_inv, T, Q, A, beta, rss, logdet_m = self.parts(L=L)
         if not rss > 0:
-            return np.inf, np.zeros_like(theta)
+            return np.inf, np.zeros_like(L)
         n_eff, p = self.n_eff, self.p
         value = logdet_m + n_eff * (1.0 + np.log(2.0 * np.pi * rss / n_eff))
         w = np.append(-beta, 1.0)
         K = (n_eff / rss) * np.outer(w, w)
         if self.reml and p:
-            sign, logdet_a = np.linalg.slogdet(A)
-            value += logdet_a
+            value += np.linalg.slogdet(A)[1]
             K[:p, :p] += np.linalg.inv(A)
         R = self.B - self.S @ (L @ T)  # B_i - S_i L T_i
         grad = 2.0 * np.einsum("gij,jk,gkl->il", self.S, L, M_inv)
         grad -= 2.0 * np.einsum("gia,ab,gjb->ij", R, K, T)
-        return float(value), grad[self.rows, self.cols]
+        return float(value), grad
 
 
 def deviance(stats, fixed, slopes, theta, reml):
-    """Profiled deviance and gradient at ``theta`` (for tests): see :class:`_Deviance`."""
-    return _problem(stats, fixed, slopes, reml)(np.asarray(theta, dtype=float))
+    """Profiled deviance and gradient (for tests): see :class:`_Deviance`.
+
+    ``theta`` is the lower triangle of the factor, row by row, or the
+    ``q x q`` factor itself (then the gradient is a matrix too).
+    """
+    problem = _problem(stats, fixed, slopes, reml)
+    theta = np.asarray(theta, dtype=float)
+    return problem.at_factor(theta) if theta.ndim == 2 else problem(theta)
 
 
 def _problem(stats, fixed, slopes, reml):
@@ -314,7 +352,13 @@ def fit_from_stats(stats, slopes, *, reml, max_iter):
                             stats.y_center, stats.y_scale, True, "exact", collinear, np.inf, 0)
 
     problem = _problem(stats, fixed, kept, reml)
-    theta, value, converged, n_iter = _minimize(problem, pack_lower(np.eye(q)), max_iter)
+    # lme4's parametrization first (the lower triangle, well conditioned), then the full
+    # factor from there: see _minimize
+    theta, _, _, n_iter = _minimize(problem, pack_lower(np.eye(q)), max_iter)
+    start = problem.factor(theta).ravel()
+    problem.full = True
+    theta, value, converged, more = _minimize(problem, start, max_iter)
+    n_iter += more
     L, _, _, _, _, beta, rss, _ = problem.parts(theta)
     scale = rss / problem.n_eff
     cov = scale * (L @ L.T)
@@ -332,6 +376,15 @@ def _minimize(problem, theta0, max_iter):
     reaches as any other. (With lme4's bound ``L_jj >= 0`` a gradient method
     can stop at ``L_jj = 0`` where the deviance is even in ``L_jj``: a
     stationary point whether or not a variance there would fit better.)
+
+    A triangular factor of a singular covariance is not continuous in it (a
+    small variance ``e^2`` with a covariance ``e c`` needs ``L_kj = c``), so a
+    minimum over the triangle with some ``L_jj = 0`` need not be one over the
+    covariances. A square factor ``L L'`` has no such points: a rank-deficient
+    local minimum of ``f(L L')`` over square ``L`` is a stationary point of
+    ``f`` on the positive semi-definite cone (Burer & Monteiro, 2005).
+    ``fit_from_stats`` therefore continues over the full factor.
+
     BFGS stops at the precision of its line search; Newton steps on a
     finite-difference Hessian of the analytic gradient then take the
     gradient down to rounding, so the estimates are converged to many digits.
@@ -343,29 +396,32 @@ def _minimize(problem, theta0, max_iter):
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "precision loss": the Newton steps follow
         result = minimize(problem, theta0, jac=True, method="BFGS",
-                          options=dict(maxiter=max_iter, gtol=_GTOL))
+                          options=dict(maxiter=max_iter, gtol=_GTOL_BFGS))
     theta, n_iter = result.x, max(int(result.nit), 1)  # a flat start is one iteration
     value, grad = problem(theta)
+    step_size = np.inf
     for _ in range(_NEWTON_STEPS):
-        if np.max(np.abs(grad)) <= _GTOL:
-            break
         step = _newton_step(problem, theta, grad)
-        t = 1.0
-        while t > 1e-10:
+        step_size = np.max(np.abs(step), initial=0.0) / max(1.0, np.max(np.abs(theta)))
+        if step_size <= _STEP_TOL:
+            break
+        # Armijo backtracking; near the optimum a step that leaves the deviance unchanged
+        # to rounding is taken (the gradient, not the value, still shows the way)
+        for t in 0.5 ** np.arange(12):
             new_value, new_grad = problem(theta + t * step)
-            if new_value <= value + 1e-4 * t * (grad @ step):
+            if new_value <= value + min(1e-4 * t * (grad @ step), 1e-13 * abs(value)):
                 break
-            t *= 0.5
         else:
             break
         theta, value, grad = theta + t * step, new_value, new_grad
         n_iter += 1
-    converged = bool(np.isfinite(value)) and np.max(np.abs(grad)) <= _GTOL_CONVERGED
+    converged = bool(np.isfinite(value)) and (
+        step_size <= _STEP_TOL_CONVERGED or np.max(np.abs(grad)) <= _GTOL_CONVERGED)
     return theta, float(value), converged, n_iter
 
 
 def _newton_step(problem, theta, grad):
-    """``-H^-1 grad`` with ``H`` the central-difference Hessian, its eigenvalues floored."""
+    """``-H^+ grad`` with ``H`` the central-difference Hessian (absolute eigenvalues)."""
     k = theta.size
     H = np.empty((k, k))
     for j in range(k):
@@ -374,5 +430,8 @@ def _newton_step(problem, theta, grad):
         e[j] = h
         H[:, j] = (problem(theta + e)[1] - problem(theta - e)[1]) / (2 * h)
     w, U = np.linalg.eigh(0.5 * (H + H.T))
-    w = np.maximum(w, 1e-8 * max(np.max(np.abs(w)), 1e-300))
-    return -U @ ((U.T @ grad) / w)
+    # |eigenvalues|: descent at a saddle; directions of (near) zero curvature (the
+    # rotations L -> L O of a square factor leave the deviance unchanged) are left out
+    w = np.abs(w)
+    keep = w > 1e-8 * max(np.max(w), 1e-300)
+    return -U[:, keep] @ ((U[:, keep].T @ grad) / w[keep])
