@@ -24,6 +24,7 @@ from skfed.linear_model import (
     DPFedDROClassifier,
     DPFedERMClassifier,
     DPFedSGDClassifier,
+    FedMixedLMRegressor,
     FedOvADROClassifier,
 )
 from skfed.tensor import (
@@ -239,6 +240,18 @@ def test_fedavg_regressor(fine_tune_epochs):
                             random_state=0)
     fit_keeping(model, X, y, groups)
     assert_no_raw_value(model.communication_, X, y)
+
+
+@pytest.mark.parametrize("random_slopes", [None, [0]])
+def test_fed_mixedlm_regressor(random_slopes):
+    X, y, groups = _regression(SIZES, n_features=3)
+    model = fit_keeping(FedMixedLMRegressor(random_slopes=random_slopes), X, y, groups)
+    assert_no_raw_value(model.communication_, X, y)
+    # the statistics are the Gram matrix of [1, X, y]: sends_gram, 3 rows or more
+    sent = _setup_up(model.communication_, 0)
+    for client, n in enumerate(SIZES):
+        assert ("cross" in sent[client]) == ("sums" in sent[client]) == (n >= 3), (client, n)
+    assert model.excluded_clients_.tolist() == [k for k, n in enumerate(SIZES) if n < 3]
 
 
 def test_keeping_payloads_is_off_by_default_and_copies():

@@ -84,10 +84,13 @@ def pack_lower(A):
 
 
 def unpack_lower(v, size):
-    """The symmetric matrix whose lower triangle (row by row) is ``v``."""
-    out = np.zeros((size, size))
-    out[np.tril_indices(size)] = v
-    return out + np.tril(out, -1).T
+    """The symmetric matrices whose lower triangles (row by row) are ``v[..., :]``."""
+    v = np.asarray(v, dtype=float)
+    rows, cols = np.tril_indices(size)
+    out = np.zeros(v.shape[:-1] + (size, size))
+    out[..., rows, cols] = v
+    out[..., cols, rows] = v
+    return out
 
 
 def site_statistics(X, y):
@@ -131,7 +134,7 @@ class MixedLMStats:
         n = np.asarray(n, dtype=float)
         sums = np.asarray(sums, dtype=float)
         width = sums.shape[1]
-        cross = np.stack([unpack_lower(c, width) for c in np.asarray(cross, dtype=float)])
+        cross = unpack_lower(np.asarray(cross, dtype=float).reshape(n.size, -1), width)
         N = n.sum()
         means = sums / n[:, None]
         center = sums.sum(axis=0) / N if fit_intercept else np.zeros(width)
@@ -225,14 +228,14 @@ class _Deviance:
         self.n_total = n_total
         self.reml = reml
         self.n_eff = n_total - self.p if reml else n_total
+        self._lower = np.tril_indices(self.q)
+        self._square = tuple(np.indices((self.q, self.q)).reshape(2, -1))
         self.full = False
 
     @property
     def entries(self):
         """``(rows, cols)`` of the factor's free entries: lower triangle, or all when ``full``."""
-        if self.full:
-            return tuple(np.indices((self.q, self.q)).reshape(2, -1))
-        return np.tril_indices(self.q)
+        return self._square if self.full else self._lower
 
     def factor(self, theta):
         L = np.zeros((self.q, self.q))
@@ -243,12 +246,13 @@ class _Deviance:
         """``(L, M^-1, T, Q, A, beta, rss, logdet M)`` at ``theta`` (or any factor ``L``)."""
         if L is None:
             L = self.factor(theta)
-        M = np.eye(self.q) + np.einsum("ji,gjk,kl->gil", L, self.S, L)
+        M = np.eye(self.q) + L.T @ self.S @ L
         chol = np.linalg.cholesky(M)
         logdet_m = 2.0 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum()
         M_inv = np.linalg.inv(M)
         T = M_inv @ (L.T @ self.B)  # M_i^-1 L' B_i
-        Q = self.P - np.einsum("gia,ij,gjb->ab", self.B, L, T)
+        p1 = self.p + 1  # sum_i B_i' L T_i, the groups stacked
+        Q = self.P - self.B.reshape(-1, p1).T @ (L @ T).reshape(-1, p1)
         Q = 0.5 * (Q + Q.T)
         p = self.p
         A = Q[:p, :p]
@@ -274,8 +278,8 @@ class _Deviance:
             value += np.linalg.slogdet(A)[1]
             K[:p, :p] += np.linalg.inv(A)
         R = self.B - self.S @ (L @ T)  # B_i - S_i L T_i
-        grad = 2.0 * np.einsum("gij,jk,gkl->il", self.S, L, M_inv)
-        grad -= 2.0 * np.einsum("gia,ab,gjb->ij", R, K, T)
+        grad = 2.0 * (self.S @ L @ M_inv).sum(axis=0)
+        grad -= 2.0 * (R @ K @ T.transpose(0, 2, 1)).sum(axis=0)
         return float(value), grad
 
 
