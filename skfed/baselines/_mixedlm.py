@@ -8,7 +8,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ..base import FederatedEstimatorMixin, transactional_fit
+from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
 from ..utils._validation import (
     check_groups,
     check_positive_int,
@@ -18,7 +18,7 @@ from ..utils._validation import (
 )
 from ._mixedlm_core import fit_mixedlm
 
-__all__ = ["MixedLMRegressor", "predict_mixed", "resolve_random_slopes"]
+__all__ = ["MixedLMRegressor", "MixedPredictMixin", "resolve_random_slopes"]
 
 # scipy optimizers statsmodels' MixedLM.fit accepts ("newton"/"ncg" are refused
 # by statsmodels; "minimize"/"basinhopping" need options we do not pass on)
@@ -106,7 +106,45 @@ def resolve_random_slopes(slopes, n_features, feature_names=None):
     return np.asarray(out, dtype=np.intp)
 
 
-class MixedLMRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
+class MixedPredictMixin:
+    """``predict`` of the mixed models: fixed effects plus each seen client's random effects.
+
+    Reads ``coef_``, ``intercept_``, ``random_slopes_``, ``random_effects_`` (``None``
+    after a distributed fit: the random effects stay on the sites) and ``clients_``.
+    """
+
+    def predict(self, X, groups=None):
+        """Predict with fixed effects plus each seen client's random effects.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` asks for the population
+            prediction (fixed effects only).
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Predictions.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        index = self._client_index(groups, X.shape[0])
+        check_on_site(index, self.clients_, self.random_effects_ is None)
+        y_pred = X @ self.coef_ + self.intercept_
+        seen = np.flatnonzero(index >= 0)
+        if seen.size:
+            u = self.random_effects_[index[seen]]
+            y_pred[seen] += u[:, 0] + np.einsum(
+                "ij,ij->i", X[np.ix_(seen, self.random_slopes_)], u[:, 1:]
+            )
+        return y_pred
+
+
+class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixin,
+                       BaseEstimator):
     """Linear mixed model with a random intercept and random slopes per client.
 
     The centralized, non-private reference for grouped regression: the model
@@ -323,34 +361,5 @@ class MixedLMRegressor(FederatedEstimatorMixin, RegressorMixin, BaseEstimator):
         self.clients_ = clients
         return self
 
-    def predict(self, X, groups=None):
-        """Predict with fixed effects plus each seen client's random effects.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` asks for the population
-            prediction (fixed effects only).
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-            Predictions.
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return predict_mixed(self, X, self._client_index(groups, X.shape[0]))
 
 
-def predict_mixed(model, X, index):
-    """Fixed effects plus the random effects of each row's client (``index`` -1: none)."""
-    y_pred = X @ model.coef_ + model.intercept_
-    seen = np.flatnonzero(index >= 0)
-    if seen.size:
-        u = model.random_effects_[index[seen]]
-        y_pred[seen] += u[:, 0] + np.einsum(
-            "ij,ij->i", X[np.ix_(seen, model.random_slopes_)], u[:, 1:]
-        )
-    return y_pred

@@ -8,10 +8,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_is_fitted
 
-from ..base import FederatedEstimator, check_on_site
-from ..baselines._mixedlm import predict_mixed, resolve_random_slopes
+from ..base import FederatedEstimator
+from ..baselines._mixedlm import MixedPredictMixin, resolve_random_slopes
 from ..baselines._mixedlm_core import _blups
 from ..federated import ClientData, FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, sends_gram
@@ -88,7 +87,8 @@ class _FedMixedLM(FederatedAlgorithm):
                       float(broadcast["noise_variance"]))[0]
 
 
-class FedMixedLMRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
+class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
+                          BaseEstimator):
     """Linear mixed model fitted exactly from statistics each client sends once.
 
     The model of :class:`~skfed.baselines.MixedLMRegressor` (a random
@@ -302,25 +302,3 @@ class FedMixedLMRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         site.clients_ = np.array([label])
         site.random_effects_ = np.asarray(state, dtype=float)[None]
         return site
-
-    def predict(self, X, groups=None):
-        """Predict with fixed effects plus each seen client's random effects.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` asks for the population
-            prediction (fixed effects only).
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-            Predictions.
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        index = self._client_index(groups, X.shape[0])
-        check_on_site(index, self.clients_, self.random_effects_ is None)
-        return predict_mixed(self, X, index)
