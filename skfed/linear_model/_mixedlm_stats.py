@@ -358,11 +358,12 @@ def fit_from_stats(stats, slopes, *, reml, max_iter):
     problem = _problem(stats, fixed, kept, reml)
     # lme4's parametrization first (the lower triangle, well conditioned), then the full
     # factor from there: see _minimize
-    theta, _, _, n_iter = _minimize(problem, pack_lower(np.eye(q)), max_iter)
-    start = problem.factor(theta).ravel()
-    problem.full = True
-    theta, value, converged, more = _minimize(problem, start, max_iter)
-    n_iter += more
+    theta, value, converged, n_iter = _minimize(problem, pack_lower(np.eye(q)), max_iter)
+    if q > 1:  # (a 1 x 1 factor is both)
+        start = problem.factor(theta).ravel()
+        problem.full = True
+        theta, value, converged, more = _minimize(problem, start, max_iter)
+        n_iter += more
     L, _, _, _, _, beta, rss, _ = problem.parts(theta)
     scale = rss / problem.n_eff
     cov = scale * (L @ L.T)
