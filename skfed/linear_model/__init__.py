@@ -1,17 +1,12 @@
 """Federated linear classifiers: DP-Fed DRO and the baselines of its paper."""
 
-from ._baselines import (
-    CentralizedDROClassifier,
-    DPFedERMClassifier,
-    DPFedSGDClassifier,
-    FedOvADROClassifier,
-)
-from ._dp_fed_dro import DPFedDROClassifier
+from .._lazy import attach
 
-__all__ = [
-    "CentralizedDROClassifier",
-    "DPFedDROClassifier",
-    "DPFedERMClassifier",
-    "DPFedSGDClassifier",
-    "FedOvADROClassifier",
-]
+# loaded on first use: a name imports only the module defining it
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "._baselines": [
+        "CentralizedDROClassifier", "DPFedERMClassifier", "DPFedSGDClassifier",
+        "FedOvADROClassifier",
+    ],
+    "._dp_fed_dro": ["DPFedDROClassifier"],
+})
