@@ -102,6 +102,18 @@ def datasets(n_per_site):
     }
 
 
+def write_sites(work, data, n_sites=3):
+    """One ``site{k}.npz`` per site with its rows of every data set; return the node configs."""
+    configs = []
+    for k in range(n_sites):
+        arrays = {}
+        for name, (X, y, groups) in data.items():
+            arrays["X_" + name], arrays["y_" + name] = X[groups == k], y[groups == k]
+        np.savez(work / f"site{k}.npz", **arrays)
+        configs.append({"client-id": k, "data-path": str(work / f"site{k}.npz")})
+    return configs
+
+
 def in_process(name, X, y, groups, rounds):
     R = rounds  # noqa: F841 (read by the expression)
     return eval(ESTIMATORS[name]).fit(X, y, groups=groups)
@@ -115,13 +127,7 @@ def main():
     args = parser.parse_args()
     data = {name: d for name, d in datasets(args.rows).items() if name in args.estimators}
     work = Path(tempfile.mkdtemp(prefix="skfed-flower-bench-"))
-    configs = []
-    for k in range(3):
-        arrays = {}
-        for name, (X, y, groups) in data.items():
-            arrays["X_" + name], arrays["y_" + name] = X[groups == k], y[groups == k]
-        np.savez(work / f"site{k}.npz", **arrays)
-        configs.append({"client-id": k, "data-path": str(work / f"site{k}.npz")})
+    configs = write_sites(work, data)
     app = write_app(work / "app", app_source(), {"estimator": "FedAvgRegressor",
                                         "n-rounds": args.rounds})
     print(f"3 sites x {args.rows} rows (PFedHGPRegressor: at most 200), {args.rounds} rounds, "

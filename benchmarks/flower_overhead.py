@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_flower import ESTIMATORS, app_source, datasets, in_process
+from bench_flower import app_source, datasets, in_process, write_sites
 
 from skfed.federated.flower import LocalFederation, load_fitted, write_app
 
@@ -144,13 +144,7 @@ def main():
     args = parser.parse_args()
     data = {name: d for name, d in datasets(args.rows).items() if name in args.estimators}
     work = Path(tempfile.mkdtemp(prefix="skfed-flower-overhead-"))
-    configs = []
-    for k in range(3):
-        arrays = {}
-        for name, (X, y, groups) in data.items():
-            arrays["X_" + name], arrays["y_" + name] = X[groups == k], y[groups == k]
-        np.savez(work / f"site{k}.npz", **arrays)
-        configs.append({"client-id": k, "data-path": str(work / f"site{k}.npz")})
+    configs = write_sites(work, data)
     minimal = write_app(work / "minimal", MINIMAL_APP,
                         {"setup-up": "0", "down": "", "up": "", "final": ""}, name="minimalapp")
     print(f"3 sites x {args.rows} rows, {args.rounds} rounds, TLS on 127.0.0.1\n")
