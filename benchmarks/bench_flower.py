@@ -39,22 +39,31 @@ ESTIMATORS = {
         "rank=(3, 3, 3, 3), n_rounds=R, epsilon=20, delta=0.1, fit_intercept=False, "
         "privacy_mode='paper', random_state=0)"),
 }
-IMPORTS = """
-from skfed import PersonalizedTensorRegressor, PFedHGPRegressor
-from skfed.baselines import FedAvgRegressor
-from skfed.linear_model import DPFedDROClassifier
-"""
+# where each estimator lives: the app imports only the one its run asks for (every message
+# starts a flwr-clientapp process that imports the app again)
+MODULES = {
+    "FedAvgRegressor": "skfed.baselines",
+    "DPFedDROClassifier": "skfed.linear_model",
+    "PFedHGPRegressor": "skfed.gaussian_process",
+    "PersonalizedTensorRegressor": "skfed.tensor",
+}
 
-APP = IMPORTS + """
+APP = """
+import importlib
+
 import numpy as np
 from skfed.federated.flower import FlowerFederation
 
 ESTIMATORS = %r
+MODULES = %r
+DEFAULT = %r
 
 
 def make_estimator(run_config):
     R = int(run_config.get("n-rounds", 5))  # also called with {} to probe the contract
-    return eval(ESTIMATORS[run_config.get("estimator", "FedAvgRegressor")])
+    name = run_config.get("estimator", DEFAULT)
+    cls = getattr(importlib.import_module(MODULES[name]), name)
+    return eval(ESTIMATORS[name], {name: cls, "R": R})
 
 
 def load_data(node_config, run_config):
@@ -65,7 +74,12 @@ def load_data(node_config, run_config):
 federation = FlowerFederation(make_estimator, load_data, round_timeout=600)
 server_app = federation.server_app
 client_app = federation.client_app
-""" % (ESTIMATORS,)
+"""
+
+
+def app_source(default="FedAvgRegressor"):
+    """Source of the app; ``default`` is the estimator of a run config without one."""
+    return APP % (ESTIMATORS, MODULES, default)
 
 
 def datasets(n_per_site):
@@ -88,6 +102,18 @@ def datasets(n_per_site):
     }
 
 
+def write_sites(work, data, n_sites=3):
+    """One ``site{k}.npz`` per site with its rows of every data set; return the node configs."""
+    configs = []
+    for k in range(n_sites):
+        arrays = {}
+        for name, (X, y, groups) in data.items():
+            arrays["X_" + name], arrays["y_" + name] = X[groups == k], y[groups == k]
+        np.savez(work / f"site{k}.npz", **arrays)
+        configs.append({"client-id": k, "data-path": str(work / f"site{k}.npz")})
+    return configs
+
+
 def in_process(name, X, y, groups, rounds):
     R = rounds  # noqa: F841 (read by the expression)
     return eval(ESTIMATORS[name]).fit(X, y, groups=groups)
@@ -101,14 +127,8 @@ def main():
     args = parser.parse_args()
     data = {name: d for name, d in datasets(args.rows).items() if name in args.estimators}
     work = Path(tempfile.mkdtemp(prefix="skfed-flower-bench-"))
-    configs = []
-    for k in range(3):
-        arrays = {}
-        for name, (X, y, groups) in data.items():
-            arrays["X_" + name], arrays["y_" + name] = X[groups == k], y[groups == k]
-        np.savez(work / f"site{k}.npz", **arrays)
-        configs.append({"client-id": k, "data-path": str(work / f"site{k}.npz")})
-    app = write_app(work / "app", APP, {"estimator": "FedAvgRegressor",
+    configs = write_sites(work, data)
+    app = write_app(work / "app", app_source(), {"estimator": "FedAvgRegressor",
                                         "n-rounds": args.rounds})
     print(f"3 sites x {args.rows} rows (PFedHGPRegressor: at most 200), {args.rounds} rounds, "
           "TLS on 127.0.0.1\n")

@@ -1,7 +1,10 @@
 """Baselines with the skfed API, for drop-in benchmarking."""
 
-from ._fedavg import FedAvgRegressor
-from ._local import LocalEstimator, PooledEstimator
-from ._mixedlm import MixedLMRegressor
+from .._lazy import attach
 
-__all__ = ["FedAvgRegressor", "LocalEstimator", "MixedLMRegressor", "PooledEstimator"]
+# loaded on first use: a name imports only the module defining it
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "._fedavg": ["FedAvgRegressor"],
+    "._local": ["LocalEstimator", "PooledEstimator"],
+    "._mixedlm": ["MixedLMRegressor"],
+})

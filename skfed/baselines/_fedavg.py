@@ -15,7 +15,6 @@ from ..utils._param_validation import (
     FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
 )
 from ..utils._validation import check_scale, validate_data
-from ._kernels import sgd_squared_epochs
 
 __all__ = ["FedAvgRegressor"]
 
@@ -34,6 +33,8 @@ def _objective(X, y, coef, intercept, alpha):
 def _local_sgd(X, y, coef, intercept, n_epochs, rng, learning_rate, alpha, batch_size,
                fit_intercept):
     """``n_epochs`` of mini-batch SGD from ``(coef, intercept)``; returns new arrays."""
+    from ._kernels import sgd_squared_epochs  # numba: loaded by the first fit, not on import
+
     order = np.stack([rng.permutation(X.shape[0]) for _ in range(n_epochs)]).astype(np.int64)
     coef = np.array(coef, dtype=float)  # the kernel updates it in place
     intercept = sgd_squared_epochs(

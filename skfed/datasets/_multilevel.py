@@ -8,7 +8,6 @@ textbook specification of the data set's usual multilevel model).
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 from sklearn.utils import Bunch
 
 __all__ = ["MULTILEVEL_DATASETS", "load_multilevel"]
@@ -217,6 +216,8 @@ def _as_labels(series):
 
 
 def _preprocess(raw, spec):
+    import pandas as pd  # here, not at import: pandas loads only for the real data sets
+
     used = [spec.target.column, spec.group] + [f.column for f in spec.features]
     kept = raw[used].dropna()
     n_dropped = len(raw) - len(kept)
@@ -357,6 +358,8 @@ def load_multilevel(name, *, return_X_y=False, as_frame=False):
     descr = _describe(spec, len(raw), data, target, groups, n_dropped)
 
     if as_frame:
+        import pandas as pd
+
         frame = pd.concat([data, target, groups], axis=1)
     else:
         frame = None

@@ -1,9 +1,11 @@
 """Personalized federated hierarchical Gaussian processes (pFedHGP)."""
 
-from ._baselines import PFedGPRegressor
-from ._classifier import PFedHGPClassifier
-from ._clustering import client_dissimilarity, cluster_clients
-from ._pfedhgp import PFedHGPRegressor
+from .._lazy import attach
 
-__all__ = ["PFedGPRegressor", "PFedHGPClassifier", "PFedHGPRegressor", "client_dissimilarity",
-           "cluster_clients"]
+# loaded on first use: a name imports only the module defining it
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "._baselines": ["PFedGPRegressor"],
+    "._classifier": ["PFedHGPClassifier"],
+    "._clustering": ["client_dissimilarity", "cluster_clients"],
+    "._pfedhgp": ["PFedHGPRegressor"],
+})

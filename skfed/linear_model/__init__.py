@@ -1,19 +1,13 @@
 """Federated linear models: DP-Fed DRO and the baselines of its paper, the mixed model."""
 
-from ._baselines import (
-    CentralizedDROClassifier,
-    DPFedERMClassifier,
-    DPFedSGDClassifier,
-    FedOvADROClassifier,
-)
-from ._dp_fed_dro import DPFedDROClassifier
-from ._fed_mixedlm import FedMixedLMRegressor
+from .._lazy import attach
 
-__all__ = [
-    "CentralizedDROClassifier",
-    "DPFedDROClassifier",
-    "DPFedERMClassifier",
-    "DPFedSGDClassifier",
-    "FedMixedLMRegressor",
-    "FedOvADROClassifier",
-]
+# loaded on first use: a name imports only the module defining it
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "._baselines": [
+        "CentralizedDROClassifier", "DPFedERMClassifier", "DPFedSGDClassifier",
+        "FedOvADROClassifier",
+    ],
+    "._dp_fed_dro": ["DPFedDROClassifier"],
+    "._fed_mixedlm": ["FedMixedLMRegressor"],
+})

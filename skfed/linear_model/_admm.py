@@ -15,7 +15,6 @@ from ..federated import FederatedAlgorithm
 from ..federated._release import sends_curve
 from ..privacy import gaussian_noise
 from ._base import LinearClientMixin
-from ._kernels import dro_cs_pass
 
 DUAL_NORM = {"linf": "l1", "l1": "linf", "l2": "l2"}
 
@@ -75,6 +74,8 @@ def local_terms(X, y, coef, lam, tau, kappa, gamma, dual):
     grad_lam : float
         ``d_lambda f``.
     """
+    from ._kernels import dro_cs_pass  # numba: loaded by the first fit, not on import
+
     n = X.shape[0]
     grad = np.empty_like(coef)
     loss_sum, grad_lam_sum = dro_cs_pass(X, y, coef, float(lam), float(kappa), grad)
@@ -339,6 +340,8 @@ def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual,
 def cs_dro_objective(X, y, coef, lam, *, radius, kappa, sample_weight=None):
     """``lambda r + (1/N) sum_n L_n(M, lambda)`` (no constraint check); weighted
     mean ``sum_n w_n L_n / sum_n w_n`` with ``sample_weight``."""
+    from ._kernels import dro_cs_pass
+
     coef = np.ascontiguousarray(coef, dtype=float)
     if sample_weight is None:
         grad = np.empty_like(coef)

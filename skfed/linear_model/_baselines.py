@@ -35,7 +35,6 @@ from ._admm import (
 from ._base import LinearClientMixin, LinearPredictionMixin, _LinearFederatedClassifier
 from ._checks import per_client
 from ._privacy_plan import classical_multiplier
-from ._kernels import dro_cs_pass
 
 __all__ = [
     "CentralizedDROClassifier",
@@ -47,6 +46,8 @@ __all__ = [
 
 def cs_gradient(X, y, coef):
     """Mean Crammer-Singer hinge subgradient (the DRO kernel with no label flips)."""
+    from ._kernels import dro_cs_pass  # numba: loaded by the first fit, not on import
+
     grad = np.empty_like(coef)
     loss_sum, _ = dro_cs_pass(X, y, coef, math.inf, 1.0, grad)
     return loss_sum / X.shape[0], grad / X.shape[0]

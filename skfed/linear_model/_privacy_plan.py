@@ -8,8 +8,6 @@ import functools
 import math
 from types import SimpleNamespace
 
-import dp_accounting
-
 from ..privacy import (
     PFTR_ACCOUNTANTS,
     calibrate_noise_multiplier,
@@ -22,6 +20,7 @@ from ..privacy import (
     gaussian_event,
     split_round_budget,
 )
+from ..privacy._accounting import dp
 from ..privacy._pftr_bound import check_accountant
 
 # the paper's closed-form bound, or one of dp-accounting's accountants
@@ -93,7 +92,7 @@ def privacy_report(n_rounds, plan, accountant, outside=()):
 def _rounds_event(n_rounds, epsilons, delta):
     """dp-accounting event of ``n_rounds`` rounds of the classical releases ``epsilons``."""
     events = [gaussian_event(classical_multiplier(e, delta), n_rounds) for e in epsilons]
-    return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+    return events[0] if len(events) == 1 else dp().ComposedDpEvent(events)
 
 
 def privacy_plan(est, split):

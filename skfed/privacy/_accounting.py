@@ -5,14 +5,12 @@ The event an estimator composes is built from the mechanism it actually ran
 the epsilon of what was released.
 """
 
+import functools
 import logging
 import math
 import numbers
 
-import dp_accounting
 import numpy as np
-from dp_accounting.pld import PLDAccountant
-from dp_accounting.rdp import RdpAccountant
 from scipy.optimize import brentq
 
 from ._mechanisms import check_privacy_budget
@@ -26,13 +24,19 @@ __all__ = [
 ]
 
 ACCOUNTANTS = ("rdp", "pld")
-_RELATIONS = {
-    "add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-    "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
-}
+_RELATIONS = ("add_or_remove_one", "replace_one")  # dp_accounting.NeighboringRelation's
 
-# RDP logs harmless convergence warnings for fractional orders of subsampled events
-logging.getLogger("absl").setLevel(logging.ERROR)
+
+@functools.cache
+def dp():
+    """The ``dp_accounting`` package, imported on first use (about 0.3 s, with absl)."""
+    import dp_accounting
+    import dp_accounting.pld
+    import dp_accounting.rdp
+
+    # RDP logs harmless convergence warnings for fractional orders of subsampled events
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    return dp_accounting
 
 
 def _check_accountant(accountant):
@@ -47,12 +51,12 @@ def _make(accountant, neighboring_relation, value_discretization_interval=None):
             f"neighboring_relation must be one of {tuple(_RELATIONS)}, "
             f"got {neighboring_relation!r}."
         )
-    relation = _RELATIONS[neighboring_relation]
+    relation = getattr(dp().NeighboringRelation, neighboring_relation.upper())
     if accountant == "rdp":
-        return RdpAccountant(neighboring_relation=relation)
+        return dp().rdp.RdpAccountant(neighboring_relation=relation)
     if value_discretization_interval is None:
-        return PLDAccountant(neighboring_relation=relation)
-    return PLDAccountant(neighboring_relation=relation,
+        return dp().pld.PLDAccountant(neighboring_relation=relation)
+    return dp().pld.PLDAccountant(neighboring_relation=relation,
                          value_discretization_interval=value_discretization_interval)
 
 
@@ -85,10 +89,10 @@ def gaussian_event(noise_multiplier, count=1, sampling_probability=1.0):
         raise ValueError(
             f"sampling_probability must be in (0, 1], got {sampling_probability!r}."
         )
-    event = dp_accounting.GaussianDpEvent(noise_multiplier)
+    event = dp().GaussianDpEvent(noise_multiplier)
     if sampling_probability < 1:
-        event = dp_accounting.PoissonSampledDpEvent(sampling_probability, event)
-    return dp_accounting.SelfComposedDpEvent(event, int(count))
+        event = dp().PoissonSampledDpEvent(sampling_probability, event)
+    return dp().SelfComposedDpEvent(event, int(count))
 
 
 def epsilon_spent(event, delta, accountant="rdp", neighboring_relation="add_or_remove_one"):
@@ -171,8 +175,7 @@ def gaussian_epsilon(noise_multipliers, delta, counts=None):
     precision = float(np.sum(n / z ** 2))
     if precision == 0.0:  # nothing released
         return 0.0
-    eps = float(dp_accounting.get_epsilon_gaussian(1.0 / math.sqrt(precision), delta,
-                                                   tol=_EXACT_TOL))
+    eps = float(dp().get_epsilon_gaussian(1.0 / math.sqrt(precision), delta, tol=_EXACT_TOL))
     # brentq's root is within xtol + 4 ulp-relative of the true one: round up past it
     return eps + _EXACT_TOL + 1e-15 * eps if eps > 0 else 0.0
 

@@ -7,27 +7,15 @@ each client's deviation. The Tucker machinery (retraction, tangent-space
 projection) and the rank criterion are exposed as functions.
 """
 
-from ._baselines import (
-    FedAvgTensorRegressor,
-    FedCommonTensorRegressor,
-    LocalTwoStageTensorRegressor,
-    TensorlyTuckerRegressor,
-)
-from ._pftr import PersonalizedTensorRegressor
-from ._rank import ratio_rank, vote_ranks
-from ._tucker import check_tucker_rank, retract, st_hosvd, t_hosvd, tangent_project
+from .._lazy import attach
 
-__all__ = [
-    "FedAvgTensorRegressor",
-    "FedCommonTensorRegressor",
-    "LocalTwoStageTensorRegressor",
-    "PersonalizedTensorRegressor",
-    "TensorlyTuckerRegressor",
-    "check_tucker_rank",
-    "ratio_rank",
-    "retract",
-    "st_hosvd",
-    "t_hosvd",
-    "tangent_project",
-    "vote_ranks",
-]
+# loaded on first use: a name imports only the module defining it
+__getattr__, __dir__, __all__ = attach(__name__, {
+    "._baselines": [
+        "FedAvgTensorRegressor", "FedCommonTensorRegressor", "LocalTwoStageTensorRegressor",
+        "TensorlyTuckerRegressor",
+    ],
+    "._pftr": ["PersonalizedTensorRegressor"],
+    "._rank": ["ratio_rank", "vote_ranks"],
+    "._tucker": ["check_tucker_rank", "retract", "st_hosvd", "t_hosvd", "tangent_project"],
+})
