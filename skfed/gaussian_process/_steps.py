@@ -65,6 +65,9 @@ from ._elbo import (
     tril_unpack,
 )
 from ._kernels import adam_update
+from ._random_effects import (
+    INITIAL_VARIANCE, effects_design, effects_q, effects_update, n_effects,
+)
 
 LOCAL_HYPER = ("Zl", "ls_l", "var_l")
 # broadcast entries that are not global parameters
@@ -639,8 +642,11 @@ class _PFedHGPSteps(FederatedAlgorithm):
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
                  server_iterations=10, n_rounds=None, release_population=False,
                  normalize_X=False, joint_mean=False, input_bounds=None, tol=None,
-                 mean_function="constant", site_trend=False):
+                 mean_function="constant", site_trend=False, random_effects=None):
         self.cfg = cfg
+        # each client's random intercept (and slopes), a block of q learned with the
+        # GP blocks; its covariance Sigma by the server (._random_effects)
+        self.random_effects = random_effects
         # each client's affine deviation (site_trend_fit), fitted once on its own rows
         # in the first training round and kept on the client
         self.site_trend = bool(site_trend)
@@ -842,7 +848,6 @@ class _PFedHGPSteps(FederatedAlgorithm):
         g = self.broadcast_globals(broadcast)
         loc = dict(state["loc"])
         X, cache = self.client_inputs(data, state, broadcast, loc)
-        y = self._client_targets(data, X, broadcast, loc, cache, rng)
         zscale = {"Zl": np.asarray(broadcast["z_scale"])}
         shared = self.shared_local_keys() if self.share_local_hypers else ()
         if shared and shared[0] in broadcast:
@@ -850,6 +855,9 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 loc[k] = np.array(broadcast[k], dtype=float)
         small = self.optimizer == "cavi" and self._small_round(X, loc, g)
         gb = self._global_basis(X, g, cache, small) if self.cfg.global_basis else None
+        effects = (self._site_effects(data, X, g, loc, gb, cache, broadcast)
+                   if self.random_effects else None)
+        y = self._client_targets(data, X, broadcast, loc, cache, rng)
         jit = self._jitter(gb)
         if self.optimizer == "paper":
             loc, adam, jit_l = self._paper_local(X, y, g, loc, gb, state["adam"], zscale, cache)
@@ -861,6 +869,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         else:
             loc, adam, jit_l, msg = self._cavi_client(X, y, g, loc, gb, state["adam"], zscale,
                                                       cache, broadcast, small)
+        if effects is not None:  # the random effects' ELBO terms and E[b b^T]
+            msg["c"] = msg["c"] + effects[0]
+            msg["kl_u"] = msg["kl_u"] + effects[1]
+            msg["re_moment"] = effects[2]
         if self.share_local_hypers:
             msg.update({k: loc[k] for k in shared})
         if int(broadcast["phase"]) == 2:
@@ -869,11 +881,40 @@ class _PFedHGPSteps(FederatedAlgorithm):
         msg["jitter"] = jit
         return {"loc": loc, "adam": adam, "jitter": jit, "cache": cache}, msg
 
+    def _site_effects(self, data, X, g, loc, gb, cache, broadcast):
+        """The client's ``q(b_i)`` given its GP blocks (:func:`._random_effects.effects_q`),
+        into ``loc``; returns its ELBO terms ``(trace, kl)`` and ``E[b b^T]``.
+
+        The GP blocks' means are those of the client's last round with the
+        broadcast ``m_g`` (coordinate ascent: the GP blocks then follow this ``b``).
+        """
+        cfg = self.cfg
+        Z = effects_design(X, self.random_effects)
+        scale = float(broadcast["y_scale"])
+        r = (np.asarray(data.y, dtype=float) - row_shift(X, broadcast)) / scale
+        if cfg.global_basis:
+            mbar = np.zeros(gb.W.shape[0])
+            if cfg.use_global:
+                mbar += g["mg"]
+            if cfg.use_deviation:
+                mbar += loc["md"]
+            r = r - gb.W.T @ mbar
+        if cfg.use_local:
+            r = r - self._local_basis(X, loc, cache).W.T @ loc["mu"]
+        m, S, trace, kl = effects_q(Z, r, np.asarray(broadcast["re_cov"], dtype=float),
+                                    float(softplus(g["noise"])))
+        loc["re_mean"], loc["re_cov"] = m, S
+        return trace, kl, np.outer(m, m) + S
+
     # --- the client's hooks (the multi-output model overrides these) ---------------
     def _client_targets(self, data, X, broadcast, loc, cache, rng):
         """The client's normalized targets; with ``site_trend`` its affine deviation
-        is fitted on the first training round and kept in ``loc``."""
+        is fitted on the first training round and kept in ``loc``; with
+        ``random_effects`` its current ``E[z^T b_i]`` is taken off."""
         shift = row_shift(X, broadcast)
+        if "re_mean" in loc:
+            Z = effects_design(X, self.random_effects)
+            shift = shift + float(broadcast["y_scale"]) * (Z @ loc["re_mean"])
         if self.site_trend:
             scale = float(broadcast["y_scale"])
             if "site_coef" not in loc:
@@ -1045,7 +1086,14 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 "adam": adam_init(g, self.global_keys()),
                 "hyper_adam": None, "elbo": [], "jitter": 0.0,
                 "y_shift": shift, "y_scale": scale, "shared": None, "released": None,
-                "y_coef": coef}
+                "y_coef": coef, "re_cov": self._initial_effects_cov()}
+
+    def _initial_effects_cov(self):
+        """The first ``Sigma`` of the random effects (``None`` without them)."""
+        if not self.random_effects:
+            return None
+        q = n_effects(self.random_effects, self.cfg.n_features)
+        return INITIAL_VARIANCE * np.eye(q)
 
     # --- the server's set-up hooks (the multi-output model overrides these) ---------
     def _target_setup(self, msgs):
@@ -1128,6 +1176,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
         b["z_scale"] = np.asarray(state["z_scale"], dtype=float)
         if state.get("y_coef") is not None:
             b["y_coef"] = np.asarray(state["y_coef"], dtype=float)
+        if state.get("re_cov") is not None:
+            b["re_cov"] = np.asarray(state["re_cov"], dtype=float)
         if self.normalize_X:
             b["x_shift"] = np.asarray(state["x_shift"], dtype=float)
             b["x_scale"] = np.asarray(state["x_scale"], dtype=float)
@@ -1305,6 +1355,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
             if self.has_loadings:
                 g["Bg"] = Bg
             elbo -= server_kl(g, cfg)[0]
+        if self.random_effects:  # the M step of Sigma (._random_effects)
+            moments = [m["re_moment"] for m in msgs if "re_moment" in m]
+            if moments:
+                state["re_cov"] = effects_update(moments)
         if joint:
             # the ELBO above is that of the clients' blocks with the broadcast m_g
             # and the new S_g, phi, s2; m_g then jumps to the joint optimum of all
