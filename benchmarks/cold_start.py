@@ -13,15 +13,12 @@ filled (what every later process of a user pays).
     python benchmarks/cold_start.py --estimators pfedhgp --runs 3 --top 15
     python benchmarks/cold_start.py --estimators tensor dro --warm-process
 
-Estimators and data (``skfed.datasets`` generators, ``random_state=0``):
-
-* ``pfedhgp``: ``PFedHGPRegressor()`` on ``make_hierarchical_gp()`` (6 sites x 50 rows,
-  4 outputs);
-* ``pfedhgp-scalar``: ``PFedHGPRegressor()`` on ``make_hierarchical_gp(n_outputs=None)``;
-* ``tensor``: ``PersonalizedTensorRegressor()`` on ``make_tensor_regression()`` (5 sites x
-  250 rows, 10x5 inputs, 5x5 outputs);
-* ``dro``: ``DPFedDROClassifier(epsilon=None)`` on ``make_correlated_faults(n_train=(100,
-  30, 30, 30))`` (4 sites, 190 rows, 8 features, 4 classes).
+Estimators and data: the problems of ``skfed warmup`` (``skfed._warmup.CASES``):
+``pfedhgp`` (``PFedHGPRegressor()`` on ``make_hierarchical_gp()``: 6 sites x 50 rows, 4
+outputs), ``pfedhgp-scalar`` (the same with ``n_outputs=None``), ``tensor``
+(``PersonalizedTensorRegressor()`` on ``make_tensor_regression()``: 5 sites x 250 rows)
+and ``dro`` (``DPFedDROClassifier(epsilon=None)`` on ``make_correlated_faults(n_train=(100,
+30, 30, 30))``: 4 sites, 190 rows), all with ``random_state=0`` for the data.
 """
 
 import argparse
@@ -35,25 +32,8 @@ import tempfile
 import time
 import warnings
 
-ESTIMATORS = ("pfedhgp", "pfedhgp-scalar", "tensor", "dro")
-DEFAULT = ("pfedhgp", "tensor", "dro")
-
-
-def _problem(name):
-    """``(make_estimator, X, y, groups)`` of one cold-start case."""
-    from skfed import DPFedDROClassifier, PersonalizedTensorRegressor, PFedHGPRegressor
-    from skfed import datasets
-
-    if name.startswith("pfedhgp"):
-        data = datasets.make_hierarchical_gp(
-            **({"n_outputs": None} if name == "pfedhgp-scalar" else {}), random_state=0)
-        return PFedHGPRegressor, data.X_train, data.y_train, data.groups_train
-    if name == "tensor":
-        X, y, groups = datasets.make_tensor_regression(random_state=0)
-        return PersonalizedTensorRegressor, X, y, groups
-    X, y, groups, _, _ = datasets.make_correlated_faults(n_train=(100, 30, 30, 30),
-                                                         random_state=0)
-    return (lambda: DPFedDROClassifier(epsilon=None)), X, y, groups
+ESTIMATORS = ("pfedhgp", "pfedhgp-scalar", "tensor", "dro")  # skfed._warmup.CASES
+DEFAULT = ESTIMATORS
 
 
 class _CompileLog:
@@ -112,7 +92,9 @@ def child(name, n_fits):
     """Runs in the new process: time the fits, print one JSON line."""
     started = time.perf_counter()
     warnings.simplefilter("ignore")
-    make, X, y, groups = _problem(name)
+    from skfed._warmup import problem
+
+    make, X, y, groups = problem(name)
     out = {"estimator": name, "import_and_data_s": time.perf_counter() - started, "fits": []}
     with _CompileLog() as log:
         for _ in range(n_fits):
