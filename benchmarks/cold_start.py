@@ -2,7 +2,8 @@
 
 Every run starts a new Python process with an empty numba cache (``NUMBA_CACHE_DIR`` set to
 a new temporary directory), fits the estimator at its defaults on small generated data, then
-fits it again in the same process. It prints both fit times and, from numba's compile events
+fits it again in the same process. It prints both fit times (wall-clock and the process's CPU
+seconds, less sensitive to other jobs on the machine) and, from numba's compile events
 (``numba.core.event``, kind ``"numba:compile"``), how many compilations the process made and
 their seconds per kernel. A compilation that compiles a callee counts the callee's time in
 its own "inclusive" seconds; "self" seconds leave the callees out (they sum to the total).
@@ -96,11 +97,13 @@ def child(name, n_fits):
 
     make, X, y, groups = problem(name)
     out = {"estimator": name, "import_and_data_s": time.perf_counter() - started, "fits": []}
+    out["cpu"] = []
     with _CompileLog() as log:
         for _ in range(n_fits):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             make().fit(X, y, groups=groups)
             out["fits"].append(time.perf_counter() - t)
+            out["cpu"].append(time.process_time() - c)
     out["kernels"] = log.kernels
     print("COLD_START " + json.dumps(out), flush=True)
 
@@ -119,12 +122,15 @@ def _run(name, cache, n_fits):
 def _report(name, runs, warm, top):
     first = [r["fits"][0] for r in runs]
     second = [r["fits"][1] for r in runs]
+    first_cpu = [r["cpu"][0] for r in runs]
+    second_cpu = [r["cpu"][1] for r in runs]
     counts = [sum(k["count"] for k in r["kernels"].values()) for r in runs]
     secs = [sum(k["self"] for k in r["kernels"].values()) for r in runs]
     med = statistics.median
     print(f"\n## {name}: {len(runs)} cold process(es), median (min-max)")
-    for label, v, fmt in (("first fit s", first, ".1f"), ("second fit s", second, ".2f"),
-                          ("compilations", counts, "d"), ("compile s", secs, ".1f")):
+    for label, v, fmt in (("first fit s", first, ".1f"), ("  CPU s", first_cpu, ".1f"),
+                          ("second fit s", second, ".2f"), ("  CPU s", second_cpu, ".2f"),
+                          ("compilations", counts, ".0f"), ("compile s", secs, ".1f")):
         print(f"  {label:14s} {med(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})")
     if warm:
         wf = [r["fits"][0] for r in warm]

@@ -8,7 +8,7 @@ compilation of an skfed kernel the listener arms a timer; if compilation is stil
 on when it runs out (``NOTICE_AFTER_S``), it logs one line at WARNING level to the
 ``"skfed"`` logger (shown on stderr when logging is not configured)::
 
-    skfed: compiling numerical kernels on first use (once per install, up to about 20 s
+    skfed: compiling numerical kernels on first use (once per install, up to about 45 s
     on 2 cores)...
 
 ``logging.getLogger("skfed").setLevel(logging.ERROR)`` silences it. The notice is given
@@ -29,7 +29,7 @@ NOTICE_AFTER_S = 3.0
 
 #: measured by ``benchmarks/cold_start.py`` (doc/performance.md, "Cold start")
 MESSAGE = ("skfed: compiling numerical kernels on first use (once per install, up to "
-           "about 20 s on 2 cores)...")
+           "about 45 s on 2 cores)...")
 
 
 class _Notice:
