@@ -1,4 +1,4 @@
-"""``python -m skfed benchmark ...``."""
+"""``python -m skfed benchmark ...``, ``python -m skfed warmup``."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""Command line: ``skfed benchmark ...`` (also ``python -m skfed``)."""
+"""Command line: ``skfed benchmark ...``, ``skfed warmup`` (also ``python -m skfed``)."""
 
 import argparse
 import sys
@@ -36,13 +36,40 @@ def _parser():
                        help="repetitions per experiment (default: each experiment's own)")
     bench.add_argument("--list", action="store_true", help="list the experiments and exit")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    warm = sub.add_parser(
+        "warmup",
+        help="compile the numerical kernels of the default fits ahead of use",
+        description=(
+            "Fit each headline estimator at its defaults on small generated data, so "
+            "that numba compiles and caches the kernels once (for installers and CI; "
+            "a first fit does the same without it)."
+        ),
+    )
+    warm.add_argument("--estimators", nargs="+", metavar="NAME",
+                      help="only these warm-up problems (default: all)")
     return parser
+
+
+def _warmup(args):
+    from ._warmup import CASES, warmup
+
+    unknown = sorted(set(args.estimators or ()) - set(CASES))
+    if unknown:
+        print(f"skfed warmup: unknown {', '.join(unknown)}; known: {', '.join(CASES)}",
+              file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    warmup(args.estimators)
+    print(f"compiled and cached in {time.perf_counter() - start:.1f} s")
+    return 0
 
 
 def main(argv=None):
     """Entry point of the ``skfed`` console script."""
     started = time.perf_counter()
     args = _parser().parse_args(argv)
+    if args.command == "warmup":
+        return _warmup(args)
     from .benchmark import get_experiments
     from .benchmark._runner import main_benchmark
 

@@ -3,6 +3,10 @@
 import numpy as np
 from numba import njit
 
+from ..utils._compile_notice import install as _install_compile_notice
+
+_install_compile_notice()  # a notice while these kernels compile on first use
+
 
 @njit(cache=True, nogil=True)
 def sgd_squared_epochs(X, y, coef, intercept, order, learning_rate, alpha, batch_size,

@@ -92,7 +92,7 @@ def fused_local_basis(X, loc, cfg):
     instead of LAPACK's triangular solve.
     """
     info, L, K, Vt, jit, ls, var = local_basis_rows(
-        np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(loc["Zl"], dtype=float),
+        np.ascontiguousarray(X, dtype=float), np.array(loc["Zl"], dtype=float, order="C"),
         np.ascontiguousarray(np.ravel(loc["ls_l"]), dtype=float), float(loc["var_l"]),
         cfg.kind, float(cfg.jitter))
     if info != 0:
@@ -112,7 +112,9 @@ def global_basis_small(X, g, cfg):
     """
     c = unpack_global(g, cfg)
     info, L, K, Vt, jit = basis_rows(
-        np.ascontiguousarray(X, dtype=float), np.ascontiguousarray(g["Zg"], dtype=float),
+        # Z writable, as the fused local steps pass theirs: one specialization of the
+        # shared kernel (a copy of a few rows)
+        np.ascontiguousarray(X, dtype=float), np.array(g["Zg"], dtype=float, order="C"),
         np.ascontiguousarray(c["ls"], dtype=float), c["var"], cfg.kind, float(cfg.jitter))
     if info != 0:
         raise CholeskyError(
@@ -214,8 +216,11 @@ def small_round(X, y, g, loc, gb, adam, cfg, n_steps, lr, z_scale, lb, want_grad
                             c(gb.project(y)))
     (info, Z, ls_raw, var_raw, m_new, v_new, md, mu, Lu, Ld, L, K, Vt, ls, var, jit_last,
      jit, stats, b, Phi, A, a, g_ls, g_var, g_Z) = cavi_round_small(
-        c(X, dtype=float), *kept[1:], c(g["mg"], dtype=float), c(g["Lg"], dtype=float),
-        c(g["Zg"], dtype=float), c(gb.ls, dtype=float), c(np.ravel(g["ls_g"]), dtype=float),
+        # mg, Zg and ls_g writable (copies of a few numbers), as the arrays the kernel
+        # forms itself: its helpers compile once (see _elbo.kernel_args)
+        c(X, dtype=float), *kept[1:], np.array(g["mg"], dtype=float),
+        c(g["Lg"], dtype=float), np.array(g["Zg"], dtype=float, order="C"),
+        c(gb.ls, dtype=float), np.array(np.ravel(g["ls_g"]), dtype=float),
         c(loc["Zl"], dtype=float), c(np.ravel(loc["ls_l"]), dtype=float), c(adam_m),
         c(adam_v), c(np.ravel(z_scale), dtype=float), L0, K0, Vt0, sc, ints)
     _check_fused(info, jit)

@@ -6,6 +6,7 @@ from sklearn.cluster import SpectralClustering
 from sklearn.utils.validation import check_is_fitted
 
 from ..utils._validation import check_groups, check_positive_int
+from ._elbo import kernel_args
 from ._kernels import kernel_matrix
 
 __all__ = ["client_dissimilarity", "cluster_clients"]
@@ -35,8 +36,8 @@ def _projection(X, latents, kind, noise, scale=1.0):
     Kvy = 0.0
     for Z, ls, var, b in latents:
         P = np.outer(b, b)
-        Kyy += np.kron(P, kernel_matrix(X, X, ls, scale * var, kind))
-        Kvy = Kvy + np.kron(P, kernel_matrix(Z, X, ls, scale * var, kind))
+        Kyy += np.kron(P, kernel_matrix(*kernel_args(X, X), ls, scale * var, kind))
+        Kvy = Kvy + np.kron(P, kernel_matrix(*kernel_args(X, Z), ls, scale * var, kind).T)
     A = Kvy @ cho_solve(cho_factor(Kyy, lower=True), Kvy.T)
     return 0.5 * (A + A.T)
 

@@ -49,6 +49,23 @@ from ._kernels import (
 LOG2PI = np.log(2.0 * np.pi)
 
 
+def kernel_args(X, Z):
+    """``X`` and ``Z`` as the numba kernels take them: C-contiguous float64, ``X``
+    read-only (a view; a copy only if of another type or layout), ``Z`` a writable copy.
+
+    The kernels compile one specialization per combination of argument types, and
+    a read-only array (the engine's broadcast, a site's data) is of another type
+    than a writable one. The fused kernels' own calls pass the rows read-only and
+    the inducing inputs writable (their Adam steps move them); every call from
+    Python does the same, so that each kernel compiles once (``Z`` has a few rows).
+    """
+    X = np.ascontiguousarray(X, dtype=float)
+    if X.flags.writeable:
+        X = X.view()
+        X.flags.writeable = False
+    return X, np.array(Z, dtype=float, order="C")
+
+
 # ----------------------------------------------------------------------------
 # scalar helpers
 # ----------------------------------------------------------------------------
@@ -307,6 +324,7 @@ SMALL_INDUCING = 128
 def basis_forward(X, Z, ls, var, kind, jitter):
     """Whitened interpolation basis of inputs ``X`` on inducing inputs ``Z``."""
     info = 1
+    X, Z = kernel_args(X, Z)
     if Z.shape[0] <= SMALL_INDUCING:
         info, L = inducing_cholesky(Z, ls, var, kind, jitter)
         used = jitter
@@ -346,6 +364,7 @@ def basis_backward(X, Z, ls, var, kind, basis, A, P, E, var_direct=0.0, WE=None)
     else:
         G = np.zeros_like(basis.K)
     Kzz_bar = chol_backward(L, L_bar)
+    X, Z = kernel_args(X, Z)
     gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
     gv2, gl2, gZc = kernel_adjoint_cross(X, Z, ls, var, kind, basis.K, G, E, LP)
     return gv1 + gv2 + var_direct, gl1 + gl2, gZ1 + gZc

@@ -14,6 +14,10 @@ case.
 import numpy as np
 from numba import njit
 
+from ..utils._compile_notice import install as _install_compile_notice
+
+_install_compile_notice()  # a notice while these kernels compile on first use
+
 __all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_sym",
            "kernel_adjoint_cross",
            "inducing_cholesky", "chol_backward", "closed_form_q", "factor_stats",
@@ -486,7 +490,9 @@ def _latent_q_step(G, C, off, prior, B, s2, want_cov, P, Ls, means):
         info, Lk = _inv_chol_block(P, a, a + m)
         if info != 0:
             return info
-        Ls[k, :m, :m] = Lk
+        for i in range(m):  # loops: a slice assignment compiles numba's error formatting
+            for j in range(m):
+                Ls[k, i, j] = Lk[i, j]
     # the joint precision of all means: coupling (b_k . b_l) G_kl / s2
     for k in range(K):
         for l in range(k + 1):
@@ -924,8 +930,9 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
         g = np.empty(size)
         p = np.empty(size)
         unit = np.ones(size)
-        g[:n_ls] = _fold_ls_grad(gl, ls_raw, ard)
+        g_ls = _fold_ls_grad(gl, ls_raw, ard)
         for j in range(n_ls):
+            g[j] = g_ls[j]
             p[j] = ls_raw[j]
         g[n_ls] = gv * _sigmoid(var_raw)
         p[n_ls] = var_raw

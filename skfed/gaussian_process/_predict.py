@@ -32,20 +32,23 @@ round (the server state's ``released``); without them (``population_local=
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ._elbo import chol_jitter, softplus, tril_unpack
+from ._elbo import chol_jitter, kernel_args, softplus, tril_unpack
 from ._kernels import kernel_matrix
 
 
 def prediction_basis(Xs, Z, ls, var, kind, jitter):
     """``W = L_z^{-1} k(Z, X_*)`` at the test rows ``Xs`` (``L_z``: the jittered
     Cholesky factor of ``k(Z, Z)``)."""
-    L, _ = chol_jitter(kernel_matrix(Z, Z, ls, var, kind), jitter)
-    return solve_triangular(L, kernel_matrix(Z, Xs, ls, var, kind), lower=True)
+    Zr, Z = kernel_args(Z, Z)  # the kernels' one specialization (see kernel_args)
+    L, _ = chol_jitter(kernel_matrix(Zr, Z, ls, var, kind), jitter)
+    return solve_triangular(L, kernel_matrix(*kernel_args(Xs, Z), ls, var, kind).T, lower=True)
 
 
 def prior_cov(Xs, ls, var, kind, joint):
     """The kernel over the rows ``Xs``: ``k(X_*, X_*)`` if ``joint``, else its diagonal."""
-    return kernel_matrix(Xs, Xs, ls, var, kind) if joint else np.full(Xs.shape[0], var)
+    if not joint:
+        return np.full(Xs.shape[0], var)
+    return kernel_matrix(*kernel_args(Xs, Xs), ls, var, kind)
 
 
 def sparse_residual(W, K, joint):

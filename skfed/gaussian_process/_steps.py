@@ -297,7 +297,7 @@ def adam_ascent(params, grads, state, lr, keys, b1=0.9, b2=0.999, eps=1e-8, scal
         p = np.asarray(params[k], dtype=float)
         unit = _UNIT_STEP
         if scale is not None and k in scale:
-            unit = np.asarray(scale[k], dtype=float).ravel()
+            unit = np.array(scale[k], dtype=float).ravel()  # writable, as _UNIT_STEP
             if unit.size > 1 and p.shape[-1:] != unit.shape:
                 raise ValueError(f"step scale of {k!r} must match its last axis, "
                                  f"got {unit.shape} for {p.shape}")

@@ -9,6 +9,10 @@ per row: no ``N x K x K`` temporaries.
 import numpy as np
 from numba import njit
 
+from ..utils._compile_notice import install as _install_compile_notice
+
+_install_compile_notice()  # a notice while these kernels compile on first use
+
 
 @njit(cache=True, nogil=True)
 def dro_cs_pass(X, y, coef, lam, kappa, grad):

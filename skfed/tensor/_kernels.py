@@ -6,6 +6,10 @@ soft-thresholding)."""
 import numpy as np
 from numba import njit
 
+from ..utils._compile_notice import install as _install_compile_notice
+
+_install_compile_notice()  # a notice while these kernels compile on first use
+
 __all__ = ["row_norms", "quantile_linear", "clip_rows_inplace", "clip_residuals",
            "noisy_gradient", "soft_threshold", "fista_lasso_gram"]
 
@@ -22,6 +26,42 @@ def row_norms(M):
             s += v * v
         out[i] = np.sqrt(s)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _partition(x, k):
+    """A copy of ``x`` (1-D, no NaN) with its ``k``-th order statistic at ``k``, smaller
+    or equal values before it and larger or equal after (``np.partition(x, k)``).
+
+    Quickselect with a median-of-three pivot: numba's ``np.partition`` compiles its
+    general sorting machinery (seconds on a first use); the order statistics, and so
+    every value read from them, are the same.
+    """
+    a = x.copy()
+    lo, hi = 0, a.shape[0] - 1
+    while hi > lo:
+        mid = (lo + hi) // 2
+        # median of three to a[hi], then a Lomuto partition around it
+        if a[mid] < a[lo]:
+            a[mid], a[lo] = a[lo], a[mid]
+        if a[hi] < a[lo]:
+            a[hi], a[lo] = a[lo], a[hi]
+        if a[mid] < a[hi]:
+            a[mid], a[hi] = a[hi], a[mid]
+        pivot = a[hi]
+        store = lo
+        for i in range(lo, hi):
+            if a[i] < pivot:
+                a[i], a[store] = a[store], a[i]
+                store += 1
+        a[store], a[hi] = a[hi], a[store]
+        if store == k:
+            break
+        if store < k:
+            lo = store + 1
+        else:
+            hi = store - 1
+    return a
 
 
 @njit(cache=True, nogil=True)
@@ -43,7 +83,7 @@ def quantile_linear(x, q):
         return np.min(x)
     lo = int(np.floor(virtual))
     # order statistic lo + 1; everything before it in the partition is <= it
-    part = np.partition(x, lo + 1)
+    part = _partition(x, lo + 1)
     b = part[lo + 1]
     a = part[0]
     for i in range(1, lo + 1):
@@ -296,8 +336,10 @@ def tangent_setup(core, dims, ranks, factors):
     for i in range(5 * N):
         offsets[i + 1] = offsets[i] + parts[i].shape[0]
     buffer = np.empty(offsets[5 * N])
-    for i in range(5 * N):
-        buffer[offsets[i]:offsets[i + 1]] = parts[i]
+    for i in range(5 * N):  # loops: a slice assignment compiles numba's error formatting
+        part = parts[i]
+        for k in range(part.shape[0]):
+            buffer[offsets[i] + k] = part[k]
     return buffer, offsets
 
 
@@ -358,8 +400,9 @@ def tangent_apply(g, dims, ranks, buffer, offsets):
         h = buffer[offsets[5 * j + 4]:offsets[5 * j + 5]]
         n = d.shape[0]
         stacked = np.empty(2 * n)
-        stacked[:n] = d
-        stacked[n:] = h
+        for i in range(n):  # loops, not slice assignments (see tangent_setup)
+            stacked[i] = d[i]
+            stacked[n + i] = h[i]
         d = np.dot(stacked.reshape((2 * rj, n // rj)).T, right).ravel()
     return d
 
@@ -457,11 +500,22 @@ def sym_eig_jacobi(a):
                     vkq = v[k, q]
                     v[k, p] = c * vkp - s * vkq
                     v[k, q] = s * vkp + c * vkq
-    w = np.empty(n)
+    # ascending order by a stable insertion sort (what np.argsort does below 16 entries;
+    # np.argsort and fancy indexing would compile numba's general sort and indexing)
+    order = np.empty(n, dtype=np.int64)
     for i in range(n):
-        w[i] = a[i, i]
-    order = np.argsort(w)
-    return w[order], np.ascontiguousarray(v[:, order])
+        j = i
+        while j > 0 and a[i, i] < a[order[j - 1], order[j - 1]]:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = i
+    w = np.empty(n)
+    vs = np.empty((n, n))
+    for c in range(n):
+        w[c] = a[order[c], order[c]]
+        for k in range(n):
+            vs[k, c] = v[k, order[c]]
+    return w, vs
 
 
 @njit(cache=True, nogil=True)

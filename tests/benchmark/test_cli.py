@@ -162,3 +162,11 @@ def test_figures_are_a_grid_at_most_1600_px_wide_with_the_legend_off_the_bars(tm
     (path,) = _write_figures([exp], _fake_summary(exp), str(tmp_path)).values()
     width, height = Image.open(path).size
     assert width <= 1600 and height < 1.2 * width  # three rows of three, not one long row
+
+
+def test_warmup_fits_the_named_problems(capsys):
+    assert main(["warmup", "--estimators", "dro"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dro ") and "compiled and cached in" in out
+    assert main(["warmup", "--estimators", "nope"]) == 2
+    assert "unknown nope" in capsys.readouterr().err

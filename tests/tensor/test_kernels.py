@@ -81,6 +81,21 @@ def test_row_norms_matches_numpy():
     assert row_norms(np.zeros((0, 3))).shape == (0,)
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 40])
+def test_partition_is_numpy_partition(n):
+    """The quickselect behind quantile_linear: np.partition's order statistic and sides."""
+    from skfed.tensor._kernels import _partition
+
+    rng = np.random.default_rng(n)
+    for x in (rng.standard_normal(n), np.round(rng.random(n), 1), np.arange(n) * 1.0,
+              np.arange(n)[::-1] * 1.0, np.ones(n)):
+        for k in range(n):
+            part = _partition(x, k)
+            assert part[k] == np.partition(x, k)[k]
+            assert np.all(part[:k] <= part[k]) and np.all(part[k + 1:] >= part[k])
+            np.testing.assert_array_equal(np.sort(part), np.sort(x))
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 251])
 @pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.9, 0.999, 1.0])
 def test_quantile_linear_is_numpy_quantile(n, q):
