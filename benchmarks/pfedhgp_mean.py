@@ -65,7 +65,7 @@ BASELINES = {
 FIELDS = ("data", "seed", "model", "setting", "rmse", "cov95", "fit_s", "n_iter")
 
 
-def measure(out, datasets, seeds, names):
+def measure(out, datasets, seeds, names, candidates=None):
     done = set()
     if os.path.exists(out):
         with open(out, newline="") as fh:
@@ -79,20 +79,21 @@ def measure(out, datasets, seeds, names):
             for dname in datasets:
                 d = load_multilevel(dname)
                 X, y, g = np.asarray(d.data, float), np.asarray(d.target, float), d.groups
-                run_cells(writer, fh, dname, seed, X, y, g, CANDIDATES, BASELINES, names, done)
+                run_cells(writer, fh, dname, seed, X, y, g, candidates or CANDIDATES,
+                          BASELINES, names, done)
 
 
-def summary(out):
-    rows, models = read_cells(out, CANDIDATES)
+def summary(out, candidates=None, datasets=DATASETS, split_seeds=SEEDS):
+    rows, models = read_cells(out, candidates or CANDIDATES)
     print("| data (seeds) | model | seen RMSE | new RMSE | seen cov95 | new cov95 | fit s/fold "
           "| score |")
     print("|---|---|---|---|---|---|---|---|")
     scores = defaultdict(dict)
-    for dname in DATASETS:
+    for dname in datasets:
         for model in models:
             cells = defaultdict(list)
             seeds = []
-            for seed in SEEDS:
+            for seed in split_seeds:
                 key = (dname, str(seed), model)
                 base = {b: rows.get((dname, str(seed), b), {}) for b in BASELINES}
                 if len(rows.get(key, {})) < 2 or any(len(v) < 2 for v in base.values()):
@@ -124,17 +125,21 @@ def summary(out):
               "pairs every candidate has")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="pfedhgp_mean.csv")
+def main(candidates=None, doc=__doc__, out="pfedhgp_mean.csv"):
+    """The command line of a selection study over ``candidates`` (this one's by default):
+    measure what ``--out`` lacks, then print the summary; returns the arguments."""
+    candidates = candidates or CANDIDATES
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", default=out)
     parser.add_argument("--datasets", nargs="*", default=list(DATASETS))
     parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
-    parser.add_argument("--models", nargs="*", default=list(CANDIDATES))
+    parser.add_argument("--models", nargs="*", default=list(candidates))
     parser.add_argument("--summary", action="store_true")
     args = parser.parse_args()
     if not args.summary:
-        measure(args.out, args.datasets, args.seeds, args.models)
-    summary(args.out)
+        measure(args.out, args.datasets, args.seeds, args.models, candidates)
+    summary(args.out, candidates, args.datasets, args.seeds)
+    return args
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ training rows under the true covariance) is the floor (``oracle``).
 Compared, on the same draws: ``PFedHGPRegressor()`` at its defaults; the
 same from 5 random starts (each of ``init_lengthscale_global``,
 ``init_lengthscale_local``, ``init_variance_global``, ``init_variance_local``,
-``init_phi`` and ``init_noise`` multiplied by ``10**U(-1, 1)``, drawn from a
-stream of its own per data seed); an exact GP per site and one pooled exact
+``init_phi`` and ``init_noise`` of the model compared multiplied by
+``10**U(-1, 1)``, drawn from a stream of its own per data seed); an exact GP per site and one pooled exact
 GP (scikit-learn ``GaussianProcessRegressor``, RBF + constant + white noise,
 5 optimizer restarts).
 Metrics per site averaged over sites: RMSE, the Gaussian NLL per test row and
@@ -146,7 +146,7 @@ def run(seed, n_starts, model_params):
     rows["PFedHGP"]["fit_s"] = time.process_time() - t0
     rows["PFedHGP"]["elbo"] = float(np.ravel(model.elbo_)[-1])
     starts = []
-    for init in random_starts(seed, n_starts):
+    for init in random_starts(seed, n_starts, {**PFedHGPRegressor().get_params(), **model_params}):
         mean, std, model = pfedhgp(train, test, seed, **{**model_params, **init})
         starts.append({**scores(y_te, mean, std, g_te), "elbo": float(np.ravel(model.elbo_)[-1])})
     if starts:
@@ -154,6 +154,9 @@ def run(seed, n_starts, model_params):
         rows["PFedHGP"]["starts_rmse_min"] = float(r.min())
         rows["PFedHGP"]["starts_rmse_max"] = float(r.max())
         rows["PFedHGP"]["starts_rmse_spread"] = float((r.max() - r.min()) / np.median(r))
+        # restarts kept by the best ELBO (with the default start among them)
+        pool = starts + [rows["PFedHGP"]]
+        rows["PFedHGP"]["best_elbo_rmse"] = float(max(pool, key=lambda s: s["elbo"])["rmse"])
     return rows
 
 
@@ -206,6 +209,8 @@ def main(argv=None):
         print(f"  start spread (max-min)/median RMSE: mean "
               f"{np.mean([r['starts_rmse_spread'] for r in pf]):.4f}, max "
               f"{np.max([r['starts_rmse_spread'] for r in pf]):.4f}")
+        best = np.mean([r["PFedHGP"]["best_elbo_rmse"] / r["oracle"]["rmse"] for r in all_rows])
+        print(f"  restarts kept by the best ELBO / oracle RMSE: {best:.4f}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"params": params, "rows": all_rows}, fh, indent=1)

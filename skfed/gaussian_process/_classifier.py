@@ -106,8 +106,10 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         if self.estimator is None:
             m = X.shape[1]
             span = float(np.mean(np.ptp(grid, axis=0))) or 1.0
-            # tol and server_lr as before the real-data defaults (not measured here)
+            # tol, server_lr and init_variance_local as before the real-data defaults
+            # (not measured here)
             est = PFedHGPRegressor(optimizer="cavi", n_rounds=10, tol=None, server_lr=0.1,
+                                   init_variance_local=1.0,
                                    normalize_y=True, mean_function="constant", ard=False,
                                    n_inducing_global=min(40, m), n_inducing_local=min(20, m),
                                    init_lengthscale_global=0.1 * span,
