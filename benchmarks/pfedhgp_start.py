@@ -42,6 +42,9 @@ CANDIDATES = {
     "small local variance": dict(init_variance_local=0.1),
     "random intercept": dict(random_effects="intercept", **FORMER),
     "random intercept, small site parts": dict(random_effects="intercept", **SMALL_START),
+    # measured after the first-round and common-mode changes of random_effects
+    "random intercept, new default": dict(random_effects="intercept", init_variance_local=0.1),
+    "random slopes, new default": dict(random_effects="linear", init_variance_local=0.1),
 }
 
 

@@ -6,17 +6,18 @@ lengthscale 2, variance 1), per site a deviation GP (``phi * k_g`` with
 Gaussian noise of standard deviation 0.3. Each of 8 sites draws its 30
 training rows uniformly in its own window, a random 60% of the domain; its 50
 test rows are uniform on the whole domain (a seen-site prediction, 40% of it
-outside the site's own window, where only what the sites share informs it). The truth is a sum of GPs, so the
-Bayes predictor (the exact posterior of every site's test targets given all
-training rows under the true covariance) is the floor (``oracle``).
+outside the site's own window, where only what the sites share informs it).
+The truth is a sum of GPs, so the Bayes predictor (the exact posterior of
+every site's test targets given all training rows under the true covariance)
+is the floor (``oracle``).
 
 Compared, on the same draws: ``PFedHGPRegressor()`` at its defaults; the
 same from 5 random starts (each of ``init_lengthscale_global``,
 ``init_lengthscale_local``, ``init_variance_global``, ``init_variance_local``,
 ``init_phi`` and ``init_noise`` of the model compared multiplied by
-``10**U(-1, 1)``, drawn from a stream of its own per data seed); an exact GP per site and one pooled exact
-GP (scikit-learn ``GaussianProcessRegressor``, RBF + constant + white noise,
-5 optimizer restarts).
+``10**U(-1, 1)``, drawn from a stream of its own per data seed); an exact GP
+per site and one pooled exact GP (scikit-learn ``GaussianProcessRegressor``,
+RBF + constant + white noise, 5 optimizer restarts).
 Metrics per site averaged over sites: RMSE, the Gaussian NLL per test row and
 the 95% interval coverage.
 
@@ -37,6 +38,7 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from skfed import PFedHGPRegressor
+from skfed.gaussian_process._pfedhgp import SCALAR_INIT_VARIANCE_LOCAL
 
 DOMAIN = (0.0, 10.0)
 TRUTH = dict(ls_g=2.0, var_g=1.0, phi=0.2, ls_l=0.5, var_l=0.1, noise_sd=0.3)
@@ -127,7 +129,9 @@ def pfedhgp(train, test, seed, **params):
 
 def random_starts(seed, n_starts, base=None):
     """``n_starts`` sets of initial values, each default scaled by ``10**U(-1, 1)``."""
-    base = base or PFedHGPRegressor().get_params()
+    base = dict(base or PFedHGPRegressor().get_params())
+    if base["init_variance_local"] is None:  # the default for 1-D y
+        base["init_variance_local"] = SCALAR_INIT_VARIANCE_LOCAL
     rng = np.random.default_rng([seed, 27])
     return [{k: float(base[k]) * 10 ** rng.uniform(-1, 1) for k in INIT_KEYS}
             for _ in range(n_starts)]

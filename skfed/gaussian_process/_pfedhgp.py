@@ -348,12 +348,17 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         random intercept and slopes on the standardized inputs, correlated:
         ``Sigma`` is a full covariance). Each client's ``q(b_i)`` is set in
         closed form every round given its GP blocks, in the same mean-field
-        family (its mean and covariance stay on the client); the server
-        learns ``Sigma`` as the mean of the clients' ``E[b_i b_i^T]`` (an EM
-        step: each client sends that ``q x q`` matrix) and the noise with the
-        effects' variance in the expected error. With the GP blocks at zero
-        this is EM for the linear mixed model around the linear prior mean,
-        so the model nests it. A seen client's prediction adds ``z(x)^T
+        family (its mean and covariance stay on the client), from the second
+        training round on; the server's EM step moves the clients' mean
+        effect into the prior mean's intercept (and slopes) and sets
+        ``Sigma`` to the spread of ``E[b_i]`` about it plus the mean
+        ``Cov(b_i)`` (each client sends ``E[b_i]`` and ``E[b_i b_i^T]``), and
+        the noise update counts the effects' variance. With the global GP
+        alone (``components=("global",)``) this is the linear mixed model
+        (ML) around the linear prior mean: the model nests it (a test checks
+        the variances and predictions against :class:`FedMixedLMRegressor
+        <skfed.linear_model.FedMixedLMRegressor>`). With deviation and local
+        GPs those usually take the sites' offsets first. A seen client's prediction adds ``z(x)^T
         E[b_i]`` and its variance; a new client's adds the prior variance
         ``z(x)^T Sigma z(x)``. ``optimizer="cavi"`` and 1-D ``y`` only; not
         with ``site_trend``.
@@ -1066,7 +1071,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
             else:
                 if cfg.use_deviation:
                     part = part + phi * (Kg[np.ix_(rows, rows)] if full else Kg[rows])
-                if getattr(self, "_effects_cov", None) is not None:  # a new client's b ~ N(0, Sigma)
+                # a new client's random effects: b ~ N(0, Sigma)
+                if getattr(self, "_effects_cov", None) is not None:
                     part = part + effects_moments(
                         effects_design(Xs[rows], self.random_effects),
                         np.zeros(len(self._effects_cov)), self._effects_cov, full)[1]

@@ -19,10 +19,15 @@ model (Laird, Lange & Stram 1987) around the pooled linear prior mean.
   a singular ``Sigma`` (an effect estimated at zero) needs no inverse.
 * Its ELBO terms: ``tr(Z^T Z S_i)`` joins the expected squared error (so the
   noise update sees it) and ``KL(q(v) || N(0, I))`` the client's KL.
-* The server's closed-form update of ``Sigma`` (the M step): the mean over
-  clients of ``E[b_i b_i^T] = m_i m_i^T + S_i``. A client sends that
-  ``q x q`` matrix, a function of its GP residuals as its other per-round
-  statistics are (``doc/releases.md``); ``m_i`` and ``S_i`` stay on the client.
+* The server's closed-form M step: the fixed effects (the prior mean's
+  intercept and slopes) take the clients' mean ``delta`` of ``m_i``, and
+  ``Sigma`` is the mean over clients of ``E[(b_i - delta)(b_i - delta)^T]``
+  (without it the effects' common part drifts against the global GP). A
+  client sends ``E[b_i b_i^T] = m_i m_i^T + S_i`` and ``m_i``, functions of
+  its GP residuals as its other per-round statistics are (``doc/releases.md``).
+* The first training round fits the GP blocks alone (``b_i = 0``): the noise
+  is then still at its small start, and ``q(b_i)`` would take each client's
+  whole offset before the shared blocks could.
 """
 
 import numpy as np
@@ -81,11 +86,16 @@ def effects_q(Z, r, Sigma, s2):
     return m, S, trace, kl
 
 
-def effects_update(moments):
-    """The server's M step: ``Sigma`` as the mean of the clients' ``E[b b^T]``."""
-    total = sum(np.asarray(m, dtype=float) for m in moments)
-    Sigma = total / len(moments)
-    return 0.5 * (Sigma + Sigma.T)
+def effects_update(moments, means):
+    """The server's M step: the effects' mean ``delta`` over the clients, which the fixed
+    effects take, and ``Sigma`` as the clients' ``E[(b - delta)(b - delta)^T]``.
+
+    Returns ``(Sigma, delta)``.
+    """
+    delta = sum(np.asarray(m, dtype=float) for m in means) / len(means)
+    Sigma = sum(np.asarray(m, dtype=float) for m in moments) / len(moments)
+    Sigma = Sigma - np.outer(delta, delta)
+    return 0.5 * (Sigma + Sigma.T), delta
 
 
 def effects_moments(Z, m, S, full):

@@ -855,8 +855,13 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 loc[k] = np.array(broadcast[k], dtype=float)
         small = self.optimizer == "cavi" and self._small_round(X, loc, g)
         gb = self._global_basis(X, g, cache, small) if self.cfg.global_basis else None
-        effects = (self._site_effects(data, X, g, loc, gb, cache, broadcast)
-                   if self.random_effects else None)
+        effects = None
+        if self.random_effects:
+            # the first training round fits the GP blocks alone (b_i = 0): the noise is
+            # still at its small start, and b_i would take each site's whole offset
+            if loc.get("re_started", False):
+                effects = self._site_effects(data, X, g, loc, gb, cache, broadcast)
+            loc["re_started"] = True
         y = self._client_targets(data, X, broadcast, loc, cache, rng)
         jit = self._jitter(gb)
         if self.optimizer == "paper":
@@ -872,7 +877,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if effects is not None:  # the random effects' ELBO terms and E[b b^T]
             msg["c"] = msg["c"] + effects[0]
             msg["kl_u"] = msg["kl_u"] + effects[1]
-            msg["re_moment"] = effects[2]
+            msg["re_moment"], msg["re_m"] = effects[2], effects[3]
         if self.share_local_hypers:
             msg.update({k: loc[k] for k in shared})
         if int(broadcast["phase"]) == 2:
@@ -904,7 +909,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
         m, S, trace, kl = effects_q(Z, r, np.asarray(broadcast["re_cov"], dtype=float),
                                     float(softplus(g["noise"])))
         loc["re_mean"], loc["re_cov"] = m, S
-        return trace, kl, np.outer(m, m) + S
+        return trace, kl, np.outer(m, m) + S, m
 
     # --- the client's hooks (the multi-output model overrides these) ---------------
     def _client_targets(self, data, X, broadcast, loc, cache, rng):
@@ -1356,9 +1361,15 @@ class _PFedHGPSteps(FederatedAlgorithm):
                 g["Bg"] = Bg
             elbo -= server_kl(g, cfg)[0]
         if self.random_effects:  # the M step of Sigma (._random_effects)
-            moments = [m["re_moment"] for m in msgs if "re_moment" in m]
-            if moments:
-                state["re_cov"] = effects_update(moments)
+            sent = [m for m in msgs if "re_moment" in m]
+            if sent:
+                state["re_cov"], shift = effects_update(
+                    [m["re_moment"] for m in sent], [m["re_m"] for m in sent])
+                # the fixed effects take the effects' common part (their mean is 0)
+                scale = float(state["y_scale"])
+                state["y_shift"] = float(state["y_shift"]) + scale * shift[0]
+                if shift.shape[0] > 1 and state.get("y_coef") is not None:
+                    state["y_coef"] = np.asarray(state["y_coef"], dtype=float) + scale * shift[1:]
         if joint:
             # the ELBO above is that of the clients' blocks with the broadcast m_g
             # and the new S_g, phi, s2; m_g then jumps to the joint optimum of all

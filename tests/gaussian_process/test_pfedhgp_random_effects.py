@@ -56,8 +56,13 @@ def test_sqrt_psd_and_update():
     S = A @ A.T  # rank 2
     L = sqrt_psd(S)
     np.testing.assert_allclose(L @ L.T, S, atol=1e-12)
-    moments = [np.outer(v, v) for v in rng.normal(size=(4, 3))]
-    np.testing.assert_allclose(effects_update(moments), np.mean(moments, axis=0))
+    means = rng.normal(size=(4, 3))
+    moments = [np.outer(v, v) + np.eye(3) for v in means]
+    Sigma, delta = effects_update(moments, list(means))
+    np.testing.assert_allclose(delta, means.mean(axis=0))
+    # the clients' second moments about their common mean
+    centred = means - delta
+    np.testing.assert_allclose(Sigma, centred.T @ centred / 4 + np.eye(3))
 
 
 def test_effects_moments_match_numpy():
@@ -80,7 +85,7 @@ def test_random_intercepts_are_learned_and_kept_at_the_sites():
     # each site's E[b_i] stays in its own state; nothing per site goes up but E[b b^T]
     up = [r for r in m.communication_.records if r.direction == "up"]
     sent = {name for r in up for name in r.names}
-    assert "re_moment" in sent and not sent & {"re_mean", "re_cov"}
+    assert {"re_moment", "re_m"} <= sent and not sent & {"re_mean", "re_cov"}
     assert all(r.shapes[r.names.index("re_moment")] == (1, 1) for r in up
                if "re_moment" in r.names)
     # seen sites get their intercept; a new site only the prior variance
@@ -102,3 +107,25 @@ def test_random_effects_refuse_what_they_do_not_cover():
             X, np.column_stack([y, y]), groups=groups)
     with pytest.raises(ValueError, match="'random_effects' parameter"):
         PFedHGPRegressor(random_effects="quadratic", **SMALL).fit(X, y, groups=groups)
+
+
+def test_global_gp_with_random_intercepts_is_the_linear_mixed_model():
+    # y = linear + random intercept + noise: PFedHGP with only its global GP and
+    # random_effects="intercept" nests the ML linear mixed model (the global GP over the
+    # linear prior mean switches itself off)
+    from skfed.linear_model import FedMixedLMRegressor
+
+    rng = np.random.default_rng(0)
+    n_sites, n = 20, 20
+    X = rng.uniform(0, 10, (n_sites * n, 1))
+    groups = np.repeat(np.arange(n_sites), n)
+    y = 1 + 0.5 * X[:, 0] + rng.normal(0, 1.0, n_sites)[groups] + 0.5 * rng.normal(size=X.shape[0])
+    lmm = FedMixedLMRegressor(reml=False).fit(X, y, groups=groups)
+    gp = PFedHGPRegressor(components=("global",), random_effects="intercept",
+                          random_state=0).fit(X, y, groups=groups)
+    assert gp.random_effects_cov_[0, 0] == pytest.approx(lmm.random_effects_cov_[0, 0], rel=0.05)
+    assert gp.noise_variance_ == pytest.approx(lmm.noise_variance_, rel=0.03)
+    Xt = rng.uniform(0, 10, (100, 1))
+    gt = rng.integers(0, n_sites, 100)
+    diff = gp.predict(Xt, groups=gt) - lmm.predict(Xt, groups=gt)
+    assert np.sqrt(np.mean(diff ** 2)) < 0.05 * np.std(y)
