@@ -358,9 +358,9 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         (ML) around the linear prior mean: the model nests it (a test checks
         the variances and predictions against :class:`FedMixedLMRegressor
         <skfed.linear_model.FedMixedLMRegressor>`). With deviation and local
-        GPs those usually take the sites' offsets first. A seen client's prediction adds ``z(x)^T
-        E[b_i]`` and its variance; a new client's adds the prior variance
-        ``z(x)^T Sigma z(x)``. ``optimizer="cavi"`` and 1-D ``y`` only; not
+        GPs those usually take the sites' offsets first. A seen client's
+        prediction adds ``z(x)^T E[b_i]`` and its variance; a new client's
+        adds the prior variance ``z(x)^T Sigma z(x)``. ``optimizer="cavi"`` and 1-D ``y`` only; not
         with ``site_trend``.
     input_bounds : array-like of shape (2,) or (2, n_features), default=None
         The box, in raw input units, where ``Z_g`` starts (an even grid for
