@@ -45,6 +45,10 @@ CANDIDATES = {
     # measured after the first-round and common-mode changes of random_effects
     "random intercept, new default": dict(random_effects="intercept", init_variance_local=0.1),
     "random slopes, new default": dict(random_effects="linear", init_variance_local=0.1),
+    # ablation: do the per-site parts take shared signal (new-site RMSE of the full model
+    # against the global part alone)?
+    "global only": dict(components=("global",)),
+    "no deviation, new default": dict(components=("global", "local"), init_variance_local=0.1),
 }
 
 
