@@ -1,7 +1,6 @@
 """FedAvg for linear regression, with optional local fine-tuning (a pFL baseline)."""
 
 import copy
-from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -9,8 +8,8 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from ..base import FederatedEstimator, check_on_site, scatter_rows
-from ..federated import ClientData, FederatedAlgorithm
-from ..federated._release import MIN_ROWS_MOMENTS, sends_gram, too_few_rows_warning
+from ..federated import FederatedAlgorithm
+from ..federated._release import MIN_ROWS_MOMENTS, gram_gated, too_few_rows_warning
 from ..utils._param_validation import (
     FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
 )
@@ -41,13 +40,6 @@ def _local_sgd(X, y, coef, intercept, n_epochs, rng, learning_rate, alpha, batch
         X, y, coef, float(intercept), order, learning_rate, alpha, batch_size, fit_intercept
     )
     return coef, intercept
-
-
-@dataclass(frozen=True, eq=False)
-class _FedAvgData(ClientData):
-    """A client's rows and whether it may send its model updates (:func:`sends_gram`)."""
-
-    sends_update: bool = False
 
 
 class _FedAvg(FederatedAlgorithm):
@@ -110,12 +102,10 @@ class _FedAvg(FederatedAlgorithm):
         # update is its row (coefficient change / intercept change), two rows follow up
         # to their order. Such a client sends its row count only, decided on the site
         # (skfed.federated._release.sends_gram); it still fine-tunes
-        return _FedAvgData(X=data.X, y=data.y, sample_weight=data.sample_weight,
-                           label=data.label, index=data.index,
-                           sends_update=sends_gram(data.X, data.y))
+        return gram_gated(data)
 
     def client_step(self, data, state, broadcast, rng):
-        if not data.sends_update:
+        if not data.sends_gram:
             return state, {"n_samples": np.int64(data.n_samples)}
         coef, intercept = self._sgd(data, broadcast["coef"], broadcast["intercept"],
                                     self.local_epochs, rng)

@@ -36,13 +36,16 @@ zeros: :func:`sends_curve` counts the unknowns against the values sent.
 """
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..utils._validation import user_stacklevel
+from ._protocol import ClientData
 
-__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "sends_curve", "sends_gram", "sends_moments",
-           "sends_products", "sends_sums", "too_few_rows_warning"]
+__all__ = ["MIN_ROWS_MOMENTS", "MIN_ROWS_SUM", "GramGatedData", "gram_gated", "sends_curve",
+           "sends_gram", "sends_moments", "sends_products", "sends_sums",
+           "too_few_rows_warning"]
 
 MIN_ROWS_SUM = 2
 MIN_ROWS_MOMENTS = 3
@@ -185,3 +188,19 @@ def too_few_rows_warning(what, minimum, fallback, sent="sums"):
         f"client's {sent} would give its raw values); {fallback}.",
         UserWarning, stacklevel=user_stacklevel(),
     )
+
+
+@dataclass(frozen=True, eq=False)
+class GramGatedData(ClientData):
+    """A client's rows and whether it may send what its Gram matrix determines
+    (:func:`sends_gram`), decided once on the site."""
+
+    sends_gram: bool = False
+
+
+def gram_gated(data):
+    """``data`` as :class:`GramGatedData` (a ``prepare_client`` of a Gram-gated protocol)."""
+    return GramGatedData(X=data.X, y=data.y, sample_weight=data.sample_weight,
+                         label=data.label, index=data.index,
+                         sends_gram=sends_gram(data.X, data.y))
+

@@ -2,7 +2,6 @@
 
 import copy
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -12,20 +11,13 @@ from sklearn.utils._param_validation import StrOptions
 from ..base import FederatedEstimator
 from ..baselines._mixedlm import MixedPredictMixin, resolve_random_slopes
 from ..baselines._mixedlm_core import _blups
-from ..federated import ClientData, FederatedAlgorithm
-from ..federated._release import MIN_ROWS_MOMENTS, sends_gram
+from ..federated import FederatedAlgorithm
+from ..federated._release import MIN_ROWS_MOMENTS, gram_gated
 from ..utils._param_validation import UNKNOWN_CLIENT, positive_int
 from ..utils._validation import check_scale, user_stacklevel, validate_data
 from ._mixedlm_stats import MixedLMStats, fit_from_stats, site_statistics
 
 __all__ = ["FedMixedLMRegressor"]
-
-
-@dataclass(frozen=True, eq=False)
-class _SiteData(ClientData):
-    """A site's rows and whether it may send their statistics (:func:`sends_gram`)."""
-
-    sends_stats: bool = False
 
 
 class _FedMixedLM(FederatedAlgorithm):
@@ -46,12 +38,10 @@ class _FedMixedLM(FederatedAlgorithm):
     def prepare_client(self, data):
         # the statistics are the Gram matrix of [1, X, y] in another basis: a site whose
         # rows it would give back (skfed.federated._release.sends_gram) sends its count only
-        return _SiteData(X=data.X, y=data.y, sample_weight=data.sample_weight,
-                         label=data.label, index=data.index,
-                         sends_stats=sends_gram(data.X, data.y))
+        return gram_gated(data)
 
     def client_step(self, data, state, broadcast, rng):
-        if not data.sends_stats:
+        if not data.sends_gram:
             return state, {"n_samples": np.int64(data.n_samples)}
         n, sums, cross = site_statistics(data.X, data.y)
         return state, {"n_samples": np.int64(n), "sums": sums, "cross": cross}
