@@ -96,6 +96,7 @@ TRUSTED_TYPES = frozenset({
     "skfed.linear_model._baselines.FedOvADROClassifier",
     "skfed.linear_model._dp_fed_dro.DPFedDROClassifier",
     "skfed.linear_model._fed_mixedlm.FedMixedLMRegressor",
+    "skfed.linear_model._privacy_plan.Plan",
     "skfed.tensor._baselines.FedAvgTensorRegressor",
     "skfed.tensor._baselines.FedCommonTensorRegressor",
     "skfed.tensor._baselines.LocalTwoStageTensorRegressor",

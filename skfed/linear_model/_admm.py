@@ -6,6 +6,7 @@ constraint ``phi(M_g) <= lambda_g`` (penalty ``gamma``), ``mu`` the scaled ADMM
 dual of the consensus constraint ``M_g = M`` and ``rho`` its penalty.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..federated import FederatedAlgorithm
 from ..federated._release import sends_curve
 from ..privacy import gaussian_noise
 from ._base import LinearClientMixin
+from ._personalize import fit_site_adaptation
 
 DUAL_NORM = {"linf": "l1", "l1": "linf", "l2": "l2"}
 
@@ -425,6 +427,27 @@ def softmax_log_loss_grid(scores, y, betas=TEMPERATURE_GRID):
     return (lse - z[:, np.arange(y.size), y]).sum(axis=1)
 
 
+#: a private fit's temperature grid, as ratios r = beta * D to the largest score gap D
+#: the released model can give a row of norm <= the bound (logit gaps up to 30)
+PRIVATE_TEMPERATURE_RATIOS = np.logspace(-1.0, np.log10(30.0), 8)
+
+
+def largest_score_gap(coef, row_bound):
+    """``D = max_{k, j} ||M_k - M_j||_2 * row_bound``: no row of norm <= ``row_bound``
+    has two class scores further apart (public: a function of the released model)."""
+    coef = np.asarray(coef, dtype=float)
+    diff = coef[:, None, :] - coef[None, :, :]
+    return float(np.sqrt((diff * diff).sum(axis=2)).max()) * float(row_bound)
+
+
+def private_temperature_grid(coef, row_bound):
+    """``(betas, bounds)``: inverse temperatures ``r / D`` and each row's log-loss bound
+    ``log K + r`` there (a row's loss at ``beta`` is at most ``log K + beta D``)."""
+    gap = largest_score_gap(coef, row_bound)
+    r = PRIVATE_TEMPERATURE_RATIOS
+    return r / (gap if gap > 0 else 1.0), np.log(np.shape(coef)[0]) + r
+
+
 def sends_log_loss_grid(n_samples, n_classes, n_features, betas=TEMPERATURE_GRID):
     """Whether a site may send its summed log losses at the temperatures ``betas``.
 
@@ -544,7 +567,8 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
     def __init__(self, *, n_classes, n_features, alpha, radius, kappa, rho, gamma, dual,
                  private, eta=None, nu=None, sigma_M=None, sigma_lambda=None,
                  project_lambda=False, calibrate_round=None, output_model="last",
-                 class_weight=None):
+                 class_weight=None, scaling=None, n_rounds=None, personalize=False,
+                 temperature_multiplier=None, row_bound=None):
         self.n_classes = n_classes
         self.n_features = n_features
         self.coef_shape = (n_classes, n_features)
@@ -564,13 +588,46 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
         self.output_model = output_model
         # per-class weights of the loss (non-private only; None: every row 1)
         self.class_weight = class_weight
+        # private feature scaling (a PrivateScaling) or None: the rows as given
+        self.scaling = scaling
+        # training rounds: the last one broadcasts the released model
+        self.n_rounds = n_rounds
+        # each site fits its own adaptation on the final broadcast (never sent)
+        self.personalize = personalize
+        self.finalize_clients = bool(personalize)
+        # a private fit's temperature release (None: none) and the rows' norm bound
+        self.temperature_multiplier = temperature_multiplier
+        self.row_bound = row_bound
 
     def client_init(self, data, rng):
         # coef: M~_g (noisy) in Algorithm 2, exact M_g in Algorithm 1
         return dict(super().client_init(data, rng), lam=0.0, tau=0.0, objective=[],
                     lam_history=[], tau_history=[])
 
+    def _scaled_rows(self, data, broadcast):
+        """The site's rows in the scaled space, each of norm <= the bound (private scaling)."""
+        if self.scaling is None:
+            return data
+        n_cols = self.n_features - (self.intercept_scaling is not None)
+        X = self.scaling.transform(data.X[:, :n_cols], broadcast)
+        if self.intercept_scaling is not None:
+            X = np.hstack([X, data.X[:, n_cols:]])
+        return dataclasses.replace(data, X=X)
+
     def client_step(self, data, state, broadcast, rng):
+        if "histogram" in broadcast:
+            # the one-off release of the private scaling, before the first round
+            n_cols = self.n_features - (self.intercept_scaling is not None)
+            return state, {"histogram": self.scaling.site_release(data.X[:, :n_cols], rng)}
+        data = self._scaled_rows(data, broadcast)
+        if "calibrate" in broadcast and self.private:
+            # the summed log losses at the public grid, each row's divided by its
+            # bound so every entry moves by at most 1 when a row is replaced
+            coef = np.asarray(broadcast["coef"], dtype=float)
+            betas, bounds = private_temperature_grid(coef, self.row_bound)
+            losses = softmax_log_loss_grid(data.X @ coef.T, data.y, betas) / bounds
+            sigma = self.temperature_multiplier * np.sqrt(betas.size)
+            return state, {"log_loss": losses + _noise(betas.shape, sigma, rng)}
         if "calibrate" in broadcast:
             # the extra last round: score the released model (see server_step)
             if not sends_log_loss_grid(data.n_samples, self.n_classes, self.n_features
@@ -614,23 +671,62 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
                    tau_history=state["tau_history"] + [tau])
         return new, {"coef": coef_noisy}
 
+    def client_finalize(self, data, state, broadcast, rng):
+        """The site's adaptation of the released model (:mod:`._personalize`), kept here."""
+        data = self._scaled_rows(data, broadcast)
+        M = np.asarray(broadcast["coef"], dtype=float)
+        n_cols = self.n_features - (self.intercept_scaling is not None)
+        scale, coef, intercept, penalty = fit_site_adaptation(
+            data.X @ M.T, data.X[:, :n_cols], data.y)
+        return dict(state, adapt_scale=scale, adapt_coef=coef, adapt_intercept=intercept,
+                    adapt_penalty=penalty)
+
     def asks_every_client(self, server_state):
-        # the temperature is fitted on the summed losses of every client
+        # the temperature is fitted on the summed losses of every client, the
+        # scaling on the histograms of every client
+        if "ranges" in server_state and server_state["ranges"] is None:
+            return True
         return self.calibrate_round is not None and server_state["round"] >= self.calibrate_round
 
+    def server_init(self, rng):
+        state, broadcast = super().server_init(rng)
+        if self.scaling is not None and self.scaling.releases:
+            return dict(state, ranges=None), {**broadcast, "histogram": np.int64(1)}
+        return state, broadcast
+
     def server_step(self, state, messages, rng):
+        if "ranges" in state and state["ranges"] is None:
+            ranges = self.scaling.combine([m["histogram"] for m in messages.values()])
+            return dict(state, ranges=ranges), {"coef": state["coef"], **ranges}
+        ranges = state.get("ranges")
+        state, broadcast = self._server_step(state, messages, rng)
+        if ranges:  # every later broadcast carries them (a site sampled late needs them)
+            state, broadcast = dict(state, ranges=ranges), {**broadcast, **ranges}
+        return state, broadcast
+
+    def _server_step(self, state, messages, rng):
         if self.calibrate_round is not None and state["round"] >= self.calibrate_round:
             sent = [m["log_loss"] for m in messages.values() if "log_loss" in m]
+            released = {"coef": self._released(state)}
             if not sent:  # no site large enough: no temperature (the estimator warns)
-                return state, {"coef": state["coef"]}
+                return state, released
             total = sum(np.asarray(loss, dtype=float) for loss in sent)
-            return dict(state, temperature=pick_temperature(total)), {"coef": state["coef"]}
+            if self.private:  # back to log-loss units on the public grid (post-processing)
+                betas, bounds = private_temperature_grid(released["coef"], self.row_bound)
+                return dict(state, temperature=pick_temperature(total * bounds, betas)), released
+            return dict(state, temperature=pick_temperature(total)), released
         state, broadcast = super().server_step(state, messages, rng)
+        if state["round"] == self.n_rounds:
+            # the last training round broadcasts the model that is released: the
+            # calibration round scores it, the sites adapt it
+            broadcast = {"coef": self._released(state)}
         if state["round"] == self.calibrate_round:
-            # the calibration round scores the model that will be released; the
-            # flag, not a client's own step count, starts it (a client may have
-            # been asked in fewer rounds)
-            if self.output_model == "average":
-                broadcast = {"coef": state["sum_coef"] / state["round"]}
+            # the flag, not a client's own step count, starts the calibration
+            # round (a client may have been asked in fewer rounds)
             broadcast = {**broadcast, "calibrate": np.int64(1)}
         return state, broadcast
+
+    def _released(self, state):
+        if self.output_model == "average":
+            return state["sum_coef"] / state["round"]
+        return state["coef"]

@@ -81,12 +81,25 @@ class LinearPredictionMixin:
     __metadata_request__decision_function = {"groups": True}
 
     def _scores(self, X, groups):
-        """``X @ coef_.T + intercept_`` of shape (n_samples, n_classes), groups checked."""
+        """Class scores of shape (n_samples, n_classes), groups checked."""
+        return self._scores_by_client(X, groups)[0]
+
+    def _scores_by_client(self, X, groups):
+        """``(scores, client_index)``: the global model's ``X @ coef_.T + intercept_``,
+        or a client's own for its rows (:meth:`_client_scores`); index -1: global."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        if groups is not None:
-            map_clients(groups, self.clients_, X.shape[0], self.unknown_client)
-        return X @ self.coef_.T + self.intercept_
+        index = map_clients(groups, self.clients_, X.shape[0], self.unknown_client)
+        X = self._model_rows(X)
+        return self._client_scores(X @ self.coef_.T + self.intercept_, X, index), index
+
+    def _client_scores(self, scores, X, index):
+        """Scores of the rows of seen clients (default: the global model's)."""
+        return scores
+
+    def _model_rows(self, X):
+        """The rows as the model scores them (estimators that clip override)."""
+        return X
 
     def decision_function(self, X, groups=None):
         """Class scores ``M x + b`` of the global model.
@@ -155,8 +168,12 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
             return True
         return check_epsilon(self.epsilon) is not None
 
+    def _rows_bounded_by_fit(self):
+        """Whether the fit itself maps the rows into the norm bound (private scaling)."""
+        return False
+
     def _privacy_plan(self):
-        """Per-round ``(epsilons, delta, delta_bar)`` or None (see :func:`privacy_plan`)."""
+        """The :class:`~._privacy_plan.Plan` or None (see :func:`privacy_plan`)."""
         return privacy_plan(self, None) if self._private else None
 
     def _check_params(self):
@@ -171,8 +188,9 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
             return None
         report = privacy_report(int(self.n_rounds), self._plan,
                                 getattr(self, "accountant", "paper"))
+        least = min(z for share in report["shares"] for z in share["noise_multiplier"])
         return {"epsilon": float(report["epsilon"]), "delta": float(report["delta"]),
-                "noise_multiplier": float(min(report["noise_multiplier"]))}
+                "noise_multiplier": float(least)}
 
     def _validate_site_data(self, X, y, reset=False, groups=None):
         """The checks one site runs on its own rows (in-process: on the pooled rows).
@@ -183,7 +201,7 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
         X, y = validate_data(self, X, y, reset=reset, dtype=np.float64)
         check_scale(X, "X")  # else the local QP solvers fail deep inside (LocalSolveError)
         check_classification_targets(y)
-        if self._is_private():
+        if self._is_private() and not self._rows_bounded_by_fit():
             check_norm_bound(X, float(self.norm_bound))
         if self._classes is not None:
             self._check_labels_known(y, groups)
@@ -270,7 +288,7 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
         for name, value in algorithm.fitted_attrs.items():
             setattr(self, name, value)
         outside = [] if plan is None or self._classes is not None else [LABEL_SETS]
-        self.privacy_spent_ = privacy_report(self.n_iter_, plan,
+        self.privacy_spent_ = privacy_report(self._n_training_rounds(result), plan,
                                              getattr(self, "accountant", "paper"), outside)
         if outside:
             warnings.warn(
@@ -284,13 +302,17 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
                 "labels) to keep the label sets on the sites.",
                 UserWarning, stacklevel=user_stacklevel())
         if plan is not None:
-            eps, delta, _ = plan
+            eps, delta = plan.epsilons, plan.delta
             self.epsilon_round_ = tuple(eps)
             self.noise_multiplier_ = tuple(classical_multiplier(e, delta) for e in eps)
             self.privacy_unit_ = "record"
         else:
             self.epsilon_round_ = self.noise_multiplier_ = self.privacy_unit_ = None
         self._set_client_results(result, algorithm)
+
+    def _n_training_rounds(self, result):
+        """Rounds of noisy releases (estimators with extra rounds override)."""
+        return result.n_rounds
 
     def _set_client_results(self, result, algorithm):
         """Attributes from the client states (``None`` on a distributed run)."""

@@ -312,7 +312,7 @@ class DPFedERMClassifier(_FederatedBaseline):
             eta = self.c_w / np.sqrt(T * 2 * L * L) * np.ones_like(n_g)
             sigma = np.zeros_like(n_g)
         else:
-            (eps,), delta, _ = plan
+            (eps,), delta = plan.epsilons, plan.delta
             log_term = math.log(1.25 / delta)
             eta = self.c_w / np.sqrt(T * (2 * L * L + 16 * k * p * L * L * log_term
                                           / (n_g ** 2 * eps ** 2)))
@@ -447,7 +447,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
         if plan is None:
             sigma = np.zeros_like(n_g)
         else:
-            (eps,), delta, _ = plan
+            (eps,), delta = plan.epsilons, plan.delta
             sigma = 2 * math.sqrt(2) * L / n_g * classical_multiplier(eps, delta)
         algorithm = _DPFedSGDAlgorithm(coef_shape=shape, alpha=alpha, reg=float(self.reg),
                                        learning_rate=float(self.learning_rate), sigma=sigma)

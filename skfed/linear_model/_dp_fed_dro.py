@@ -11,6 +11,7 @@ from scipy.special import log_softmax
 from ..federated._release import MIN_ROWS_MOMENTS, sends_moments, too_few_rows_warning
 from sklearn.utils._param_validation import StrOptions
 
+from ..privacy._scaling import PrivateScaling
 from ..utils._param_validation import Number, nonnegative_real, positive_real
 from ._admm import DUAL_NORM, TEMPERATURE_GRID, DPFedDROAlgorithm, sensitivities, step_sizes
 from ._base import _LinearFederatedClassifier
@@ -67,15 +68,24 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
 
     **Privacy.** Record-level ("replace one row of one client") differential
     privacy of everything a client sends, per client, composed over
-    ``n_rounds`` rounds. Give either a per-round budget ``(epsilon, delta)``,
-    split as ``eps_M^2 = budget_split * eps^2`` (model) and
-    ``eps_lambda^2 = (1 - budget_split) * eps^2`` (DRO variable) as in the
-    paper, or a total ``(target_epsilon, target_delta)`` that is converted to
-    the per-round budget by the chosen accountant. The guarantee assumes
-    ``||x||_2 <= norm_bound`` for every row: ``fit`` refuses rows whose norm
-    exceeds it (scale them first, e.g. with
+    ``n_rounds`` rounds. Give either a total ``target_epsilon`` (at
+    ``delta``), to which the noise is calibrated by the chosen accountant (PLD
+    by default), or the paper's per-round budget ``(epsilon, delta)``, split as
+    ``eps_M^2 = budget_split * eps^2`` (model) and ``eps_lambda^2 = (1 -
+    budget_split) * eps^2`` (DRO variable). The sensitivities assume
+    ``||x||_2 <= norm_bound`` for every row. By default a private fit makes
+    its rows so itself (``standardize="auto"``): before the first round each
+    site releases, once, the histograms of its features on a fixed public grid
+    with Gaussian noise (a ``scaling_share`` of the budget, accounted with the
+    rounds), the server reads a range per feature from their sum, and each
+    site maps every feature into ``[-1, 1]`` by it, clips there and scales the
+    row by ``norm_bound / sqrt(n_features)`` (:mod:`skfed.privacy._scaling`);
+    public ``feature_bounds`` skip the release. With ``standardize=False``
+    (the paper's protocol, also the ``"auto"`` choice with
+    ``accountant="paper"``) ``fit`` refuses rows whose norm exceeds
+    ``norm_bound`` (scale them first, e.g. with
     :class:`skfed.preprocessing.NormClipper`). The guarantee does **not**
-    cover data-dependent preprocessing (e.g. min-max statistics computed on
+    cover data-dependent preprocessing outside the fit (e.g. min-max statistics computed on
     the training rows), hyperparameter search on the private data, the
     set-up exchange (each client's row count, public under replace-one, and,
     without ``classes``, the set of class labels it holds, from which
@@ -83,6 +93,17 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     lists it; pass the public ``classes`` to keep it on the sites), or
     ``history_["objective"]`` (client-local diagnostics that are never sent;
     do not publish them).
+
+    **Site adaptation.** With ``personalize=True`` (the default) each site
+    fits, after the rounds and on its own rows only, a multinomial logistic
+    model on the released model's scores and its own standardized features:
+    ``t_g * s(x) + W_g x + c_g``, the deviation ``W_g`` shrunk by a ridge
+    penalty the site picks by 3-fold cross-validation of the log loss
+    (:mod:`skfed.linear_model._personalize`). Nothing of it is sent, so the
+    releases and their guarantee are unchanged; ``predict(X, groups)`` scores
+    a seen site's rows with it and every other row with the shared model.
+    The adaptation is a model of the site's rows kept by the site: it is not
+    covered by the privacy guarantee (in-process, ``personal_coef_`` holds it).
 
     Parameters
     ----------
@@ -101,16 +122,19 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         Total budget over all rounds; overrides ``epsilon``.
     target_delta : float or None, default=None
         Total delta with ``target_epsilon`` (also used as per-round delta);
-        required when ``target_epsilon`` is given.
+        ``None``: ``delta``.
     budget_split : float in (0, 1), default=0.95
         Share of ``epsilon^2`` spent on the model release.
-    accountant : {"paper", "rdp", "pld"}, default="paper"
-        ``"paper"``: the closed-form moments-accountant bound of the paper's
-        Theorem 2 (reproduces its totals). ``"rdp"``/``"pld"``: dp-accounting's
-        Renyi-DP or privacy-loss-distribution accountant on the same Gaussian
-        releases (tighter; PLD takes about a second). A ``target_epsilon`` is
-        calibrated by :func:`skfed.privacy.calibrate_noise_multiplier` with the
-        same accountant.
+    accountant : {"pld", "rdp", "paper"}, default="pld"
+        ``"pld"``/``"rdp"``: dp-accounting's privacy-loss-distribution or
+        Renyi-DP accountant on the Gaussian releases (PLD is the tightest;
+        calibrating a total takes about a second). ``"paper"``: the
+        closed-form moments-accountant bound of the paper's Theorem 2
+        (reproduces its totals: 3.7299 for 50 rounds at ``epsilon=0.5``, where
+        PLD gives about 3.1 for the same noise); it covers the rounds only, so
+        ``"auto"`` scaling is off with it. A ``target_epsilon`` is calibrated by
+        :func:`skfed.privacy.calibrate_noise_multiplier` with the same
+        accountant, on all the fit's releases.
     n_rounds : int, default=50
         Number of rounds ``T`` (fixed: the budget is tied to it).
     rho : float, default=0.8
@@ -165,15 +189,42 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     intercept_scaling : float, default=1.0
         Value of the constant feature.
     standardize : {"auto", True, False}, default="auto"
-        Standardize the features with the pooled mean and standard deviation
-        of the rows of the sites with 3 rows or more, formed from their
-        per-site sums and sums of squared deviations (a smaller site, or one
-        with a feature nonzero on only one or two rows, sends none: they
-        would give those values; non-private only:
-        these aggregates are not covered by a privacy guarantee, so ``True``
-        with ``epsilon``/``target_epsilon`` is an error). ``"auto"``: ``True``
-        without privacy, ``False`` with it. The paper's protocol scales the
-        rows beforehand (``standardize=False``).
+        How the rows are scaled inside the fit. Without privacy: by the pooled
+        mean and standard deviation of the rows of the sites with 3 rows or
+        more, formed from their per-site sums and sums of squared deviations
+        (a smaller site, or one with a feature nonzero on only one or two
+        rows, sends none: they would give those values; these aggregates are
+        not covered by any privacy guarantee). With privacy: into the norm
+        bound by per-feature ranges, read from noisy histograms the sites
+        release once (``scaling_share`` of the budget) or from the public
+        ``feature_bounds``; rows are then never refused for their norm.
+        ``False``: the rows as given (the paper's protocol; a private fit
+        refuses rows above ``norm_bound``). ``"auto"``: ``True``, but
+        ``False`` for a private fit with ``accountant="paper"`` and no
+        ``feature_bounds``.
+    feature_bounds : array-like of shape (2, n_features) or None, default=None
+        Public lowest and highest value of each feature (e.g. the range of a
+        questionnaire's answers), for a private fit's scaling: rows are
+        clipped to them and nothing is released for the scaling. Must not be
+        computed from the private rows. Ignored without privacy.
+    scaling_share : float in (0, 1), default=0.1
+        Share of the privacy budget spent on the scaling histograms, in
+        zero-concentrated DP terms (``rho = 1 / (2 z^2)`` per Gaussian release
+        of noise multiplier ``z``): with ``target_epsilon`` the rounds get the
+        rest; with a per-round ``epsilon`` the histograms add
+        ``scaling_share / (1 - scaling_share)`` of the rounds' cost, and
+        ``privacy_spent_`` reports the composed total.
+    temperature_share : float in [0, 1), default=0.05
+        Share of a private fit's budget (zCDP terms, as ``scaling_share``)
+        spent on the temperature of :meth:`predict_proba`; 0: no release and
+        ``temperature_ = 1`` (the paper's hinge scores are then nearly
+        uniform probabilities). Ignored without privacy (the temperature is
+        fitted without noise) and with ``accountant="paper"`` (the paper's
+        protocol releases its rounds only).
+    personalize : bool, default=True
+        Fit each site's own adaptation of the shared model on its rows after
+        the rounds (see "Site adaptation" above); ``predict(X, groups)`` uses
+        it for seen sites. ``False``: one shared model for every row.
     class_weight : dict, "balanced" or None, default=None
         ``None``: every row weighs 1 (the paper). Non-private only: a dict
         ``{class label: weight}`` (classes not listed weigh 1) or
@@ -239,11 +290,27 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     n_iter_ : int
         Training rounds run (without the calibration round of non-private mode).
     temperature_ : float
-        Temperature of :meth:`predict_proba`: fitted without privacy (on the
-        clients large enough to send their log losses, see :meth:`predict_proba`),
-        1 with it.
+        Temperature of :meth:`predict_proba` for the shared model: fitted on
+        the clients' summed log losses (see :meth:`predict_proba`); with
+        privacy from their noisy release (``temperature_share``), 1 if
+        ``temperature_share=0``.
     feature_mean_, feature_scale_ : ndarray of shape (n_features,) or None
         The pooled standardization (``None`` when not standardizing).
+    feature_range_ : ndarray of shape (2, n_features) or None
+        The low and high value of each feature of a private scaling (from the
+        noisy histograms or ``feature_bounds``): rows are clipped to them in
+        training and in prediction, ``coef_`` and ``intercept_`` act on the
+        clipped rows in raw units. ``None`` without private scaling.
+    personal_scale_ : ndarray of shape (n_clients,) or None
+        Each site's weight ``t_g`` of the shared scores in its adaptation
+        (``None`` with ``personalize=False`` or on a distributed run, where
+        the adaptations stay on the sites).
+    personal_coef_ : ndarray of shape (n_clients, n_classes, n_features) or None
+        Each site's deviation ``W_g``, raw units.
+    personal_intercept_ : ndarray of shape (n_clients, n_classes) or None
+        Each site's intercepts ``c_g``, raw units.
+    personal_penalty_ : ndarray of shape (n_clients,) or None
+        The ridge strength each site's cross-validation chose.
     history_ : dict of ndarray
         Per round: ``"objective"`` (``sum_g alpha_g h_g^t`` at the iterate the
         clients linearize at, or the exact local objective in non-private mode;
@@ -256,7 +323,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         :class:`skfed.tensor.PersonalizedTensorRegressor`'s: ``"epsilon"``,
         ``"delta"`` (total per client, by the chosen accountant),
         ``"n_releases"``, ``"noise_multiplier"``, ``"calibration"``,
-        ``"strict"``, ``"covers"``, ``"outside"``. Without ``classes`` a
+        ``"strict"``, ``"covers"``, ``"outside"``, and ``"shares"``: one entry
+        per kind of release (the scaling histograms, the rounds' models) with
+        its count, noise multipliers and share of the zCDP cost. Without ``classes`` a
         private fit lists each site's label set under ``"outside"``
         (``"strict"`` is then false; ``"epsilon"`` still bounds the noisy
         releases). Without privacy (``epsilon=None`` or ``inf``)
@@ -293,24 +362,35 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     >>> import numpy as np
     >>> from skfed.linear_model import DPFedDROClassifier
     >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, 300)
-    >>> X = np.eye(3)[y] + 0.1 * rng.standard_normal((300, 3))
-    >>> X /= np.linalg.norm(X, axis=1, keepdims=True)
-    >>> groups = rng.integers(0, 3, 300)
-    >>> clf = DPFedDROClassifier(epsilon=0.5, delta=1e-6, n_rounds=50, c_M=2.0,
-    ...                          classes=[0, 1, 2], random_state=0).fit(X, y, groups=groups)
-    >>> round(clf.privacy_spent_["epsilon"], 4)
-    3.7299
-    >>> bool(clf.score(X, y) > 0.9)
+    >>> y = rng.integers(0, 3, 600)
+    >>> X = 50.0 * np.eye(3)[y] + 10.0 * rng.standard_normal((600, 3))  # raw units
+    >>> groups = rng.integers(0, 3, 600)
+    >>> clf = DPFedDROClassifier(target_epsilon=4.0, classes=[0, 1, 2],
+    ...                          random_state=0).fit(X, y, groups=groups)
+    >>> round(clf.privacy_spent_["epsilon"], 2)
+    4.0
+    >>> [s["release"] for s in clf.privacy_spent_["shares"]]
+    ['feature-scaling histograms', 'local models, every round']
+    >>> bool(clf.score(X, y, groups=groups) > 0.9)
     True
+
+    The paper's protocol (rows scaled beforehand, its per-round budget and
+    closed-form total):
+
+    >>> Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    >>> paper = DPFedDROClassifier(epsilon=0.5, accountant="paper", c_M=2.0,
+    ...                            classes=[0, 1, 2], random_state=0).fit(Xn, y, groups=groups)
+    >>> round(paper.privacy_spent_["epsilon"], 4)
+    3.7299
     """
 
     def __init__(self, *, epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
-                 budget_split=0.95, accountant="paper", n_rounds=50, rho=0.8, gamma=0.1,
+                 budget_split=0.95, accountant="pld", n_rounds=50, rho=0.8, gamma=0.1,
                  kappa="auto", radius="auto", c_M=1.0, c_lambda=1.0, C=0.4, V=1.0,
                  norm_bound=1.0, feature_norm="l1", alpha="uniform", output_model="last",
                  project_lambda=False, fit_intercept="auto", intercept_scaling=1.0,
-                 standardize="auto", class_weight=None, classes=None, client_fraction=1.0,
+                 standardize="auto", feature_bounds=None, scaling_share=0.1,
+                 temperature_share=0.05, personalize=True, class_weight=None, classes=None, client_fraction=1.0,
                  on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None,
                  verbose=0):
@@ -337,6 +417,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
         self.standardize = standardize
+        self.feature_bounds = feature_bounds
+        self.scaling_share = scaling_share
+        self.temperature_share = temperature_share
+        self.personalize = personalize
         self.class_weight = class_weight
         self.classes = classes
         self.client_fraction = client_fraction
@@ -373,19 +457,17 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         "alpha": [StrOptions({"uniform", "size"}), "array-like"],
         "output_model": [StrOptions(set(OUTPUT_MODELS))],
         "project_lambda": ["boolean"],
+        "personalize": ["boolean"],
         "fit_intercept": [StrOptions({"auto"}), "boolean"],
         "standardize": [StrOptions({"auto"}), "boolean"],
+        "feature_bounds": ["array-like", None],
+        "scaling_share": [Number(numbers.Real, 0, 1, closed="neither")],
+        "temperature_share": [Number(numbers.Real, 0, 1, closed="left")],
         "class_weight": [StrOptions({"balanced"}), Mapping, None],
     }
 
     def _check_params(self):
         """The checks of several parameters together; then the privacy plan."""
-        if self.standardize is True and self._is_private():
-            raise ValueError(
-                "standardize=True needs the clients' feature means and variances, which the "
-                "privacy guarantee does not cover; with epsilon or target_epsilon set, scale "
-                "the rows before fitting (standardize='auto' or False)."
-            )
         cw = self.class_weight
         if isinstance(cw, Mapping):
             bad = {k: v for k, v in cw.items()
@@ -422,8 +504,42 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     def _fits_intercept(self):
         return bool(self._resolved("fit_intercept"))
 
+    def _private_scaling(self):
+        """How a private fit scales its rows: ``"histogram"`` (noisy histograms,
+        ``scaling_share`` of the budget), ``"bounds"`` (the public
+        ``feature_bounds``, no release) or ``None`` (the rows as given)."""
+        if not self._is_private() or self.standardize is False:
+            return None
+        if self.feature_bounds is not None:
+            return "bounds"
+        if self.standardize == "auto" and self.accountant == "paper":
+            return None  # the paper's protocol: rows scaled beforehand
+        return "histogram"
+
+    def _fits_private_temperature(self):
+        # the paper's protocol (its accountant) releases the rounds only
+        return (self._is_private() and self.temperature_share > 0
+                and self.accountant != "paper")
+
+    def _rows_bounded_by_fit(self):
+        return self._private_scaling() is not None
+
+    def _one_off_shares(self):
+        """``(name, share)`` of each one-off release of a private fit (privacy_plan)."""
+        shares = []
+        if self._private_scaling() == "histogram":
+            shares.append(("scaling", float(self.scaling_share)))
+        if self._fits_private_temperature():
+            shares.append(("temperature", float(self.temperature_share)))
+        if sum(share for _, share in shares) >= 1:
+            raise ValueError(
+                f"scaling_share + temperature_share must be < 1 (the rounds need a share of "
+                f"the budget), got {' + '.join(str(v) for _, v in shares)}."
+            )
+        return tuple(shares)
+
     def _privacy_plan(self):
-        return privacy_plan(self, float(self.budget_split))
+        return privacy_plan(self, float(self.budget_split), self._one_off_shares())
 
     def _federated_algorithm(self, setup):
         plan = self._plan
@@ -434,12 +550,34 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                 UserWarning,
             )
         algorithm = super()._federated_algorithm(setup)
+        mode = self._private_scaling()
+        if mode is not None:
+            n_cols = int(setup["n_features"])
+            bounds = self._feature_bounds(n_cols) if mode == "bounds" else None
+            algorithm.scaling = PrivateScaling(n_cols, float(self.norm_bound),
+                                               plan.multiplier("scaling"), bounds)
         if "feature_mean" in setup:  # the sites standardize their rows (prepare_client)
             algorithm.feature_mean = np.asarray(setup["feature_mean"], dtype=float)
             algorithm.feature_scale = np.asarray(setup["feature_scale"], dtype=float)
         if "class_weight" in setup:
             algorithm.class_weight = np.asarray(setup["class_weight"], dtype=float)
         return algorithm
+
+    def _feature_bounds(self, n_features):
+        """The public ``feature_bounds`` as ``(low, high)`` rows, checked."""
+        try:
+            bounds = np.asarray(self.feature_bounds, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"feature_bounds must be numbers, got {self.feature_bounds!r}.") \
+                from exc
+        if bounds.shape != (2, n_features):
+            raise ValueError(
+                f"feature_bounds must have shape (2, n_features) = (2, {n_features}): a row "
+                f"of lows and a row of highs; got shape {bounds.shape}."
+            )
+        if not np.isfinite(bounds).all() or not (bounds[1] > bounds[0]).all():
+            raise ValueError("feature_bounds must be finite with low < high for every feature.")
+        return bounds
 
     def _algorithm(self, plan, sizes, shape, L, alpha):
         """Algorithm 2 (private) or 1 with the paper's step sizes and noise per client."""
@@ -449,7 +587,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         kappa = float(self._resolved("kappa"))
         kwargs = dict(n_classes=n_classes, n_features=n_cols, alpha=alpha, radius=radius,
                       kappa=kappa, rho=float(self.rho), gamma=float(self.gamma),
-                      dual=DUAL_NORM[self.feature_norm], project_lambda=bool(self.project_lambda))
+                      dual=DUAL_NORM[self.feature_norm], project_lambda=bool(self.project_lambda),
+                      n_rounds=int(self.n_rounds), personalize=bool(self.personalize))
         if plan is None:
             zeros = np.zeros(n_clients)
             attrs = dict(kappa_=kappa, radius_=radius, noise_sigma_M_=zeros,
@@ -458,7 +597,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             algorithm = DPFedDROAlgorithm(private=False, calibrate_round=int(self.n_rounds),
                                           output_model=self.output_model, **kwargs)
             return algorithm, attrs
-        (eps_M, eps_l), delta, _ = plan
+        (eps_M, eps_l), delta = plan.epsilons, plan.delta
         eta, nu = np.empty(n_clients), np.empty(n_clients)
         sens_M, sens_l = np.empty(n_clients), np.empty(n_clients)
         for g, n_g in enumerate(sizes):
@@ -474,8 +613,11 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             )
         sigma_M = sens_M * classical_multiplier(eps_M, delta)
         sigma_l = sens_l * classical_multiplier(eps_l, delta)
-        algorithm = DPFedDROAlgorithm(private=True, eta=eta, nu=nu, sigma_M=sigma_M,
-                                      sigma_lambda=sigma_l, **kwargs)
+        z_temperature = plan.multiplier("temperature")
+        algorithm = DPFedDROAlgorithm(
+            private=True, eta=eta, nu=nu, sigma_M=sigma_M, sigma_lambda=sigma_l,
+            calibrate_round=None if z_temperature is None else int(self.n_rounds),
+            temperature_multiplier=z_temperature, row_bound=L, **kwargs)
         attrs = dict(kappa_=kappa, radius_=radius, noise_sigma_M_=sigma_M,
                      noise_sigma_lambda_=sigma_l,
                      sensitivity_M_=sens_M, sensitivity_lambda_=sens_l, eta_=eta, nu_=nu)
@@ -550,11 +692,15 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         params = super()._engine_params()
         if not self._is_private():
             params["n_rounds"] += 1  # the calibration round of predict_proba
+        if self._private_scaling() == "histogram":
+            params["n_rounds"] += 1  # the sites' histograms, before the first round
+        if self._fits_private_temperature():
+            params["n_rounds"] += 1  # the private calibration round of predict_proba
         return params
 
     def _set_fitted(self, fit):
         super()._set_fitted(fit)
-        server, setup = fit.result.server_state, fit.setup
+        server, setup, algorithm = fit.result.server_state, fit.setup, fit.algorithm
         self.n_iter_ = int(server["round"])
         self.temperature_ = float(server.get("temperature", 1.0))
         if not self._is_private() and "temperature" not in server:
@@ -579,20 +725,52 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                     "class_weight=None)" if self.class_weight is not None else "")
                 + ".", UserWarning,
             )
-        if "feature_mean" in setup:
-            # back to raw units: M ((x - m) / s) + b = (M / s) x + (b - (M / s) m)
+        self.feature_mean_ = self.feature_scale_ = self.feature_range_ = None
+        if "feature_mean" in setup:  # standardized: x' = (x - m) / s
             mean = np.asarray(setup["feature_mean"], dtype=float)
             scale = np.asarray(setup["feature_scale"], dtype=float)
-            self.coef_ = self.coef_ / scale
-            self.intercept_ = self.intercept_ - self.coef_ @ mean
-            if self.client_coefs_ is not None:
-                self.client_coefs_ = self.client_coefs_ / scale
-                self.client_intercepts_ = self.client_intercepts_ - self.client_coefs_ @ mean
+            self._to_raw_units(mean, 1.0 / scale)
             self.feature_mean_, self.feature_scale_ = mean.copy(), scale.copy()
-        else:
-            self.feature_mean_ = self.feature_scale_ = None
+        elif algorithm.scaling is not None:
+            # privately scaled: x' = (clip(x) - c) * norm_bound / (h sqrt(p)), the rows
+            # clipped to [c - h, c + h] (in training and in predict)
+            center, half = algorithm.scaling.ranges(server.get("ranges"))
+            self._to_raw_units(center, float(self.norm_bound) / (half * np.sqrt(center.size)))
+            self.feature_range_ = np.stack([center - half, center + half])
         self.class_weight_ = (np.asarray(setup["class_weight"], dtype=float).copy()
                               if "class_weight" in setup else None)
+
+    def _to_raw_units(self, mean, factor):
+        """Map every fitted linear model from the sites' feature space ``x' = (x - mean) *
+        factor`` back to raw units: ``W x' + b = (W factor) x + (b - (W factor) mean)``."""
+        for coef, intercept in (("coef_", "intercept_"),
+                                ("client_coefs_", "client_intercepts_"),
+                                ("personal_coef_", "personal_intercept_")):
+            W = getattr(self, coef)
+            if W is None:
+                continue
+            W = W * factor
+            setattr(self, coef, W)
+            setattr(self, intercept, getattr(self, intercept) - W @ mean)
+
+    def _n_training_rounds(self, result):
+        return int(result.server_state["round"])
+
+    def _client_scores(self, scores, X, index):
+        """A seen site's rows: ``t_g * scores + W_g x + c_g`` (its adaptation)."""
+        if getattr(self, "personal_coef_", None) is None:
+            return scores
+        out = scores.copy()
+        for g in np.unique(index[index >= 0]):
+            rows = index == g
+            out[rows] = (self.personal_scale_[g] * scores[rows]
+                         + X[rows] @ self.personal_coef_[g].T + self.personal_intercept_[g])
+        return out
+
+    def _model_rows(self, X):
+        if getattr(self, "feature_range_", None) is None:
+            return X
+        return np.clip(X, self.feature_range_[0], self.feature_range_[1])
 
     __metadata_request__predict_proba = {"groups": True}
     __metadata_request__predict_log_proba = {"groups": True}
@@ -611,7 +789,13 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         -------
         log_proba : ndarray of shape (n_samples, n_classes)
         """
-        return log_softmax(self._scores(X, groups) / self.temperature_, axis=1)
+        scores, index = self._scores_by_client(X, groups)
+        if getattr(self, "personal_coef_", None) is not None:
+            # a site's adaptation is fitted on the log loss: its scores are log-odds
+            # already; the global model's are calibrated by temperature_
+            scores[index < 0] /= self.temperature_
+            return log_softmax(scores, axis=1)
+        return log_softmax(scores / self.temperature_, axis=1)
 
     def predict_proba(self, X, groups=None):
         """Class probabilities ``softmax((M x + b) / temperature_)``.
@@ -627,9 +811,16 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         rows (``K`` classes): each row's losses are a function of its
         ``min(K - 1, n_features)`` score margins, which fewer rows' 61 sums
         give back (``doc/releases.md``); if no client has, ``fit`` warns and
-        ``temperature_ = 1``. With privacy
-        nothing more is released: ``temperature_ = 1`` (the hinge margin is
-        1), so ``privacy_spent_`` still covers everything released.
+        ``temperature_ = 1``. With privacy (``temperature_share > 0``) every
+        client sends, once, its summed log losses at 8 temperatures
+        ``D / r``, ``r`` log-spaced in ``[0.1, 30]``, where ``D`` is the
+        largest gap between two class scores the released model gives a row
+        within the norm bound (public); each row's loss there is at most
+        ``log K + r``, so the sums, divided by these bounds, change by at most
+        1 each when a row is replaced, and Gaussian noise of
+        ``temperature_share`` of the budget covers them (in
+        ``privacy_spent_``). A seen site's rows (``personalize=True``) are
+        scored by its own adaptation, fitted on the log loss, instead.
 
         Parameters
         ----------
@@ -650,6 +841,17 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             return server["coef"]
         return server["sum_coef"] / server["round"]
 
+    def _set_personal(self, states):
+        """Each site's adaptation (model units; :meth:`_to_raw_units` maps it), or None."""
+        if not self.personalize or states is None:
+            self.personal_scale_ = self.personal_coef_ = None
+            self.personal_intercept_ = self.personal_penalty_ = None
+            return
+        self.personal_scale_ = np.array([s["adapt_scale"] for s in states])
+        self.personal_coef_ = np.stack([s["adapt_coef"] for s in states])
+        self.personal_intercept_ = np.stack([s["adapt_intercept"] for s in states])
+        self.personal_penalty_ = np.array([s["adapt_penalty"] for s in states])
+
     def _set_client_results(self, result, algorithm):
         """Client models and the per-round history; on a distributed run they stay on the sites.
 
@@ -658,6 +860,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         """
         violation = np.asarray(result.server_state["consensus"])
         states = result.client_states
+        self._set_personal(states)
         if states is None:
             self.client_coefs_ = self.client_intercepts_ = None
             self.history_ = {"consensus_violation": violation}
@@ -673,7 +876,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         # its objective carries over the rounds it was not asked (its iterate
         # did not move), so the weighted objective is NaN only before every
         # client has answered once
-        asked = np.asarray(result.participation, dtype=bool)[:violation.size]
+        # the training rounds (after the private scaling's histogram round, if any)
+        first = int(algorithm.scaling is not None and algorithm.scaling.releases)
+        asked = np.asarray(result.participation, dtype=bool)[first:first + violation.size]
         objective, lam, tau = (np.full((len(states), violation.size), np.nan) for _ in range(3))
         for k, s in enumerate(states):
             rounds = np.flatnonzero(asked[:, k])[:len(s["objective"])]

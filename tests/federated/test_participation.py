@@ -69,8 +69,9 @@ CASES = [
     ("pftr-private", lambda **kw: PersonalizedTensorRegressor(**PRIVATE_TENSOR, **kw),
      _tensor_data, (0,)),
     ("fedcommon", lambda **kw: FedCommonTensorRegressor(**TENSOR, **kw), _tensor_data, (0, 1)),
+    # private: the scaling histograms and the temperature's losses ask every client
     ("dpfeddro", lambda **kw: DPFedDROClassifier(n_rounds=5, random_state=0, **kw),
-     _class_data, ()),
+     _class_data, (0, -1)),
     ("fedddro-nonprivate", lambda **kw: DPFedDROClassifier(epsilon=None, n_rounds=5,
                                                            random_state=0, **kw),
      _class_data, (-1,)),  # the calibration round of predict_proba

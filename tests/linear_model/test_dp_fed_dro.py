@@ -279,7 +279,7 @@ def small_problem():
 def test_estimator_reports_paper_total(small_problem):
     X, y, groups = small_problem
     clf = DPFedDROClassifier(epsilon=0.5, delta=1e-6, n_rounds=50, classes=[0, 1, 2],
-                             random_state=0)
+                             accountant="paper", random_state=0)
     clf.fit(X, y, groups=groups)
     spent = clf.privacy_spent_
     assert (spent["epsilon"], spent["delta"]) == pytest.approx((3.7299, 1e-6), abs=1e-4)
@@ -300,7 +300,7 @@ def test_estimator_reports_paper_total(small_problem):
 def test_rdp_accountant_matches_dp_accounting(small_problem):
     X, y, groups = small_problem
     clf = DPFedDROClassifier(epsilon=0.5, delta=1e-6, n_rounds=20, accountant="rdp",
-                             classes=[0, 1, 2], random_state=0).fit(X, y, groups=groups)
+                             standardize=False, classes=[0, 1, 2], random_state=0).fit(X, y, groups=groups)
     z_M, z_l = clf.noise_multiplier_
     acc = dp_accounting.rdp.RdpAccountant()
     acc.compose(dp_accounting.GaussianDpEvent(z_M), 20)
@@ -338,9 +338,11 @@ def test_unreachable_target_is_a_clear_error(small_problem):
 
 def test_pld_target_calibration_of_the_paper_budget():
     # the issue's case: 50 rounds at the paper's total 3.7299 (calibrated in about a second)
-    clf = DPFedDROClassifier(accountant="pld", target_epsilon=3.7299, target_delta=1e-6)
+    clf = DPFedDROClassifier(accountant="pld", target_epsilon=3.7299, target_delta=1e-6,
+                             standardize=False, temperature_share=0)
     eps_M, eps_l = clf._privacy_plan()[0]
-    rdp = DPFedDROClassifier(accountant="rdp", target_epsilon=3.7299, target_delta=1e-6)
+    rdp = DPFedDROClassifier(accountant="rdp", target_epsilon=3.7299, target_delta=1e-6,
+                             standardize=False, temperature_share=0)
     # PLD is tighter than RDP, which is tighter than the paper's 0.5 per round
     assert math.hypot(eps_M, eps_l) > math.hypot(*rdp._privacy_plan()[0]) > 0.5
     assert privacy_spent(50, (eps_M, eps_l), 1e-6, 1e-6, "pld") == pytest.approx(
@@ -354,8 +356,12 @@ def test_only_noisy_models_cross(small_problem):
     X, y, groups = small_problem
     clf = DPFedDROClassifier(epsilon=0.5, n_rounds=5, random_state=0).fit(X, y, groups=groups)
     ups = [r for r in clf.communication_.records if r.direction == "up" and r.round >= 0]
-    assert len(ups) == 5 * 4
-    assert all(r.names == ("coef",) and r.shapes == ((3, 4),) for r in ups)
+    # round 0: the private scaling's noisy histograms (4 features x 83 public bins);
+    # the last: the noisy summed log losses of the temperature (8 public temperatures)
+    assert len(ups) == 7 * 4
+    assert all(r.names == ("histogram",) and r.shapes == ((4, 83),) for r in ups[:4])
+    assert all(r.names == ("coef",) and r.shapes == ((3, 4),) for r in ups[4:-4])
+    assert all(r.names == ("log_loss",) and r.shapes == ((8,),) for r in ups[-4:])
     # set-up (round -1): row and feature counts and the class labels a site holds
     setup = [r for r in clf.communication_.records if r.round == -1 and r.direction == "up"]
     assert {r.names for r in setup} == {("n_samples", "n_features", "classes")}
@@ -464,7 +470,6 @@ def test_normalizer_rows_pass_the_norm_check():
         (dict(epsilon=-1.0), "epsilon"),
         (dict(delta=0.0), "delta"),
         (dict(delta=1.0), "delta"),
-        (dict(target_epsilon=1.0), "target_delta"),
         (dict(target_epsilon=-1.0, target_delta=1e-5), "target_epsilon"),
         (dict(accountant="moments"), "accountant"),
         (dict(feature_norm="l3"), "feature_norm"),
@@ -483,7 +488,7 @@ def test_bad_parameters(small_problem, params, match):
 def test_bad_data():
     rng = np.random.default_rng(11)
     X, y = _blobs(rng, n=30)
-    clf = DPFedDROClassifier(n_rounds=2)
+    clf = DPFedDROClassifier(n_rounds=2, standardize=False)  # the rows as given
     with pytest.raises(ValueError, match="1 class"):
         clf.fit(X, np.zeros(30))
     with pytest.raises(ValueError, match="norm_bound"):
@@ -507,13 +512,14 @@ def test_failed_fit_keeps_previous_model():
     clf = DPFedDROClassifier(n_rounds=2, random_state=0).fit(X, y)
     coef = clf.coef_.copy()
     with pytest.raises(ValueError):
-        clf.fit(X * 2, y)
+        clf.fit(X[:, :2], y, groups=np.r_[np.zeros(29), 1])
     np.testing.assert_array_equal(clf.coef_, coef)
 
 
 def test_predict_uses_global_model_and_checks_groups(small_problem):
     X, y, groups = small_problem
-    clf = DPFedDROClassifier(n_rounds=3, random_state=0, unknown_client="error")
+    clf = DPFedDROClassifier(n_rounds=3, random_state=0, unknown_client="error",
+                             personalize=False)
     clf.fit(X, y, groups=groups)
     np.testing.assert_array_equal(clf.predict(X, groups=groups), clf.predict(X))
     with pytest.raises(ValueError, match="not seen"):
@@ -637,8 +643,6 @@ def test_non_private_mode_standardizes_raw_units_from_site_moments():
     setup = [r for r in raw.communication_.records if r.round == -1 and r.direction == "up"]
     assert all(set(r.names) == {"n_samples", "n_features", "classes", "feature_sum",
                                 "feature_m2"} for r in setup)
-    with pytest.raises(ValueError, match="standardize"):
-        DPFedDROClassifier(standardize=True).fit(X, y)
 
 
 def test_predict_proba_is_calibrated_softmax(small_problem):
@@ -660,8 +664,10 @@ def test_predict_proba_is_calibrated_softmax(small_problem):
     # the extra round sends only the clients' summed log losses on the fixed grid
     last = [r for r in clf.communication_.records if r.round == 10 and r.direction == "up"]
     assert len(last) == 4 and all(r.names == ("log_loss",) for r in last)
-    # private: nothing more is released, fixed temperature 1
-    dp = DPFedDROClassifier(n_rounds=3, random_state=0).fit(X, y, groups=groups)
+    # private: a noisy release of the summed losses (tests/linear_model/
+    # test_dro_private_defaults.py), or nothing more and temperature 1
+    dp = DPFedDROClassifier(n_rounds=3, temperature_share=0, random_state=0).fit(
+        X, y, groups=groups)
     assert dp.temperature_ == 1.0 and dp.n_iter_ == 3
     np.testing.assert_allclose(dp.predict_proba(X), softmax(dp.decision_function(X), axis=1))
 
