@@ -38,6 +38,7 @@ __all__ = [
     "clip_rows",
     "InitAlgorithm",
     "MomentInit",
+    "PrivateCentring",
     "clipped_moment",
     "StageOne",
     "StageTwo",
@@ -433,7 +434,10 @@ class MomentInit(FederatedAlgorithm):
 
     def __init__(self, coef_shape, rank, *, n_releases, epsilon, delta,
                  tau_x=None, tau_e=None, clip_quantile=0.9, rank_scale=1.0, max_rank=None,
-                 accountant="paper"):
+                 accountant="paper", noise_multiplier=None):
+        # noise_multiplier: the start's own multiplier when the budget is split among
+        # kinds of releases (skfed.privacy.pftr_release_plan); None: n_releases equal ones
+        self.noise_multiplier = noise_multiplier
         self.coef_shape = tuple(coef_shape)
         self.rank = rank
         self.n_releases = n_releases
@@ -453,7 +457,9 @@ class MomentInit(FederatedAlgorithm):
         m, tau_x, tau_e = clipped_moment(data.X, data.y, self.tau_x, self.tau_e,
                                          self.clip_quantile)
         n = data.n_samples
-        z = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases, self.accountant)
+        z = self.noise_multiplier
+        if z is None:
+            z = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases, self.accountant)
         sigma = 2.0 * tau_e * tau_x / n * z
         m = gaussian_mechanism(m, sigma, rng)  # checks sigma; the same draw as before
         check_finite_step("the clipped moment", m)
@@ -475,6 +481,64 @@ class MomentInit(FederatedAlgorithm):
         return {"k_star": -1, "rank": rank, "local_ranks": {}, "init": A}, {}
 
 
+class PrivateCentring(FederatedAlgorithm):
+    """Private means for ``fit_intercept=True``: one round of noisy clipped sums.
+
+    The paper has no intercept (it centres the data beforehand); centring each
+    client on its exact means would make every centred row depend on all of
+    the client's rows, so the per-row sensitivity of the later releases would
+    not hold. Instead each client releases the sums of its rows clipped to
+    Euclidean norms ``tau_x`` (covariates) and ``tau_y`` (responses), each
+    plus Gaussian noise (replacing one row changes a sum by at most
+    ``2 tau``, so ``sigma = 2 tau z``), and centres the rows of its later
+    releases on these noisy means: given them (released values), replacing
+    one row changes one centred row only, and the moment and Stage-I
+    sensitivities hold again. The server pools the noisy sums into the
+    population means of the shared intercept. Stage II and the personal
+    intercept (nothing sent) use the exact local means.
+
+    ``None`` levels are the ``clip_quantile`` quantile of the client's row
+    norms (data-dependent: ``privacy_mode="paper"`` only).
+    """
+
+    def __init__(self, *, tau_x, tau_y, noise_multiplier, clip_quantile=0.9):
+        self.tau_x = tau_x
+        self.tau_y = tau_y
+        self.noise_multiplier = noise_multiplier
+        self.clip_quantile = clip_quantile
+
+    def asks_every_client(self, server_state):
+        return True
+
+    def _level(self, M, tau):
+        if tau is not None:
+            return float(tau)
+        return float(np.quantile(np.sqrt(np.einsum("ij,ij->i", M, M)), self.clip_quantile))
+
+    def client_step(self, data, state, broadcast, rng):
+        n = data.n_samples
+        message, means, sigma = {"n_samples": np.int64(n)}, {}, {}
+        for name, M, tau in (("x", data.X, self.tau_x), ("y", data.y, self.tau_y)):
+            level = self._level(M, tau)
+            sigma[name] = 2.0 * level * self.noise_multiplier
+            total = gaussian_mechanism(clip_rows(M, level).sum(axis=0), sigma[name], rng)
+            check_finite_step(f"the private sum of {name}", total)
+            message[f"{name}_sum"] = total
+            means[name] = total / n
+        # the rows of every later release: centred on the released (noisy) means
+        train = SiteData(X=data.X - means["x"], y=data.y - means["y"],
+                         sample_weight=data.sample_weight, label=data.label, index=data.index)
+        state = {"train": train, "local": prepare_site(data, True), "sigma": sigma}
+        return state, message
+
+    def server_step(self, state, messages, rng):
+        keys = sorted(messages)
+        n = float(sum(float(messages[k]["n_samples"]) for k in keys))
+        x_mean = sum(np.asarray(messages[k]["x_sum"], dtype=float) for k in keys) / n
+        y_mean = sum(np.asarray(messages[k]["y_sum"], dtype=float) for k in keys) / n
+        return {"x_mean": x_mean, "y_mean": y_mean}, {}
+
+
 class StageOne(FederatedAlgorithm):
     """Stage I (paper Sec. 3.1): DP Riemannian gradient rounds for the shared part ``A_0``.
 
@@ -487,7 +551,8 @@ class StageOne(FederatedAlgorithm):
 
     def __init__(self, coef_shape, rank, init, *, step_size, n_rounds, epsilon, delta,
                  tau_x=None, tau_e=None, clip_quantile=0.9, tangent="exact",
-                 retraction="st_hosvd", n_releases=None, accountant="paper"):
+                 retraction="st_hosvd", n_releases=None, accountant="paper",
+                 noise_multiplier=None):
         self.coef_shape = tuple(coef_shape)
         self.rank = tuple(rank)
         self.init = init
@@ -506,7 +571,8 @@ class StageOne(FederatedAlgorithm):
         self.tangent = tangent
         self.retraction = retraction
         self._projector_cache = None
-        self._noise_multiplier = None
+        # given when the budget is split among kinds of releases (pftr_release_plan)
+        self._noise_multiplier = noise_multiplier
         self._coef_size = math.prod(self.coef_shape)
         self._broadcast_names = ("core",) + tuple(f"factor_{j}" for j in range(len(self.rank)))
 
@@ -684,6 +750,16 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
     moment_init : bool, default=False
         Start from the noisy clipped moment (:class:`MomentInit`) instead of
         the largest client's unperturbed ADMM estimate.
+    init_noise_multiplier : float or None, default=None
+        The moment start's noise multiplier when the budget is split among
+        kinds of releases; ``None``: Stage I's calibration.
+    centring : dict or None, default=None
+        Keyword arguments of :class:`PrivateCentring` (``tau_x``, ``tau_y``,
+        ``noise_multiplier``, ``clip_quantile``): a first phase ``"centre"``
+        (1 round) releases the noisy sums, the initializer and Stage I see
+        the rows centred on the noisy means, Stage II and the personal
+        intercepts the exactly centred ones (``fit_intercept`` is then
+        implied).
 
     A numerical failure of a client step (non-convergence, a non-finite
     value) is raised as a ``FloatingPointError`` naming the client, the phase
@@ -691,11 +767,16 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
     """
 
     def __init__(self, coef_shape, rank, init, init_params, stage_one, stage_two,
-                 fit_intercept=False, moment_init=False):
+                 fit_intercept=False, moment_init=False, init_noise_multiplier=None,
+                 centring=None):
         self.phases = ("stage_one", "stage_two") if init is not None else (
             "init", "stage_one", "stage_two")
+        self.centring = None if centring is None else dict(centring)
+        if self.centring is not None:
+            self.phases = ("centre",) + self.phases
         self.moment_init = bool(moment_init) and init is None
-        rounds = {"init": 1 if self.moment_init else 2,
+        self.init_noise_multiplier = init_noise_multiplier
+        rounds = {"centre": 1, "init": 1 if self.moment_init else 2,
                   "stage_one": int(stage_one["n_rounds"]), "stage_two": 0}
         super().__init__([rounds[name] for name in self.phases])
         self.coef_shape = tuple(coef_shape)
@@ -707,9 +788,24 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         self.fit_intercept = bool(fit_intercept)
 
     def prepare_client(self, data):
+        if self.centring is not None:  # centred by the "centre" phase
+            check_client_range(data.X, data.y, data.label)
+            return data
         return prepare_site(data, self.fit_intercept)
 
+    def _phase_rows(self, data, state, phase, kind):
+        """The rows phase ``phase`` sees: after a private centring, its centred rows."""
+        if self.centring is None or phase == 0:
+            return data
+        centre = state.states[0]
+        if centre is None:
+            raise RuntimeError(
+                f"client {data.label!r} has no private means: it did not answer the centring "
+                "round, so it cannot take part in the later releases.")
+        return centre[kind]
+
     def client_step(self, data, state, broadcast, rng):
+        data = self._phase_rows(data, state, int(broadcast["phase"]), "train")
         try:
             return super().client_step(data, state, broadcast, rng)
         except NUMERICAL_ERRORS as exc:
@@ -718,6 +814,8 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
             raise client_failure(exc, data.label, self.phases[phase], rnd) from exc
 
     def client_finalize(self, data, state, broadcast, rng):
+        # Stage II sends nothing: the exactly centred rows
+        data = self._phase_rows(data, state, int(broadcast["phase"]), "local")
         try:
             return super().client_finalize(data, state, broadcast, rng)
         except NUMERICAL_ERRORS as exc:
@@ -727,11 +825,14 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
     def phase_spec(self, phase, previous):
         if self.phases[phase] != "stage_one":
             return {}
-        rank = self.rank if previous is None else previous["rank"]
+        # the initializer's rank (none after the centring phase alone: a given init)
+        rank = self.rank if previous is None or "rank" not in previous else previous["rank"]
         return {"rank": np.array(check_tucker_rank(rank, self.coef_shape), dtype=np.int64)}
 
     def build_phase(self, phase, spec, previous=None):
         name = self.phases[phase]
+        if name == "centre":
+            return PrivateCentring(**self.centring)
         if name == "init" and self.moment_init:
             one = self.stage_one
             return MomentInit(
@@ -740,13 +841,15 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
                 delta=one["delta"], tau_x=one.get("tau_x"), tau_e=one.get("tau_e"),
                 clip_quantile=one.get("clip_quantile", 0.9),
                 accountant=one.get("accountant", "paper"),
+                noise_multiplier=self.init_noise_multiplier,
                 rank_scale=self.init_params.get("rank_scale", 1.0),
                 max_rank=self.init_params.get("max_rank"))
         if name == "init":
             return InitAlgorithm(self.coef_shape, self.rank, **self.init_params)
         if name == "stage_one":
             # only the server retracts the starting tensor
-            init = self.init if previous is None else previous["init"]
+            # (a client builds it without previous; a given init follows the centring)
+            init = self.init if previous is None or self.init is not None else previous["init"]
             return StageOne(self.coef_shape, tuple(int(r) for r in spec["rank"]), init,
                             **self.stage_one)
         return StageTwo(None if previous is None else previous["coef"], **self.stage_two)
