@@ -170,6 +170,18 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         because levels that depend on the data void the guarantee.
     clip_quantile : float in (0, 1], default=0.9
         Quantile for data-dependent truncation levels (1: the maximum).
+    tau_grad : float or None, default=None
+        Truncation level (Frobenius norm) of each row's term of the sent
+        Stage-I projection, ``P_T(T_tau_e(R_i) o T_tau_x(X_i))``: rows whose
+        term is longer are scaled down to it, and the noise's sensitivity is
+        ``2 min(tau_grad, tau_e tau_x) / n_k`` instead of ``2 tau_e tau_x /
+        n_k``. The projection on the tangent space keeps only part of a row's
+        term, so a level below ``tau_e tau_x`` removes much of the rounds'
+        noise (not in the paper; on its simulation design ``0.45 tau_e
+        tau_x`` was selected, ``benchmarks/pftr_strict_tuning.py --grid
+        split``). A public constant like ``tau_x`` and ``tau_e``. ``None``:
+        the paper's bound. Only with ``tangent="exact"`` (the surrogate is
+        not linear).
     intercept_tau_x, intercept_tau_y : float or None, default=None
         Truncation levels (Euclidean norms) of a raw, uncentred covariate row
         and response row in the private means of ``fit_intercept=True`` with
@@ -440,6 +452,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tau_x=None,
         tau_e=None,
         clip_quantile=0.9,
+        tau_grad=None,
         intercept_tau_x=None,
         intercept_tau_y=None,
         intercept_share=0.05,
@@ -480,6 +493,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.tau_x = tau_x
         self.tau_e = tau_e
         self.clip_quantile = clip_quantile
+        self.tau_grad = tau_grad
         self.intercept_tau_x = intercept_tau_x
         self.intercept_tau_y = intercept_tau_y
         self.intercept_share = intercept_share
@@ -527,6 +541,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         "tau_x": [positive_real(), None],
         "tau_e": [positive_real(), None],
         "clip_quantile": [Number(numbers.Real, 0, 1, closed="right")],
+        "tau_grad": [positive_real(), None],
         "intercept_tau_x": [positive_real(), None],
         "intercept_tau_y": [positive_real(), None],
         "intercept_share": [Number(numbers.Real, 0, 1, closed="neither")],
@@ -552,6 +567,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["admm"] = dict(lam=float(self.init_lambda), omega=float(self.init_alpha),
                          zeta=float(self.init_zeta), rho=float(self.init_rho),
                          max_iter=int(self.init_max_iter))
+        if self.tau_grad is not None and self.tangent != "exact":
+            raise ValueError(
+                f"tau_grad={self.tau_grad!r} truncates each row's term of the linear tangent "
+                f"projection, which tangent={self.tangent!r} does not have; use "
+                "tangent='exact' or tau_grad=None (tau_grad).")
         grid = DEFAULT_GRID if self.param_grid is None else self.param_grid
         if not set(grid) <= set(CV_PARAMS):
             raise ValueError(
@@ -763,7 +783,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                            tau_x=params["tau_x"], tau_e=params["tau_e"],
                            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
                            retraction=self.retraction, n_releases=params["n_releases"],
-                           accountant=self.accountant, noise_multiplier=z_rounds),
+                           accountant=self.accountant, noise_multiplier=z_rounds,
+                           tau_grad=None if self.tau_grad is None else float(self.tau_grad)),
             stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
                            scaling=self.penalty_scaling),
             fit_intercept=params["fit_intercept"],
@@ -840,6 +861,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             spent["covers"] = (
                 f"everything a client releases: {released} (Gaussian mechanism, "
                 "L2 sensitivity 2 tau_e tau_x / n_k each"
+                + (", 2 min(tau_grad, tau_e tau_x) / n_k for the gradients"
+                   if self.tau_grad is not None else "")
                 + ("; 2 intercept_tau_x and 2 intercept_tau_y for the sums"
                    if params["centring"] else "") + "); its row count is public")
             if short:

@@ -552,8 +552,10 @@ class StageOne(FederatedAlgorithm):
     def __init__(self, coef_shape, rank, init, *, step_size, n_rounds, epsilon, delta,
                  tau_x=None, tau_e=None, clip_quantile=0.9, tangent="exact",
                  retraction="st_hosvd", n_releases=None, accountant="paper",
-                 noise_multiplier=None):
+                 noise_multiplier=None, tau_grad=None):
         self.coef_shape = tuple(coef_shape)
+        # the level of each row's projected gradient term (None: only tau_e and tau_x)
+        self.tau_grad = tau_grad
         self.rank = tuple(rank)
         self.init = init
         self.step_size = step_size
@@ -636,6 +638,26 @@ class StageOne(FederatedAlgorithm):
             )
         return 2.0 * tau_e * tau_x / n_samples * multiplier
 
+    def _projected_weights(self, R, Xc, broadcast):
+        """Row weights that truncate each row's projected term to ``tau_grad``.
+
+        Each row adds ``P_T(r_i o x_i)`` (clipped ``r_i``, ``x_i``) to the sent
+        projection, and ``P_T`` is linear, so scaling row ``i`` by ``min(1,
+        tau_grad / ||P_T(r_i o x_i)||)`` bounds its term by ``tau_grad``: the
+        sensitivity is ``2 min(tau_grad, tau_e tau_x) / n_k``. The orthogonal
+        projection on the tangent space (dimension ``prod_s r_s + sum_s r_s
+        (p_s - r_s)``) keeps only part of a row's term, so a level below
+        ``tau_e tau_x`` cuts the noise of the rounds while clipping few rows
+        (a derived choice; the paper bounds the sensitivity by ``tau_e tau_x``).
+        """
+        projector = self._projector(broadcast)
+        norms = np.empty(R.shape[0])
+        for i in range(R.shape[0]):
+            norms[i] = np.linalg.norm(projector.apply_flat(np.outer(R[i], Xc[i]).reshape(-1)))
+        level = float(self.tau_grad)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(norms > level, level / norms, 1.0)
+
     def client_step(self, data, state, broadcast, rng):
         A = np.asarray(broadcast["coef"])
         q, p = data.y.shape[1], data.X.shape[1]
@@ -652,12 +674,21 @@ class StageOne(FederatedAlgorithm):
                 "large for this client's X)")
         n = data.n_samples
         sigma = self._noise_std(tau_e, state["tau_x"], n)
+        weights = None
+        if self.tau_grad is not None and self.tangent == "exact":
+            weights = self._projected_weights(R, state["X"], broadcast)
+            # sensitivity 2 min(tau_grad, tau_e tau_x) / n_k
+            bound = tau_e * state["tau_x"]
+            if bound > 0:
+                sigma *= min(1.0, float(self.tau_grad) / bound)
         # the gradient -(R^T X) / n plus the Gaussian mechanism's noise, then projected:
         # the noise is drawn by skfed.privacy (flat: the same draws, in the same C order,
         # as of shape coef_shape; none when sigma == 0) and added inside the compiled
         # call, in one pass with the projection (scale 1: it is already sigma * z)
         noise = gaussian_noise(self._coef_size, sigma, rng)
         scale, noise = (0.0, _NO_NOISE) if noise is None else (1.0, noise)
+        if weights is not None:
+            R *= weights[:, None]
         m = (R.T @ state["X"]).reshape(-1)
         if self.tangent == "exact":  # gradient, noise and projection in one compiled call
             sent = self._projector(broadcast).apply_noisy(m, n, scale, noise)
