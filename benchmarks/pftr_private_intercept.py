@@ -9,9 +9,9 @@ Protocol (fixed before running): the data, truth and Stage-II settings of
 replications 1000-1009 (tuning replications, disjoint from the reported 0-99), made raw:
 client k (0-4) has ``0.5 (k - 2)`` added to every covariate entry and ``k - 2`` to every
 response entry, so its personal intercept is ``(k - 2) 1 - <A_k*, 0.5 (k - 2) 1>``. The strict
-fit of ``benchmarks/pftr_strict_tuning.py --grid split`` (T_g = 2, ``init_share=0.5``,
-``tau_grad = 0.45 tau_e tau_x``, eta 1, ``tau_e = 0.7``, ``tau_x = sqrt(50)``, PLD, (20, 0.1)
-over every release) with public levels of the raw row norms ``intercept_tau_x = 12``
+fit of ``benchmarks/pftr_strict_tuning.py --grid split`` (``SPLIT``: T_g = 3,
+``init_share=0.4``, ``tau_grad = 0.3 tau_e tau_x``; eta 1, ``tau_e = 0.7``, ``tau_x =
+sqrt(50)``, PLD, (20, 0.1) over every release) with public levels of the raw row norms ``intercept_tau_x = 12``
 (covariate rows have norm about sqrt(50 (1 + 0.25 (k - 2)^2)) <= 10) and ``intercept_tau_y =
 12`` (response rows about 5 |k - 2| <= 10); shares in {0.02, 0.05, 0.1, 0.2}. Reference: the
 same fit with ``fit_intercept=False`` on the rows centred on each client's exact means (what

@@ -87,7 +87,7 @@ INIT_SHARES = (None, 0.4, 0.5, 0.6, 0.7)
 GRAD_FRACTIONS = (None, 0.3, 0.45, 0.6)
 METRICS = ("A0_error", "B_error", "A_error")
 # the setting --grid split selected (T_g, init_share, c of tau_grad = c tau_e tau_x)
-SPLIT = (2, 0.5, 0.45)
+SPLIT = (3, 0.4, 0.3)
 
 
 def score(seeds):

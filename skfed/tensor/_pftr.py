@@ -177,9 +177,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         ``2 min(tau_grad, tau_e tau_x) / n_k`` instead of ``2 tau_e tau_x /
         n_k``. The projection on the tangent space keeps only part of a row's
         term, so a level below ``tau_e tau_x`` removes much of the rounds'
-        noise (not in the paper; on its simulation design ``0.45 tau_e
-        tau_x`` was selected, ``benchmarks/pftr_strict_tuning.py --grid
-        split``). A public constant like ``tau_x`` and ``tau_e``. ``None``:
+        noise (not in the paper; on its simulation design ``0.3 tau_e tau_x``
+        with ``n_rounds=3`` and ``init_share=0.4`` was selected,
+        ``benchmarks/pftr_strict_tuning.py --grid split``). A public constant
+        like ``tau_x`` and ``tau_e``. ``None``:
         the paper's bound. Only with ``tangent="exact"`` (the surrogate is
         not linear).
     intercept_tau_x, intercept_tau_y : float or None, default=None
