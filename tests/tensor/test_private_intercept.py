@@ -131,7 +131,7 @@ def test_raw_data_private_fit_with_intercept_reports_every_share(raw):
     spent = model.privacy_spent_
     assert spent["strict"] and spent["outside"] == [] and spent["mode"] == "strict"
     shares = [(r["name"], r["count"], r["share"]) for r in spent["releases"]]
-    assert shares == [("intercept", 2, 0.05), ("init_and_stage_one", 4, 0.95)]
+    assert shares == [("intercept", 2, 0.5), ("init_and_stage_one", 4, 0.5)]
     assert spent["n_releases"] == 6
     assert "sums of clipped X and y rows" in spent["covers"]
     # the total is the composition of every share, recomputed directly by dp-accounting
@@ -182,7 +182,7 @@ def test_init_share_splits_the_start_from_the_rounds(raw):
     names = [(r["name"], r["count"]) for r in model.privacy_spent_["releases"]]
     assert names == [("intercept", 2), ("init", 1), ("stage_one", 3)]
     shares = [r["share"] for r in model.privacy_spent_["releases"]]
-    assert shares == pytest.approx([0.05, 0.475, 0.475])
+    assert shares == pytest.approx([0.5, 0.25, 0.25])
     z = [r["noise_multiplier"] for r in model.privacy_spent_["releases"]]
     # the start's one release carries the precision of the three rounds together
     assert 1 / z[1] ** 2 == pytest.approx(3 / z[2] ** 2, rel=1e-9)
