@@ -209,6 +209,22 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         public means at ``n_k = 50``; 0.094 against 0.088 at 250). With public
         means, centre by them and pass ``fit_intercept=False``. Ignored
         without privacy or with ``fit_intercept=False``.
+    private_centring : {"means", "pairs"}, default="means"
+        How a private fit (finite ``epsilon``) with ``fit_intercept=True``
+        removes the intercept. ``"means"``: the private means above (share
+        ``intercept_share``). ``"pairs"``: no mean is released and no budget
+        spent; the moment start and the Stage-I gradients are formed from the
+        differences of every pair of the client's rows, ``(r_i - r_j) o (x_i
+        - x_j)`` (the intercept cancels; without truncation this is exactly
+        the moment of the centred rows), each pair truncated to ``tau_e`` and
+        ``tau_x``, which then bound the norms of a *difference* of two
+        residuals and of two covariate tensors; replacing one row changes its
+        ``n_k - 1`` pair terms, so the sensitivity stays below ``2 tau_e
+        tau_x / n_k``. A round then costs ``O(n_k^2)`` (with ``tau_grad``, one
+        projection per pair). The population intercept ``shared_intercept_``
+        is 0 (no mean is released): predictions for clients not seen in
+        ``fit`` carry no intercept. Ignored without privacy or with
+        ``fit_intercept=False``.
     init_share : float in (0, 1) or None, default=None
         Share of the remaining budget spent on the private moment start
         (``init="moment"``), the rest split equally among the ``n_rounds``
@@ -463,6 +479,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         intercept_tau_x=None,
         intercept_tau_y=None,
         intercept_share=0.5,
+        private_centring="means",
         init_share=None,
         privacy_mode="strict",
         accountant="paper",
@@ -504,6 +521,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.intercept_tau_x = intercept_tau_x
         self.intercept_tau_y = intercept_tau_y
         self.intercept_share = intercept_share
+        self.private_centring = private_centring
         self.init_share = init_share
         self.privacy_mode = privacy_mode
         self.accountant = accountant
@@ -553,6 +571,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         "intercept_tau_y": [positive_real(), None],
         "intercept_share": [Number(numbers.Real, 0, 1, closed="neither")],
         "init_share": [Number(numbers.Real, 0, 1, closed="neither"), None],
+        "private_centring": [StrOptions({"means", "pairs"})],
         "privacy_mode": [StrOptions(set(PRIVACY_MODES))],
         "init": [StrOptions(set(INIT_MODES)), "array-like"],
         "cv": [positive_int(2), None],
@@ -593,7 +612,14 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         check_accountant(self.accountant)
         p["init_mode"] = self._init_mode(p["epsilon"])
         # a private intercept: the means from an accounted release (PrivateCentring)
-        p["centring"] = p["fit_intercept"] and p["epsilon"] is not None
+        private_intercept = p["fit_intercept"] and p["epsilon"] is not None
+        p["pairs"] = private_intercept and self.private_centring == "pairs"
+        p["centring"] = private_intercept and not p["pairs"]
+        if p["pairs"] and (p["tau_x"] is None or p["tau_e"] is None):
+            raise ValueError(
+                "private_centring='pairs' truncates pair differences at the given levels: pass "
+                "tau_x and tau_e (bounds on the norms of the difference of two covariate "
+                "tensors and of two residuals) (private_centring).")
         p["groups"] = release_groups(
             p["n_rounds"], p["init_mode"] == "moment", p["centring"],
             float(self.intercept_share),
@@ -681,7 +707,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         X = np.asarray(X, dtype=float)
         intercept = self._fit_params["fit_intercept"]
         # a private fit's means come from the noisy "centre" round (PrivateCentring)
-        send_sums = intercept and not self._fit_params["centring"]
+        send_sums = intercept and self._fit_params["epsilon"] is None
         # sums, not means, and only of two nonzero values or more per column (or
         # none): the sum (or mean) of one is that value, and the mean of a
         # constant column is its value (skfed.federated._release)
@@ -697,7 +723,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _combine_site_summaries(self, labels, summaries):
         setup = super()._combine_site_summaries(labels, summaries)
-        if self._fit_params["fit_intercept"] and not self._fit_params["centring"]:
+        if self._fit_params["fit_intercept"] and self._fit_params["epsilon"] is None:
             # the pooled means of the sites that sent sums (skfed.federated._release)
             sent = [s for s in summaries if "x_sum" in s]
             if sent:
@@ -798,6 +824,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             moment_init=params["init_mode"] == "moment",
             init_noise_multiplier=z_init,
             centring=centring,
+            pairs=params["pairs"],
         )
 
     def _set_fitted(self, fit):
@@ -819,7 +846,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.rank_ = tuple(int(r) for r in one["core"].shape)
         q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
         shared_intercept = np.zeros(q)
-        if params["fit_intercept"]:
+        if params["fit_intercept"] and not params["pairs"]:
             # the pooled means: the set-up's sums, or a private fit's noisy ones
             means = server["centre"] if params["centring"] else setup
             shared_intercept = (np.asarray(means["y_mean"], dtype=float)

@@ -19,8 +19,10 @@ from skfed.datasets import make_tensor_regression
 from skfed.federated import Federation
 from skfed.federated._ledger import keeping_payloads
 from skfed.privacy import pftr_noise_multiplier, pftr_privacy_spent, pftr_release_plan
-from skfed.tensor import PersonalizedTensorRegressor
-from skfed.tensor._stages import PrivateCentring, clipped_moment
+from skfed.tensor import PersonalizedTensorRegressor, retract
+from skfed.tensor._stages import (
+    MomentInit, PrivateCentring, StageOne, clipped_moment, pair_moment, pair_weights,
+)
 
 SHAPE = dict(tensor_shape=(4, 3))
 PUBLIC = dict(tau_x=4.0, tau_e=1.5, step_size=0.5, intercept_tau_x=12.0,
@@ -243,3 +245,69 @@ def test_no_raw_value_in_messages_or_errors(raw):
                                     **KW).fit(X, y, groups=groups)
     assert "intercept_tau_y" in str(info.value)
     assert not any(f"{v:.3g}" in str(info.value) for v in y[:20])
+
+
+# -- private_centring="pairs": pair differences, no mean released ------------------------
+
+def test_pair_moment_is_the_centred_moment_without_truncation():
+    rng = np.random.default_rng(0)
+    R, X = rng.standard_normal((20, 3)) + 5.0, rng.standard_normal((20, 4)) - 2.0
+    W = np.ones((20, 20))
+    np.fill_diagonal(W, 0.0)
+    centred = (R - R.mean(axis=0)).T @ (X - X.mean(axis=0))
+    np.testing.assert_allclose(pair_moment(R, X, W), centred.reshape(-1), rtol=1e-12)
+    # large levels truncate nothing
+    np.testing.assert_array_equal(pair_weights(R, X, 1e6, 1e6), W)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pair_releases_change_is_within_the_sensitivity(seed):
+    rng = np.random.default_rng(seed)
+    X, Y, X2, Y2 = _neighbours(rng)
+    n, tau_x, tau_e, tau_grad = X.shape[0], 30.0, 8.0, 40.0
+    shape, rank = (2, 3, 4), (1, 2, 2)
+    A, core, factors = retract(rng.standard_normal(shape), rank)
+    broadcast = {"coef": A, "core": core, **{f"factor_{j}": U for j, U in enumerate(factors)}}
+    moments, grads, capped = [], [], []
+    for Xk, Yk in ((X, Y), (X2, Y2)):
+        client = Federation.from_arrays(Xk, Yk).clients[0]
+        start = MomentInit((2, 12), (2, 2), n_releases=3, epsilon=None, delta=None,
+                           tau_x=tau_x, tau_e=tau_e, pairs=True)
+        moments.append(start.client_step(client, None, {}, rng)[1]["moment"])
+        for level, out in ((None, grads), (tau_grad, capped)):
+            alg = StageOne(shape, rank, A, step_size=0.1, n_rounds=3, epsilon=None,
+                           delta=None, tau_x=tau_x, tau_e=tau_e, tau_grad=level, pairs=True)
+            state = alg.client_init(client, rng)
+            out.append(alg.client_step(client, state, broadcast, rng)[1]["grad"])
+    bound = 2 * tau_e * tau_x / n
+    assert 0 < np.linalg.norm(moments[0] - moments[1]) <= bound * (1 + 1e-12)
+    assert 0 < np.linalg.norm(grads[0] - grads[1]) <= bound * (1 + 1e-10)
+    assert 0 < np.linalg.norm(capped[0] - capped[1]) <= 2 * tau_grad / n * (1 + 1e-10)
+
+
+def test_pairs_fit_is_invariant_to_client_offsets_and_sends_no_mean(raw):
+    X, y, groups = raw
+    kw = dict(epsilon=20.0, private_centring="pairs", **{**PUBLIC, "tau_x": 6.0}, **KW)
+    with keeping_payloads():
+        model = PersonalizedTensorRegressor(**kw).fit(X, y, groups=groups)
+    shifted = PersonalizedTensorRegressor(**kw).fit(
+        X + np.array([[3.0], [0.0], [-1.0]])[groups], y + np.array([7.0, 1.0, -2.0])[groups],
+        groups=groups)
+    # the releases see pair differences only: a client's offsets cancel
+    np.testing.assert_allclose(shifted.shared_coef_, model.shared_coef_, atol=1e-8)
+    spent = model.privacy_spent_
+    assert spent["strict"] and [r["name"] for r in spent["releases"]] == ["init_and_stage_one"]
+    names = {n for r in model.communication_.records if r.direction == "up" for n in r.names}
+    assert not names & {"x_sum", "y_sum", "x_mean", "y_mean"}
+    assert np.all(model.shared_intercept_ == 0.0)
+    # the personal intercepts come from the exact local means (never sent)
+    for k in range(3):
+        rows = groups == k
+        expected = y[rows].mean() - model.coef_[k].ravel() @ X[rows].mean(axis=0)
+        assert model.intercept_[k] == pytest.approx(expected)
+    with pytest.raises(ValueError, match=r"private_centring='pairs'.*\(private_centring\)"):
+        PersonalizedTensorRegressor(**{**kw, "tau_e": None, "privacy_mode": "paper"}).fit(
+            X, y, groups=groups)
+    with pytest.raises(ValueError, match="'private_centring' parameter"):
+        PersonalizedTensorRegressor(**{**kw, "private_centring": "median"}).fit(
+            X, y, groups=groups)
