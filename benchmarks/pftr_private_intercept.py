@@ -11,9 +11,9 @@ client k (0-4) has ``0.5 (k - 2)`` added to every covariate entry and ``k - 2`` 
 response entry, so its personal intercept is ``(k - 2) 1 - <A_k*, 0.5 (k - 2) 1>``. The strict
 fit of ``benchmarks/pftr_strict_tuning.py --grid split`` (``SPLIT``: T_g = 3,
 ``init_share=0.4``, ``tau_grad = 0.3 tau_e tau_x``; eta 1, ``tau_e = 0.7``, ``tau_x =
-sqrt(50)``, PLD, (20, 0.1) over every release) with public levels of the raw row norms ``intercept_tau_x = 12``
-(covariate rows have norm about sqrt(50 (1 + 0.25 (k - 2)^2)) <= 10) and ``intercept_tau_y =
-12`` (response rows about 5 |k - 2| <= 10); shares in {0.05, 0.1, 0.2, 0.3, 0.5} (a first run
+sqrt(50)``, PLD, (20, 0.1) over every release) with public levels of the raw row norms
+``intercept_tau_x = 12`` (covariate rows have norm about sqrt(50 (1 + 0.25 (k - 2)^2)) <= 10)
+and ``intercept_tau_y = 12`` (response rows about 5 |k - 2| <= 10); shares in {0.05, 0.1, 0.2, 0.3, 0.5} (a first run
 with {0.02, 0.05, 0.1, 0.2} found the error falling up to 0.2, the largest). Reference: the
 same fit with ``fit_intercept=False`` on the rows centred on each client's exact means (what
 a user had to do before; the exact means are outside any guarantee).

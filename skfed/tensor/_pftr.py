@@ -13,9 +13,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
-from ..privacy import (
-    check_privacy_budget, pftr_privacy_spent, pftr_release_plan,
-)
+from ..privacy import check_privacy_budget, pftr_privacy_spent, pftr_release_plan
 from ..privacy._pftr_bound import check_accountant
 from ..utils._param_validation import FEDERATION_CONSTRAINTS, Number, positive_int, positive_real
 from ..utils._validation import user_stacklevel
