@@ -172,13 +172,16 @@ def test_personalized_tensor_regressor(fit_intercept, init):
     assert_no_raw_value(model.communication_, X, y)
 
 
+@pytest.mark.parametrize("fit_intercept", [False, True])
 @pytest.mark.parametrize("clip", ["quantile", "given"])
-def test_personalized_tensor_regressor_private(clip):
+def test_personalized_tensor_regressor_private(clip, fit_intercept):
     X, y, groups = _regression(SIZES, n_features=6)
     # given levels: the strict default (moment initializer); quantiles: the paper's protocol
     taus = dict(tau_x=5.0, tau_e=3.0) if clip == "given" else dict(privacy_mode="paper")
+    if fit_intercept and clip == "given":  # the private means' levels
+        taus.update(intercept_tau_x=8.0, intercept_tau_y=4.0)
     model = PersonalizedTensorRegressor(**TENSOR, rank=(1, 1), n_rounds=3, n_local_iter=5,
-                                        fit_intercept=False, epsilon=2.0, delta=1e-5,
+                                        fit_intercept=fit_intercept, epsilon=2.0, delta=1e-5,
                                         step_size=0.01, random_state=0, **taus)
     fit_keeping(model, X, y, groups)
     assert_no_raw_value(model.communication_, X, y)

@@ -19,5 +19,6 @@ __getattr__, __dir__, __all__ = attach(__name__, {
     ],
     "._pftr_bound": [
         "PFTR_ACCOUNTANTS", "pftr_noise_multiplier", "pftr_noise_std", "pftr_privacy_spent",
+        "pftr_release_plan",
     ],
 })

@@ -35,7 +35,10 @@ from ._accounting import (
 )
 from ._mechanisms import check_privacy_budget
 
-__all__ = ["PFTR_ACCOUNTANTS", "pftr_noise_multiplier", "pftr_noise_std", "pftr_privacy_spent"]
+__all__ = [
+    "PFTR_ACCOUNTANTS", "pftr_noise_multiplier", "pftr_noise_std", "pftr_privacy_spent",
+    "pftr_release_plan",
+]
 
 PFTR_ACCOUNTANTS = ("paper",) + ACCOUNTANTS
 
@@ -97,6 +100,95 @@ def pftr_noise_multiplier(epsilon, delta, n_rounds, accountant="paper"):
     return n_rounds * math.sqrt(2.0 * math.log(1.25 * n_rounds / delta)) / epsilon
 
 
+def _check_groups(groups):
+    """``groups`` as a tuple of ``(count, share)``: counts >= 1, shares in (0, 1] summing to 1."""
+    try:
+        out = tuple((int(c), float(s)) for c, s in groups)
+    except (TypeError, ValueError):
+        raise ValueError(f"groups must be pairs (count, share), got {groups!r}.") from None
+    if not out or any(c < 1 or not 0 < s <= 1 for c, s in out) \
+            or not math.isclose(sum(s for _, s in out), 1.0, rel_tol=1e-9):
+        raise ValueError(
+            f"groups must be pairs (count >= 1, share in (0, 1]) whose shares sum to 1, got "
+            f"{groups!r}.")
+    return out
+
+
+def _plan_event(u, groups):
+    """The releases of a plan at scale ``u``: group ``g`` has ``c_g`` releases of multiplier
+    ``u sqrt(c_g / s_g)``, so its precision ``c_g / z_g^2`` is the share ``s_g`` of ``1/u^2``."""
+    from ._accounting import dp
+    return dp().ComposedDpEvent([gaussian_event(u * math.sqrt(c / s), count=c)
+                                 for c, s in groups])
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrated_plan(epsilon, delta, groups, accountant):
+    try:
+        u = calibrate_noise_multiplier(epsilon, delta, count=1, accountant=accountant,
+                                       make_event=lambda u: _plan_event(u, groups))
+    except ValueError as exc:
+        raise ValueError(
+            f"epsilon={epsilon!r}, delta={delta!r} cannot be calibrated over the release "
+            f"groups {groups} with accountant={accountant!r}: {exc}") from exc
+    return tuple(u * math.sqrt(c / s) for c, s in groups)
+
+
+def pftr_release_plan(epsilon, delta, groups, accountant="paper"):
+    """Noise multipliers of groups of Gaussian releases that share one budget.
+
+    A private fit releases several kinds of values (e.g. the private means
+    that centre the data, the moment start, the Stage-I gradients); group
+    ``g`` is ``count_g`` releases that get the share ``share_g`` of the
+    budget, split equally among them.
+
+    ``accountant="paper"``: basic composition (the paper's Sec. 4.3), group
+    ``g`` spends ``(share_g epsilon, share_g delta)``, each of its releases a
+    classical Gaussian mechanism at ``(share_g epsilon / count_g, share_g
+    delta / count_g)``. ``"rdp"``/``"pld"``: Gaussian releases compose
+    through the sum of their precisions ``sum_i 1 / z_i^2`` (exactly, as one
+    Gaussian mechanism: Dong, Roth and Su, Cor. 3.3; additively in RDP), so a
+    share is a share of that sum, and one scale is calibrated so that the
+    composition of all groups spends ``epsilon`` at ``delta`` under the
+    accountant. One group of share 1 is :func:`pftr_noise_multiplier`.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The total budget (``epsilon=None`` or ``inf``: no noise).
+    groups : sequence of (int, float)
+        ``(count, share)`` per group; counts >= 1, shares in (0, 1] summing
+        to 1.
+    accountant : {"paper", "rdp", "pld"}, default="paper"
+
+    Returns
+    -------
+    multipliers : tuple of float
+        Noise standard deviation over L2 sensitivity of each group's
+        releases (zeros without privacy).
+
+    Examples
+    --------
+    >>> from skfed.privacy import pftr_noise_multiplier, pftr_release_plan
+    >>> pftr_release_plan(20.0, 0.1, [(3, 1.0)]) == (pftr_noise_multiplier(20.0, 0.1, 3),)
+    True
+    >>> z_mean, z_train = pftr_release_plan(20.0, 0.1, [(2, 0.1), (3, 0.9)], "rdp")
+    >>> round(2 / z_mean ** 2 / (2 / z_mean ** 2 + 3 / z_train ** 2), 6)
+    0.1
+    """
+    check_accountant(accountant)
+    groups = _check_groups(groups)
+    epsilon, delta = check_privacy_budget(epsilon, delta)
+    if epsilon is None:
+        return (0.0,) * len(groups)
+    if len(groups) == 1:
+        return (pftr_noise_multiplier(epsilon, delta, groups[0][0], accountant),)
+    if accountant == "paper":
+        return tuple(pftr_noise_multiplier(s * epsilon, s * delta, c, "paper")
+                     for c, s in groups)
+    return _calibrated_plan(float(epsilon), float(delta), groups, accountant)
+
+
 def pftr_noise_std(tau_e, tau_x, n_samples, n_rounds, epsilon, delta, accountant="paper"):
     """The paper's per-round noise standard deviation ``sigma_k^(t)``.
 
@@ -133,7 +225,8 @@ def pftr_noise_std(tau_e, tau_x, n_samples, n_rounds, epsilon, delta, accountant
         epsilon, delta, n_rounds, accountant)
 
 
-def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="paper"):
+def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="paper", *,
+                       groups=None):
     """Per-client privacy of ``n_rounds`` releases calibrated to ``(epsilon, delta)``.
 
     Parameters
@@ -147,6 +240,10 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
     calibration : {"paper", "rdp", "pld"}, default="paper"
         How the noise multiplier was calibrated
         (:func:`pftr_noise_multiplier`'s ``accountant``).
+    groups : sequence of (str, int, float) or None, default=None
+        The releases as named groups ``(name, count, share)`` sharing the
+        budget (:func:`pftr_release_plan`); their counts sum to ``n_rounds``.
+        ``None``: one group of the ``n_rounds`` releases.
 
     Returns
     -------
@@ -167,6 +264,13 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
         epsilon of the same releases at ``delta`` (neighbouring datasets
         differ in one replaced pair, whose sensitivity is built into the
         multiplier). Infinite epsilons when no noise was added.
+        With ``groups``: ``noise_multiplier`` is the last group's, the
+        composition of all groups gives ``epsilon`` (and the other totals),
+        and ``releases`` lists each group as a dict: ``name``, ``count``,
+        ``share``, ``noise_multiplier`` and ``epsilon``, what the group's
+        releases alone spend at ``delta`` (basic composition: its share of
+        ``epsilon``, or its exact epsilon where that is larger; an
+        accountant: that accountant's epsilon of the group alone).
 
     Examples
     --------
@@ -183,33 +287,57 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
     """
     check_accountant(calibration)
     epsilon, delta = check_privacy_budget(epsilon, delta)
+    named = None if groups is None else tuple((str(g), int(c), float(s)) for g, c, s in groups)
+    if named is not None and sum(c for _, c, _ in named) != int(n_rounds):
+        raise ValueError(f"the counts of groups={groups!r} must sum to n_rounds={n_rounds!r}.")
+    plan = ((int(n_rounds), 1.0),) if named is None else tuple((c, s) for _, c, s in named)
     if epsilon is None:
-        return {
+        spent = {
             "epsilon": math.inf, "delta": 0.0, "n_releases": int(n_rounds),
             "noise_multiplier": 0.0, "classical_valid": False, "calibration": calibration,
             "epsilon_exact": math.inf, f"epsilon_{accountant}": math.inf,
         }
-    z = pftr_noise_multiplier(epsilon, delta, n_rounds, calibration)
-    event = gaussian_event(z, count=n_rounds)
+        if named is not None:
+            spent["releases"] = [dict(name=g, count=c, share=s, noise_multiplier=0.0,
+                                      epsilon=math.inf) for g, c, s in named]
+        return spent
+    zs = pftr_release_plan(epsilon, delta, plan, calibration)
+    counts = [c for c, _ in plan]
+    if len(plan) == 1:
+        event = gaussian_event(zs[0], count=counts[0])
+    else:
+        from ._accounting import dp
+        event = dp().ComposedDpEvent([gaussian_event(z, count=c) for z, c in zip(zs, counts)])
     extra = epsilon_spent(event, delta, accountant)
-    exact = gaussian_epsilon(z, delta, counts=n_rounds)
+    exact = gaussian_epsilon(zs, delta, counts=counts)
     if calibration == "paper":
         # Basic composition of classical mechanisms proves (epsilon, delta) only for a
         # per-release epsilon / T_g < 1 (Dwork and Roth, Thm A.1); beyond it the budget is
         # kept where the releases' exact epsilon is within it, else the exact one is the
         # guarantee (the noise itself is the paper's either way).
-        spent_epsilon, classical = max(epsilon, exact), epsilon / n_rounds < 1.0
+        spent_epsilon = max(epsilon, exact)
+        classical = all(s * epsilon / c < 1.0 for c, s in plan)
     else:
         spent_epsilon = extra if calibration == accountant else epsilon_spent(
             event, delta, calibration)
         classical = None
-    return {
+    spent = {
         "epsilon": spent_epsilon,
         "delta": delta,
         "n_releases": int(n_rounds),
-        "noise_multiplier": z,
+        "noise_multiplier": zs[-1],
         "classical_valid": classical,
         "calibration": calibration,
         "epsilon_exact": exact,
         f"epsilon_{accountant}": extra,
     }
+    if named is not None:
+        spent["releases"] = []
+        for (g, c, s), z in zip(named, zs):
+            if calibration == "paper":
+                alone = max(s * epsilon, gaussian_epsilon(z, delta, counts=c))
+            else:
+                alone = epsilon_spent(gaussian_event(z, count=c), delta, calibration)
+            spent["releases"].append(dict(name=g, count=c, share=s, noise_multiplier=z,
+                                          epsilon=alone))
+    return spent

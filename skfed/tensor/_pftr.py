@@ -13,7 +13,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
-from ..privacy import check_privacy_budget, pftr_noise_multiplier, pftr_privacy_spent
+from ..privacy import check_privacy_budget, pftr_privacy_spent, pftr_release_plan
 from ..privacy._pftr_bound import check_accountant
 from ..utils._param_validation import FEDERATION_CONSTRAINTS, Number, positive_int, positive_real
 from ..utils._validation import user_stacklevel
@@ -31,10 +31,31 @@ DEFAULT_GRID = {"step_size": (0.01, 0.02, 0.04, 0.1), "alpha": (0.01, 0.035, 0.1
 
 
 @functools.lru_cache(maxsize=256)
-def _privacy_spent(epsilon, delta, n_releases, calibration):
-    # a function of the budget and the release count only; a PLD recomputation takes
+def _privacy_spent(epsilon, delta, n_releases, calibration, groups):
+    # a function of the budget and the release groups only; a PLD recomputation takes
     # seconds, so every fit at the same budget shares it (callers get a copy)
-    return pftr_privacy_spent(epsilon, delta, n_releases, calibration=calibration)
+    return pftr_privacy_spent(epsilon, delta, n_releases, calibration=calibration,
+                              groups=groups)
+
+
+def release_groups(n_rounds, moment, centring, intercept_share, init_share):
+    """The named release groups ``(name, count, share)`` of a private fit.
+
+    ``"intercept"``: the noisy sums of X and y (2 releases) of a private
+    ``fit_intercept=True``; ``"init"``: the moment start; ``"stage_one"``: the
+    ``n_rounds`` gradients. Without ``init_share`` the start and the rounds
+    are one group of equal releases (``"init_and_stage_one"``), as the paper
+    composes its ``T_g`` releases.
+    """
+    rest = 1.0 - intercept_share if centring else 1.0
+    groups = [("intercept", 2, intercept_share)] if centring else []
+    if moment and init_share is not None:
+        groups += [("init", 1, rest * init_share), ("stage_one", n_rounds,
+                                                     rest * (1.0 - init_share))]
+    else:
+        groups.append(("init_and_stage_one" if moment else "stage_one",
+                       n_rounds + int(moment), rest))
+    return tuple(groups)
 
 
 class PersonalizedTensorRegressor(_TensorRegressorBase):
@@ -83,11 +104,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     client sends none; if no client sends, the population intercept is
     0, with a warning). The paper's model
     has no intercept and centres the data beforehand: ``fit_intercept=False``
-    reproduces it. Local centring makes every centred row depend on all rows
-    of its client, so the per-row sensitivity of the Stage-I noise no longer
-    holds, and the sums are sent unperturbed: private fits (finite
-    ``epsilon``) require ``fit_intercept=False`` with data centred by public
-    (or separately protected) means.
+    reproduces it. A private fit (finite ``epsilon``) cannot centre on the
+    exact means (every centred row would depend on all rows of its client,
+    voiding the per-row sensitivity of the noisy releases, and the sums would
+    be sent unperturbed): it spends the share ``intercept_share`` of the
+    budget on one more round first, in which each client releases the sums
+    of its rows clipped to norms ``intercept_tau_x`` and ``intercept_tau_y``
+    plus Gaussian noise, and centres the rows of its later releases on these
+    noisy means; the population intercept uses the pooled noisy sums, Stage II
+    and the personal intercepts (never sent) the exact local means.
 
     Parameters
     ----------
@@ -104,8 +129,9 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         every client's preliminary estimate and the federated mode vote.
     fit_intercept : bool, default=True
         Centre each client's ``X`` and ``y`` locally and fit a personal
-        intercept per client (see above); ``False``: the paper's model through
-        the origin (required when ``epsilon`` is finite).
+        intercept per client (see above; with finite ``epsilon`` on private
+        means); ``False``: the paper's model through the origin, for data
+        centred beforehand (e.g. by public means).
     step_size : float or "auto", default="auto"
         Stage-I step ``eta_A`` (paper scaling; the authors' code uses a loss
         twice as large, so its 0.02 is 0.04 here). ``"auto"``: ``1 / sum_k
@@ -142,6 +168,67 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         because levels that depend on the data void the guarantee.
     clip_quantile : float in (0, 1], default=0.9
         Quantile for data-dependent truncation levels (1: the maximum).
+    tau_grad : float or None, default=None
+        Truncation level (Frobenius norm) of each row's term of the sent
+        Stage-I projection, ``P_T(T_tau_e(R_i) o T_tau_x(X_i))``: rows whose
+        term is longer are scaled down to it, and the noise's sensitivity is
+        ``2 min(tau_grad, tau_e tau_x) / n_k`` instead of ``2 tau_e tau_x /
+        n_k``. The projection on the tangent space keeps only part of a row's
+        term, so a level below ``tau_e tau_x`` removes much of the rounds'
+        noise (not in the paper; on its simulation design ``0.3 tau_e tau_x``
+        with ``n_rounds=3`` and ``init_share=0.4`` was selected,
+        ``benchmarks/pftr_strict_tuning.py --grid split``). A public constant
+        like ``tau_x`` and ``tau_e``. ``None``:
+        the paper's bound. Only with ``tangent="exact"`` (the surrogate is
+        not linear).
+    intercept_tau_x, intercept_tau_y : float or None, default=None
+        Truncation levels (Euclidean norms) of a raw, uncentred covariate row
+        and response row in the private means of ``fit_intercept=True`` with
+        finite ``epsilon`` (the paper has no intercept). Public constants: a
+        row is scaled down to the level before it is summed, so a level below
+        the norms of the rows biases the means towards 0; one far above them
+        adds noise (its standard deviation is ``2 level z`` for a sum of
+        ``n_k`` rows, ``z`` the noise multiplier of the share). A strict fit
+        requires both; ``None`` uses the ``clip_quantile`` quantile of the
+        client's row norms (``privacy_mode="paper"`` only). Ignored without
+        privacy or with ``fit_intercept=False``.
+    intercept_share : float in (0, 1), default=0.5
+        Share of the budget spent on the private means (the two noisy sums
+        count as two releases): of ``epsilon`` and ``delta`` under
+        ``accountant="paper"`` (basic composition), of the precision ``sum_i
+        1 / z_i^2`` of all Gaussian releases under ``"rdp"``/``"pld"``, which
+        then calibrate all releases together to ``(epsilon, delta)``. The
+        noise of a mean is ``2 level z / n_k`` per coordinate, and the
+        centring errors shift the clipped rows of every later release, so
+        the means need a large share: 0.5 was the best of {0.05, 0.1, 0.2,
+        0.3, 0.5} on the paper's simulation design made raw
+        (``benchmarks/pftr_private_intercept.py``), and small clients still
+        pay much (there A0 error 0.66 against 0.21 for rows centred on
+        public means at ``n_k = 50``; 0.094 against 0.088 at 250). With public
+        means, centre by them and pass ``fit_intercept=False``. Ignored
+        without privacy or with ``fit_intercept=False``.
+    private_centring : {"means", "pairs"}, default="means"
+        How a private fit (finite ``epsilon``) with ``fit_intercept=True``
+        removes the intercept. ``"means"``: the private means above (share
+        ``intercept_share``). ``"pairs"``: no mean is released and no budget
+        spent; the moment start and the Stage-I gradients are formed from the
+        differences of every pair of the client's rows, ``(r_i - r_j) o (x_i
+        - x_j)`` (the intercept cancels; without truncation this is exactly
+        the moment of the centred rows), each pair truncated to ``tau_e`` and
+        ``tau_x``, which then bound the norms of a *difference* of two
+        residuals and of two covariate tensors; replacing one row changes its
+        ``n_k - 1`` pair terms, so the sensitivity stays below ``2 tau_e
+        tau_x / n_k``. A round then costs ``O(n_k^2)`` (with ``tau_grad``, one
+        projection per pair). The population intercept ``shared_intercept_``
+        is 0 (no mean is released): predictions for clients not seen in
+        ``fit`` carry no intercept. Ignored without privacy or with
+        ``fit_intercept=False``.
+    init_share : float in (0, 1) or None, default=None
+        Share of the remaining budget spent on the private moment start
+        (``init="moment"``), the rest split equally among the ``n_rounds``
+        Stage-I releases; ``None``: every one of the ``n_rounds + 1``
+        releases gets an equal share (the paper's equal split). Ignored
+        without privacy or the moment start.
     privacy_mode : {"strict", "paper"}, default="strict"
         What a private fit (finite ``epsilon``) may release. ``"strict"``:
         only the noisy releases of the Gaussian mechanism, with a
@@ -167,7 +254,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         warns and ``privacy_spent_`` reports the exact epsilon of the noise
         added. ``"rdp"``/``"pld"``: the smallest multiplier whose releases
         cost ``epsilon`` at ``delta`` under dp-accounting's RDP or PLD
-        accountant (:func:`skfed.privacy.calibrate_noise_multiplier`), so less
+        accountant (:func:`skfed.privacy.calibrate_noise_multiplier`; with
+        shares, :func:`skfed.privacy.pftr_release_plan`), so less
         noise for the same budget (at the paper's ``epsilon=20``,
         ``delta=0.1``, ``n_rounds=20``: 0.93 and 0.84 instead of 3.32); PLD
         adds about 2 s to ``fit`` (once per budget, cached). Ignored
@@ -277,7 +365,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     privacy_spent_ : dict
         Per-client guarantee of everything the client released:
         ``epsilon``/``delta`` of the ``n_releases`` Gaussian releases
-        (``n_rounds``, plus 1 with ``init="moment"``) by the accountant that
+        (``n_rounds``, plus 1 with ``init="moment"``, plus the 2 noisy sums of
+        a private ``fit_intercept=True``) composed by the accountant that
         calibrated the noise (``calibration``, the ``accountant`` parameter:
         the paper's basic composition, or dp-accounting's RDP or PLD
         accountant recomputed on the releases; with ``"paper"``, where the
@@ -285,7 +374,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         ``epsilon_exact``, the exact epsilon of the releases at ``delta``
         (:func:`skfed.privacy.gaussian_epsilon`), ``epsilon_rdp`` by
         dp-accounting's RDP accountant at the same ``delta``,
-        ``noise_multiplier``, ``classical_valid`` (per-release ``epsilon /
+        ``noise_multiplier`` (of the Stage-I releases), ``releases`` (one dict
+        per share of the budget: ``name`` among ``"intercept"``, ``"init"``,
+        ``"stage_one"`` and ``"init_and_stage_one"``, ``count``, ``share``,
+        ``noise_multiplier`` and ``epsilon``, what that share's releases alone
+        spend at ``delta``), ``classical_valid`` (per-release ``epsilon /
         n_releases < 1``; ``None`` unless ``accountant="paper"``), ``strict`` (whether the
         guarantee holds), ``mode`` (``privacy_mode``), ``covers`` (what the
         guarantee covers) and ``outside`` (the releases that void it, empty
@@ -380,6 +473,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tau_x=None,
         tau_e=None,
         clip_quantile=0.9,
+        tau_grad=None,
+        intercept_tau_x=None,
+        intercept_tau_y=None,
+        intercept_share=0.5,
+        private_centring="means",
+        init_share=None,
         privacy_mode="strict",
         accountant="paper",
         tangent="exact",
@@ -416,6 +515,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.tau_x = tau_x
         self.tau_e = tau_e
         self.clip_quantile = clip_quantile
+        self.tau_grad = tau_grad
+        self.intercept_tau_x = intercept_tau_x
+        self.intercept_tau_y = intercept_tau_y
+        self.intercept_share = intercept_share
+        self.private_centring = private_centring
+        self.init_share = init_share
         self.privacy_mode = privacy_mode
         self.accountant = accountant
         self.tangent = tangent
@@ -459,6 +564,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         "tau_x": [positive_real(), None],
         "tau_e": [positive_real(), None],
         "clip_quantile": [Number(numbers.Real, 0, 1, closed="right")],
+        "tau_grad": [positive_real(), None],
+        "intercept_tau_x": [positive_real(), None],
+        "intercept_tau_y": [positive_real(), None],
+        "intercept_share": [Number(numbers.Real, 0, 1, closed="neither")],
+        "init_share": [Number(numbers.Real, 0, 1, closed="neither"), None],
+        "private_centring": [StrOptions({"means", "pairs"})],
         "privacy_mode": [StrOptions(set(PRIVACY_MODES))],
         "init": [StrOptions(set(INIT_MODES)), "array-like"],
         "cv": [positive_int(2), None],
@@ -474,12 +585,17 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["epsilon"], p["delta"] = check_privacy_budget(self.epsilon, self.delta)
         if p["epsilon"] is None:
             p["delta"] = float(self.delta) if isinstance(self.delta, numbers.Real) else None
-        p["fit_intercept"] = self._check_fit_intercept(p["epsilon"])
+        p["fit_intercept"] = bool(self.fit_intercept)
         p["tau_x"] = None if self.tau_x is None else float(self.tau_x)
         p["tau_e"] = None if self.tau_e is None else float(self.tau_e)
         p["admm"] = dict(lam=float(self.init_lambda), omega=float(self.init_alpha),
                          zeta=float(self.init_zeta), rho=float(self.init_rho),
                          max_iter=int(self.init_max_iter))
+        if self.tau_grad is not None and self.tangent != "exact":
+            raise ValueError(
+                f"tau_grad={self.tau_grad!r} truncates each row's term of the linear tangent "
+                f"projection, which tangent={self.tangent!r} does not have; use "
+                "tangent='exact' or tau_grad=None (tau_grad).")
         grid = DEFAULT_GRID if self.param_grid is None else self.param_grid
         if not set(grid) <= set(CV_PARAMS):
             raise ValueError(
@@ -493,9 +609,24 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["grid"] = {k: list(v) for k, v in grid.items()}
         check_accountant(self.accountant)
         p["init_mode"] = self._init_mode(p["epsilon"])
-        p["n_releases"] = p["n_rounds"] + (p["init_mode"] == "moment")
+        # a private intercept: the means from an accounted release (PrivateCentring)
+        private_intercept = p["fit_intercept"] and p["epsilon"] is not None
+        p["pairs"] = private_intercept and self.private_centring == "pairs"
+        p["centring"] = private_intercept and not p["pairs"]
+        if p["pairs"] and (p["tau_x"] is None or p["tau_e"] is None):
+            raise ValueError(
+                "private_centring='pairs' truncates pair differences at the given levels: pass "
+                "tau_x and tau_e (bounds on the norms of the difference of two covariate "
+                "tensors and of two residuals) (private_centring).")
+        p["groups"] = release_groups(
+            p["n_rounds"], p["init_mode"] == "moment", p["centring"],
+            float(self.intercept_share),
+            None if self.init_share is None else float(self.init_share))
+        p["n_releases"] = sum(count for _, count, _ in p["groups"])
         # calibrate now so an unreachable budget fails before any round
-        pftr_noise_multiplier(p["epsilon"], p["delta"], p["n_releases"], self.accountant)
+        zs = pftr_release_plan(p["epsilon"], p["delta"], [g[1:] for g in p["groups"]],
+                               self.accountant)
+        p["multipliers"] = dict(zip((g[0] for g in p["groups"]), zs))
         p["outside"] = self._outside_guarantee(p)
         if p["epsilon"] is not None and self.privacy_mode == "strict" and p["outside"]:
             raise ValueError(self._strict_message(p))
@@ -520,6 +651,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                        "(clip_quantile quantile of each client's row norms)")
         if p["tau_e"] is None:
             out.append("tau_e: residual truncation levels taken from the data every round")
+        for name in ("intercept_tau_x", "intercept_tau_y") if p["centring"] else ():
+            if getattr(self, name) is None:
+                what = "covariate" if name.endswith("x") else "response"
+                out.append(f"{name}: {what} truncation levels of the private means taken "
+                           "from the data (clip_quantile quantile of each client's row norms)")
         if p["init_mode"] == "admm":
             out.append("init: the largest client's ADMM estimate, sent without noise")
             if isinstance(self.rank, str):
@@ -538,6 +674,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                      "tensor, e.g. sqrt(n_features) times a few for standardized X)",
             "tau_e": "pass a fixed tau_e (a public bound on the norm of a residual, e.g. a "
                      "few standard deviations of a standardized y)",
+            "intercept_tau_x": "pass a fixed intercept_tau_x (a public bound on the norm of "
+                               "a raw covariate row) or fit_intercept=False on data centred "
+                               "by public means",
+            "intercept_tau_y": "pass a fixed intercept_tau_y (a public bound on the norm of "
+                               "a raw response row) or fit_intercept=False on data centred "
+                               "by public means",
             "init": "use init='auto' or 'moment' (the private moment initializer) or a public "
                     "array",
             "rank": "use init='auto' (the rank is then chosen from the noisy moment) or give "
@@ -556,29 +698,19 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             "differential-privacy guarantee (" + ", ".join(names) + ")."
         )
 
-    def _check_fit_intercept(self, epsilon):
-        if self.fit_intercept and epsilon is not None:
-            raise ValueError(
-                f"fit_intercept=True is not covered by the privacy guarantee of epsilon="
-                f"{self.epsilon!r}: local centring makes every centred row depend on all of "
-                "its client's rows (so the per-row sensitivity of the Stage-I noise does not "
-                "hold) and the client means are sent unperturbed. Centre X and y with public "
-                "(or separately protected) means and pass fit_intercept=False, or fit "
-                "without privacy (epsilon=None) (fit_intercept)."
-            )
-        return bool(self.fit_intercept)
-
-    # -- the set-up exchange: with an intercept, each site's sums (not private) --
+    # -- the set-up exchange: with a non-private intercept, each site's sums --
 
     def _site_summary(self, X, y):
         summary = super()._site_summary(X, y)
         X = np.asarray(X, dtype=float)
         intercept = self._fit_params["fit_intercept"]
+        # a private fit's means come from the noisy "centre" round (PrivateCentring)
+        send_sums = intercept and self._fit_params["epsilon"] is None
         # sums, not means, and only of two nonzero values or more per column (or
         # none): the sum (or mean) of one is that value, and the mean of a
         # constant column is its value (skfed.federated._release)
         y = np.asarray(y, dtype=float).reshape(len(y), -1)
-        if intercept and sends_sums(X, y):
+        if send_sums and sends_sums(X, y):
             summary["x_sum"] = X.sum(axis=0)
             summary["y_sum"] = y.sum(axis=0)
         if isinstance(self.step_size, str) and self.step_size == "auto":
@@ -589,7 +721,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _combine_site_summaries(self, labels, summaries):
         setup = super()._combine_site_summaries(labels, summaries)
-        if self._fit_params["fit_intercept"]:
+        if self._fit_params["fit_intercept"] and self._fit_params["epsilon"] is None:
             # the pooled means of the sites that sent sums (skfed.federated._release)
             sent = [s for s in summaries if "x_sum" in s]
             if sent:
@@ -636,6 +768,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         # the ADMM initializer (and rank vote) takes 2 rounds before Stage I, the
         # private moment initializer 1
         init_rounds = {"array": 0, "admm": 2, "moment": 1}[self._fit_params["init_mode"]]
+        # and the private means of fit_intercept=True 1
+        init_rounds += int(self._fit_params["centring"])
         return {**super()._engine_params(), "n_rounds": self._fit_params["n_rounds"] + init_rounds}
 
     def _federated_algorithm(self, setup):
@@ -658,6 +792,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         if rank != "auto":
             rank = check_tucker_rank(rank, coef_shape)
         admm = {**params["admm"], "rows": self._init_rows(output_shape, tensor_shape)}
+        z = params["multipliers"]
+        centring = None
+        if params["centring"]:
+            centring = dict(tau_x=self.intercept_tau_x, tau_y=self.intercept_tau_y,
+                            noise_multiplier=z["intercept"],
+                            clip_quantile=float(self.clip_quantile))
+        # the Stage-I and moment multipliers of the budget's shares (pftr_release_plan)
+        z_rounds = z.get("stage_one", z.get("init_and_stage_one"))
+        z_init = z.get("init", z.get("init_and_stage_one"))
         step_size = params["step_size"]
         if step_size == "auto":
             lip = float(setup["lipschitz"]) if "lipschitz" in setup else 0.0
@@ -671,11 +814,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                            tau_x=params["tau_x"], tau_e=params["tau_e"],
                            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
                            retraction=self.retraction, n_releases=params["n_releases"],
-                           accountant=self.accountant),
+                           accountant=self.accountant, noise_multiplier=z_rounds,
+                           tau_grad=None if self.tau_grad is None else float(self.tau_grad)),
             stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
                            scaling=self.penalty_scaling),
             fit_intercept=params["fit_intercept"],
             moment_init=params["init_mode"] == "moment",
+            init_noise_multiplier=z_init,
+            centring=centring,
+            pairs=params["pairs"],
         )
 
     def _set_fitted(self, fit):
@@ -697,10 +844,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.rank_ = tuple(int(r) for r in one["core"].shape)
         q = int(np.prod(self.output_shape_)) if self.output_shape_ else 1
         shared_intercept = np.zeros(q)
-        if params["fit_intercept"]:
-            shared_intercept = (np.asarray(setup["y_mean"], dtype=float)
+        if params["fit_intercept"] and not params["pairs"]:
+            # the pooled means: the set-up's sums, or a private fit's noisy ones
+            means = server["centre"] if params["centring"] else setup
+            shared_intercept = (np.asarray(means["y_mean"], dtype=float)
                                 - self.shared_coef_.reshape(q, -1)
-                                @ np.asarray(setup["x_mean"], dtype=float))
+                                @ np.asarray(means["x_mean"], dtype=float))
         self.shared_intercept_ = self._intercept_layout(shared_intercept)
         self.local_ranks_ = {} if init is None else init["local_ranks"]
         self.init_client_ = -1 if init is None else int(init["k_star"])
@@ -715,24 +864,27 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p = self._fit_params
         if p["epsilon"] is None:
             return None
-        spent = _privacy_spent(p["epsilon"], p["delta"], p["n_releases"], self.accountant)
+        spent = _privacy_spent(p["epsilon"], p["delta"], p["n_releases"], self.accountant,
+                               p["groups"])
         void = bool(p["outside"])  # privacy_mode="paper" with data-chosen inputs: no guarantee
         return {"epsilon": math.inf if void else float(spent["epsilon"]),
                 "delta": 0.0 if void else float(spent["delta"]),
-                "noise_multiplier": float(pftr_noise_multiplier(
-                    p["epsilon"], p["delta"], p["n_releases"], self.accountant))}
+                "noise_multiplier": float(spent["noise_multiplier"])}
 
     def _privacy_report(self, params):
         """``privacy_spent_``: the guarantee of everything released, or none."""
         spent = dict(_privacy_spent(params["epsilon"], params["delta"], params["n_releases"],
-                                    self.accountant))
+                                    self.accountant, params["groups"]))
+        spent["releases"] = [dict(r) for r in spent["releases"]]  # the cache's stay intact
         spent["mode"] = self.privacy_mode
         if params["epsilon"] is None:
             spent.update(strict=False, covers="nothing: no noise was added", outside=[])
             return spent
         moment = params["init_mode"] == "moment"
         released = (f"each client's {params['n_rounds']} Stage-I gradients"
-                    + (" and its initial clipped moment" if moment else ""))
+                    + (" and its initial clipped moment" if moment else "")
+                    + (" and its sums of clipped X and y rows (the private means of "
+                       "fit_intercept)" if params["centring"] else ""))
         outside = list(params["outside"])
         spent["outside"] = outside
         spent["strict"] = not outside
@@ -740,7 +892,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         if not outside:
             spent["covers"] = (
                 f"everything a client releases: {released} (Gaussian mechanism, "
-                "L2 sensitivity 2 tau_e tau_x / n_k each); its row count is public")
+                "L2 sensitivity 2 tau_e tau_x / n_k each"
+                + (", 2 min(tau_grad, tau_e tau_x) / n_k for the gradients"
+                   if self.tau_grad is not None else "")
+                + ("; 2 intercept_tau_x and 2 intercept_tau_y for the sums"
+                   if params["centring"] else "") + "); its row count is public")
             if short:
                 warnings.warn(short + " privacy_spent_['epsilon'] reports it.", UserWarning,
                               stacklevel=user_stacklevel())

@@ -38,7 +38,10 @@ __all__ = [
     "clip_rows",
     "InitAlgorithm",
     "MomentInit",
+    "PrivateCentring",
     "clipped_moment",
+    "pair_moment",
+    "pair_weights",
     "StageOne",
     "StageTwo",
     "PersonalizedTensorPhases",
@@ -416,6 +419,41 @@ def clipped_moment(X, Y, tau_x, tau_e, clip_quantile=0.9):
     return m, tau_x, float(tau_e)
 
 
+def _pair_distances(M):
+    """``||m_i - m_j||`` for every pair of rows of ``M`` (n x n)."""
+    sq = np.einsum("ij,ij->i", M, M)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (M @ M.T)
+    return np.sqrt(np.maximum(d2, 0.0))
+
+
+def pair_weights(R, X, tau_e, tau_x):
+    """Truncation weights of the pair terms ``(r_i - r_j) o (x_i - x_j)``, zero diagonal.
+
+    ``min(1, tau_e / ||r_i - r_j||) min(1, tau_x / ||x_i - x_j||)``: every pair's
+    difference truncated to the levels, like ``T_tau`` of a row.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dr, dx = _pair_distances(R), _pair_distances(X)
+        W = np.where(dr > tau_e, tau_e / dr, 1.0) * np.where(dx > tau_x, tau_x / dx, 1.0)
+    np.fill_diagonal(W, 0.0)
+    return W
+
+
+def pair_moment(R, X, W):
+    """``(1/n) sum_{i<j} W_ij (r_i - r_j) o (x_i - x_j)`` as ``(q p,)``: ``n`` times the
+    pair form of the centred moment ``(1/n) sum_i (r_i - rbar) o (x_i - xbar)``.
+
+    Without truncation (``W`` = 1 off the diagonal) it is exactly ``sum_i (r_i -
+    rbar) o (x_i - xbar)``, so the intercept cancels without any mean being
+    formed. Replacing one row changes its ``n - 1`` pair terms, each of norm at
+    most ``tau_e tau_x``: the change of the moment over ``n`` is at most ``2 (n -
+    1) tau_e tau_x / n^2 < 2 tau_e tau_x / n``, the sensitivity of the row form.
+    """
+    d = W.sum(axis=1)
+    n = R.shape[0]
+    return ((R * d[:, None]).T @ X - R.T @ (W @ X)).reshape(-1) / n
+
+
 class MomentInit(FederatedAlgorithm):
     """Private initialization: one noisy clipped moment per client (one round).
 
@@ -433,7 +471,12 @@ class MomentInit(FederatedAlgorithm):
 
     def __init__(self, coef_shape, rank, *, n_releases, epsilon, delta,
                  tau_x=None, tau_e=None, clip_quantile=0.9, rank_scale=1.0, max_rank=None,
-                 accountant="paper"):
+                 accountant="paper", noise_multiplier=None, pairs=False):
+        # noise_multiplier: the start's own multiplier when the budget is split among
+        # kinds of releases (skfed.privacy.pftr_release_plan); None: n_releases equal ones
+        self.noise_multiplier = noise_multiplier
+        # pairs: the moment of pair differences of raw rows (a private intercept)
+        self.pairs = bool(pairs)
         self.coef_shape = tuple(coef_shape)
         self.rank = rank
         self.n_releases = n_releases
@@ -450,10 +493,17 @@ class MomentInit(FederatedAlgorithm):
         return True
 
     def client_step(self, data, state, broadcast, rng):
-        m, tau_x, tau_e = clipped_moment(data.X, data.y, self.tau_x, self.tau_e,
-                                         self.clip_quantile)
+        if self.pairs:  # strict only: given levels
+            tau_x, tau_e = float(self.tau_x), float(self.tau_e)
+            Y = np.asarray(data.y, dtype=float)
+            m = pair_moment(Y, data.X, pair_weights(Y, data.X, tau_e, tau_x)) / data.n_samples
+        else:
+            m, tau_x, tau_e = clipped_moment(data.X, data.y, self.tau_x, self.tau_e,
+                                             self.clip_quantile)
         n = data.n_samples
-        z = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases, self.accountant)
+        z = self.noise_multiplier
+        if z is None:
+            z = pftr_noise_multiplier(self.epsilon, self.delta, self.n_releases, self.accountant)
         sigma = 2.0 * tau_e * tau_x / n * z
         m = gaussian_mechanism(m, sigma, rng)  # checks sigma; the same draw as before
         check_finite_step("the clipped moment", m)
@@ -475,6 +525,64 @@ class MomentInit(FederatedAlgorithm):
         return {"k_star": -1, "rank": rank, "local_ranks": {}, "init": A}, {}
 
 
+class PrivateCentring(FederatedAlgorithm):
+    """Private means for ``fit_intercept=True``: one round of noisy clipped sums.
+
+    The paper has no intercept (it centres the data beforehand); centring each
+    client on its exact means would make every centred row depend on all of
+    the client's rows, so the per-row sensitivity of the later releases would
+    not hold. Instead each client releases the sums of its rows clipped to
+    Euclidean norms ``tau_x`` (covariates) and ``tau_y`` (responses), each
+    plus Gaussian noise (replacing one row changes a sum by at most
+    ``2 tau``, so ``sigma = 2 tau z``), and centres the rows of its later
+    releases on these noisy means: given them (released values), replacing
+    one row changes one centred row only, and the moment and Stage-I
+    sensitivities hold again. The server pools the noisy sums into the
+    population means of the shared intercept. Stage II and the personal
+    intercept (nothing sent) use the exact local means.
+
+    ``None`` levels are the ``clip_quantile`` quantile of the client's row
+    norms (data-dependent: ``privacy_mode="paper"`` only).
+    """
+
+    def __init__(self, *, tau_x, tau_y, noise_multiplier, clip_quantile=0.9):
+        self.tau_x = tau_x
+        self.tau_y = tau_y
+        self.noise_multiplier = noise_multiplier
+        self.clip_quantile = clip_quantile
+
+    def asks_every_client(self, server_state):
+        return True
+
+    def _level(self, M, tau):
+        if tau is not None:
+            return float(tau)
+        return float(np.quantile(np.sqrt(np.einsum("ij,ij->i", M, M)), self.clip_quantile))
+
+    def client_step(self, data, state, broadcast, rng):
+        n = data.n_samples
+        message, means, sigma = {"n_samples": np.int64(n)}, {}, {}
+        for name, M, tau in (("x", data.X, self.tau_x), ("y", data.y, self.tau_y)):
+            level = self._level(M, tau)
+            sigma[name] = 2.0 * level * self.noise_multiplier
+            total = gaussian_mechanism(clip_rows(M, level).sum(axis=0), sigma[name], rng)
+            check_finite_step(f"the private sum of {name}", total)
+            message[f"{name}_sum"] = total
+            means[name] = total / n
+        # the rows of every later release: centred on the released (noisy) means
+        train = SiteData(X=data.X - means["x"], y=data.y - means["y"],
+                         sample_weight=data.sample_weight, label=data.label, index=data.index)
+        state = {"train": train, "local": prepare_site(data, True), "sigma": sigma}
+        return state, message
+
+    def server_step(self, state, messages, rng):
+        keys = sorted(messages)
+        n = float(sum(float(messages[k]["n_samples"]) for k in keys))
+        x_mean = sum(np.asarray(messages[k]["x_sum"], dtype=float) for k in keys) / n
+        y_mean = sum(np.asarray(messages[k]["y_sum"], dtype=float) for k in keys) / n
+        return {"x_mean": x_mean, "y_mean": y_mean}, {}
+
+
 class StageOne(FederatedAlgorithm):
     """Stage I (paper Sec. 3.1): DP Riemannian gradient rounds for the shared part ``A_0``.
 
@@ -487,8 +595,13 @@ class StageOne(FederatedAlgorithm):
 
     def __init__(self, coef_shape, rank, init, *, step_size, n_rounds, epsilon, delta,
                  tau_x=None, tau_e=None, clip_quantile=0.9, tangent="exact",
-                 retraction="st_hosvd", n_releases=None, accountant="paper"):
+                 retraction="st_hosvd", n_releases=None, accountant="paper",
+                 noise_multiplier=None, tau_grad=None, pairs=False):
         self.coef_shape = tuple(coef_shape)
+        # pairs: gradients of pair differences of raw rows (a private intercept; given levels)
+        self.pairs = bool(pairs)
+        # the level of each row's projected gradient term (None: only tau_e and tau_x)
+        self.tau_grad = tau_grad
         self.rank = tuple(rank)
         self.init = init
         self.step_size = step_size
@@ -506,11 +619,14 @@ class StageOne(FederatedAlgorithm):
         self.tangent = tangent
         self.retraction = retraction
         self._projector_cache = None
-        self._noise_multiplier = None
+        # given when the budget is split among kinds of releases (pftr_release_plan)
+        self._noise_multiplier = noise_multiplier
         self._coef_size = math.prod(self.coef_shape)
         self._broadcast_names = ("core",) + tuple(f"factor_{j}" for j in range(len(self.rank)))
 
     def client_init(self, data, rng):
+        if self.pairs:  # the pair differences are truncated each round
+            return {"X": data.X, "tau_x": float(self.tau_x), "tau_e": [], "sigma": []}
         norms = np.linalg.norm(data.X, axis=1)
         if self.tau_x is None:
             tau_x = float(np.quantile(norms, self.clip_quantile))
@@ -570,11 +686,51 @@ class StageOne(FederatedAlgorithm):
             )
         return 2.0 * tau_e * tau_x / n_samples * multiplier
 
+    def _projected_weights(self, R, Xc, broadcast):
+        """Row weights that truncate each row's projected term to ``tau_grad``.
+
+        Each row adds ``P_T(r_i o x_i)`` (clipped ``r_i``, ``x_i``) to the sent
+        projection, and ``P_T`` is linear, so scaling row ``i`` by ``min(1,
+        tau_grad / ||P_T(r_i o x_i)||)`` bounds its term by ``tau_grad``: the
+        sensitivity is ``2 min(tau_grad, tau_e tau_x) / n_k``. The orthogonal
+        projection on the tangent space (dimension ``prod_s r_s + sum_s r_s
+        (p_s - r_s)``) keeps only part of a row's term, so a level below
+        ``tau_e tau_x`` cuts the noise of the rounds while clipping few rows
+        (a derived choice; the paper bounds the sensitivity by ``tau_e tau_x``).
+        """
+        projector = self._projector(broadcast)
+        norms = np.empty(R.shape[0])
+        for i in range(R.shape[0]):
+            norms[i] = np.linalg.norm(projector.apply_flat(np.outer(R[i], Xc[i]).reshape(-1)))
+        level = float(self.tau_grad)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(norms > level, level / norms, 1.0)
+
+    def _pair_step(self, R, X, broadcast):
+        """``m`` of the pair form (:func:`pair_moment`) and the truncation level used.
+
+        With ``tau_grad`` each pair's projected term is truncated too (one
+        projection per pair: ``n (n - 1) / 2`` of them).
+        """
+        tau_e = float(self.tau_e)
+        W = pair_weights(R, X, tau_e, float(self.tau_x))
+        if self.tau_grad is not None and self.tangent == "exact":
+            projector, level = self._projector(broadcast), float(self.tau_grad)
+            for i in range(R.shape[0] - 1):
+                for j in range(i + 1, R.shape[0]):
+                    term = W[i, j] * np.outer(R[i] - R[j], X[i] - X[j]).reshape(-1)
+                    norm = np.linalg.norm(projector.apply_flat(term))
+                    if norm > level:
+                        W[i, j] = W[j, i] = W[i, j] * level / norm
+        return pair_moment(R, X, W), tau_e
+
     def client_step(self, data, state, broadcast, rng):
         A = np.asarray(broadcast["coef"])
         q, p = data.y.shape[1], data.X.shape[1]
         R = data.X @ A.reshape(q, p).T
         R = np.subtract(data.y, R, out=R)  # Y - X A^T, without a second (n, q) array
+        if self.pairs:
+            return self._client_pair_step(data, state, broadcast, rng, R)
         # T_tau_e row-wise, in place (R is this step's own array); NaN: the quantile level
         check_finite_step("the residual Y - <A_0, X> (the broadcast A_0 is too large for "
                           "this client's X)", R)
@@ -586,13 +742,34 @@ class StageOne(FederatedAlgorithm):
                 "large for this client's X)")
         n = data.n_samples
         sigma = self._noise_std(tau_e, state["tau_x"], n)
-        # the gradient -(R^T X) / n plus the Gaussian mechanism's noise, then projected:
+        if self.tau_grad is not None and self.tangent == "exact":
+            R *= self._projected_weights(R, state["X"], broadcast)[:, None]
+            sigma = self._capped(sigma, tau_e, state["tau_x"])
+        return self._release((R.T @ state["X"]).reshape(-1), n, sigma, tau_e, state,
+                             broadcast, rng)
+
+    def _capped(self, sigma, tau_e, tau_x):
+        """``sigma`` for the sensitivity ``2 min(tau_grad, tau_e tau_x) / n_k``."""
+        bound = tau_e * tau_x
+        return sigma * min(1.0, float(self.tau_grad) / bound) if bound > 0 else sigma
+
+    def _client_pair_step(self, data, state, broadcast, rng, R):
+        """The client step on pair differences of raw rows (a private intercept)."""
+        check_finite_step("the residual Y - <A_0, X>", R)
+        m, tau_e = self._pair_step(R, data.X, broadcast)
+        n = data.n_samples
+        sigma = self._noise_std(tau_e, state["tau_x"], n)
+        if self.tau_grad is not None and self.tangent == "exact":
+            sigma = self._capped(sigma, tau_e, state["tau_x"])
+        return self._release(m, n, sigma, tau_e, state, broadcast, rng)
+
+    def _release(self, m, n, sigma, tau_e, state, broadcast, rng):
+        """The sent message: the gradient ``-m / n`` plus noise of ``sigma``, projected."""
         # the noise is drawn by skfed.privacy (flat: the same draws, in the same C order,
         # as of shape coef_shape; none when sigma == 0) and added inside the compiled
         # call, in one pass with the projection (scale 1: it is already sigma * z)
         noise = gaussian_noise(self._coef_size, sigma, rng)
         scale, noise = (0.0, _NO_NOISE) if noise is None else (1.0, noise)
-        m = (R.T @ state["X"]).reshape(-1)
         if self.tangent == "exact":  # gradient, noise and projection in one compiled call
             sent = self._projector(broadcast).apply_noisy(m, n, scale, noise)
         else:
@@ -684,6 +861,16 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
     moment_init : bool, default=False
         Start from the noisy clipped moment (:class:`MomentInit`) instead of
         the largest client's unperturbed ADMM estimate.
+    init_noise_multiplier : float or None, default=None
+        The moment start's noise multiplier when the budget is split among
+        kinds of releases; ``None``: Stage I's calibration.
+    centring : dict or None, default=None
+        Keyword arguments of :class:`PrivateCentring` (``tau_x``, ``tau_y``,
+        ``noise_multiplier``, ``clip_quantile``): a first phase ``"centre"``
+        (1 round) releases the noisy sums, the initializer and Stage I see
+        the rows centred on the noisy means, Stage II and the personal
+        intercepts the exactly centred ones (``fit_intercept`` is then
+        implied).
 
     A numerical failure of a client step (non-convergence, a non-finite
     value) is raised as a ``FloatingPointError`` naming the client, the phase
@@ -691,11 +878,18 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
     """
 
     def __init__(self, coef_shape, rank, init, init_params, stage_one, stage_two,
-                 fit_intercept=False, moment_init=False):
+                 fit_intercept=False, moment_init=False, init_noise_multiplier=None,
+                 centring=None, pairs=False):
         self.phases = ("stage_one", "stage_two") if init is not None else (
             "init", "stage_one", "stage_two")
+        self.centring = None if centring is None else dict(centring)
+        # a private intercept by pair differences: the steps see raw rows, Stage II centred
+        self.pairs = bool(pairs)
+        if self.centring is not None:
+            self.phases = ("centre",) + self.phases
         self.moment_init = bool(moment_init) and init is None
-        rounds = {"init": 1 if self.moment_init else 2,
+        self.init_noise_multiplier = init_noise_multiplier
+        rounds = {"centre": 1, "init": 1 if self.moment_init else 2,
                   "stage_one": int(stage_one["n_rounds"]), "stage_two": 0}
         super().__init__([rounds[name] for name in self.phases])
         self.coef_shape = tuple(coef_shape)
@@ -707,9 +901,26 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         self.fit_intercept = bool(fit_intercept)
 
     def prepare_client(self, data):
+        if self.centring is not None or self.pairs:  # centred by a phase, or never
+            check_client_range(data.X, data.y, data.label)
+            return data
         return prepare_site(data, self.fit_intercept)
 
+    def _phase_rows(self, data, state, phase, kind):
+        """The rows phase ``phase`` sees: after a private centring, its centred rows."""
+        if self.pairs:  # the releases take raw rows, Stage II (nothing sent) centred ones
+            return prepare_site(data, True) if kind == "local" else data
+        if self.centring is None or phase == 0:
+            return data
+        centre = state.states[0]
+        if centre is None:
+            raise RuntimeError(
+                f"client {data.label!r} has no private means: it did not answer the centring "
+                "round, so it cannot take part in the later releases.")
+        return centre[kind]
+
     def client_step(self, data, state, broadcast, rng):
+        data = self._phase_rows(data, state, int(broadcast["phase"]), "train")
         try:
             return super().client_step(data, state, broadcast, rng)
         except NUMERICAL_ERRORS as exc:
@@ -718,6 +929,8 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
             raise client_failure(exc, data.label, self.phases[phase], rnd) from exc
 
     def client_finalize(self, data, state, broadcast, rng):
+        # Stage II sends nothing: the exactly centred rows
+        data = self._phase_rows(data, state, int(broadcast["phase"]), "local")
         try:
             return super().client_finalize(data, state, broadcast, rng)
         except NUMERICAL_ERRORS as exc:
@@ -727,11 +940,14 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
     def phase_spec(self, phase, previous):
         if self.phases[phase] != "stage_one":
             return {}
-        rank = self.rank if previous is None else previous["rank"]
+        # the initializer's rank (none after the centring phase alone: a given init)
+        rank = self.rank if previous is None or "rank" not in previous else previous["rank"]
         return {"rank": np.array(check_tucker_rank(rank, self.coef_shape), dtype=np.int64)}
 
     def build_phase(self, phase, spec, previous=None):
         name = self.phases[phase]
+        if name == "centre":
+            return PrivateCentring(**self.centring)
         if name == "init" and self.moment_init:
             one = self.stage_one
             return MomentInit(
@@ -740,13 +956,15 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
                 delta=one["delta"], tau_x=one.get("tau_x"), tau_e=one.get("tau_e"),
                 clip_quantile=one.get("clip_quantile", 0.9),
                 accountant=one.get("accountant", "paper"),
+                noise_multiplier=self.init_noise_multiplier, pairs=self.pairs,
                 rank_scale=self.init_params.get("rank_scale", 1.0),
                 max_rank=self.init_params.get("max_rank"))
         if name == "init":
             return InitAlgorithm(self.coef_shape, self.rank, **self.init_params)
         if name == "stage_one":
             # only the server retracts the starting tensor
-            init = self.init if previous is None else previous["init"]
+            # (a client builds it without previous; a given init follows the centring)
+            init = self.init if previous is None or self.init is not None else previous["init"]
             return StageOne(self.coef_shape, tuple(int(r) for r in spec["rank"]), init,
-                            **self.stage_one)
+                            pairs=self.pairs, **self.stage_one)
         return StageTwo(None if previous is None else previous["coef"], **self.stage_two)

@@ -83,15 +83,20 @@ def test_intercept_with_vector_covariates_and_tensor_response():
     assert m.predict(X[:3], groups=groups[:3]).shape == (3, 4)
 
 
-def test_private_fit_requires_fit_intercept_false(data):
+def test_private_fit_intercept_needs_public_levels_of_the_private_means(data):
+    # a private fit_intercept=True is covered by the noisy means (tests/tensor/
+    # test_private_intercept.py); the strict mode asks for their levels, not for centred data
     X, y, groups = data
-    model = PersonalizedTensorRegressor(epsilon=5.0, delta=1e-5, **KW)
-    with pytest.raises(ValueError, match="fit_intercept=True is not covered by the privacy"):
+    model = PersonalizedTensorRegressor(epsilon=5.0, delta=1e-5, tau_x=4.0, tau_e=2.0,
+                                        step_size=0.5, **KW)
+    with pytest.raises(ValueError, match=r"(?s)intercept_tau_x: .*intercept_tau_y: "):
         model.fit(X, y, groups=groups)
     assert not hasattr(model, "coef_")
-    model.set_params(fit_intercept=False, tau_x=4.0, tau_e=2.0, step_size=0.5).fit(
+    model.set_params(fit_intercept=False).fit(X, y, groups=groups)
+    model.set_params(fit_intercept=True, intercept_tau_x=6.0, intercept_tau_y=3.0).fit(
         X, y, groups=groups)
-    # epsilon=inf is no privacy: the intercept is allowed
+    assert model.privacy_spent_["strict"]
+    # epsilon=inf is no privacy: the intercept from the exact sums
     PersonalizedTensorRegressor(epsilon=float("inf"), **KW).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="'fit_intercept' parameter"):
         PersonalizedTensorRegressor(fit_intercept="yes", **KW).fit(X, y, groups=groups)

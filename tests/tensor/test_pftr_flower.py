@@ -154,3 +154,28 @@ def test_site_model_gives_each_site_its_personalized_tensor(tmp_path):
                                    local.predict(rows, groups=[k] * len(rows)), atol=1e-8)
         np.testing.assert_allclose(mine.deviations_[0], local.deviations_[k], atol=1e-8)
         np.testing.assert_array_equal(mine.noise_std_[0], local.noise_std_[k])
+
+
+@pytest.mark.parametrize("centring", ["means", "pairs"])
+def test_flower_private_intercept_equals_in_process_fit(centring):
+    # a private fit_intercept=True on raw data: the noisy sums (or pair differences) run on
+    # the sites, whose later releases see rows centred on their own released means
+    Xr, Yr = X + 3.0, Y - 2.0
+
+    def make():
+        return PersonalizedTensorRegressor(
+            **{**BASE, "rank": (2, 2, 2, 2)}, epsilon=20.0, delta=0.1, tau_x=6.0, tau_e=3.0,
+            intercept_tau_x=15.0, intercept_tau_y=10.0, private_centring=centring)
+
+    def load(node_config):
+        rows = GROUPS == node_config["client-id"]
+        return Xr[rows], Yr[rows]
+
+    local = make().fit(Xr, Yr, groups=GROUPS)
+    with pytest.warns(UserWarning, match="site_noise='shared'"):  # the in-process noise
+        remote = flower_fit(make, load=load, site_noise="shared")
+    np.testing.assert_allclose(remote.shared_coef_, local.shared_coef_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(remote.shared_intercept_, local.shared_intercept_, rtol=0,
+                               atol=1e-8)
+    assert remote.privacy_spent_["releases"] == local.privacy_spent_["releases"]
+    assert_same_communication(remote.communication_, local.communication_)

@@ -215,3 +215,57 @@ def test_moment_initializer_without_privacy_starts_near_the_truth():
     err_m = np.linalg.norm(moment.shared_coef_ - truth.shared_coef)
     err_a = np.linalg.norm(admm.shared_coef_ - truth.shared_coef)
     assert err_m < 1.5 * err_a + 0.05
+
+
+# -- tau_grad: the level of each row's projected term ------------------------------------
+
+@pytest.mark.parametrize("seed", range(4))
+def test_projected_term_level_bounds_the_gradient_change(seed):
+    # with tau_grad below tau_e tau_x, replacing one row changes the sent projection by at
+    # most 2 tau_grad / n_k, and the noise is scaled to that sensitivity
+    rng = np.random.default_rng(seed)
+    X, Y, X2, Y2 = _neighbours(rng)
+    shape, rank = (2, 3, 4), (1, 2, 2)
+    A, core, factors = retract(rng.standard_normal(shape), rank)
+    broadcast = {"coef": A, "core": core, **{f"factor_{j}": U for j, U in enumerate(factors)}}
+    tau_x, tau_e, tau_grad = 2.0, 0.7, 0.3
+    sent, sigmas = [], []
+    for Xk, Yk in ((X, Y), (X2, Y2)):
+        for eps in (None, 3.0):
+            alg = StageOne(shape, rank, A, step_size=0.1, n_rounds=3, epsilon=eps,
+                           delta=1e-5, tau_x=tau_x, tau_e=tau_e, tau_grad=tau_grad)
+            client = Federation.from_arrays(Xk, Yk).clients[0]
+            state = alg.client_init(client, rng)
+            state, msg = alg.client_step(client, state, broadcast, rng)
+            if eps is None:
+                sent.append(msg["grad"])
+            else:
+                sigmas.append(state["sigma"][0])
+    change = np.linalg.norm(sent[0] - sent[1])
+    assert 0 < change <= 2 * tau_grad / X.shape[0] * (1 + 1e-10)
+    z = pftr_noise_multiplier(3.0, 1e-5, 3)
+    assert sigmas == pytest.approx([2 * tau_grad / X.shape[0] * z] * 2, rel=1e-12)
+    # a level above tau_e tau_x changes nothing: the paper's bound already holds
+    alg = StageOne(shape, rank, A, step_size=0.1, n_rounds=3, epsilon=None, delta=None,
+                   tau_x=tau_x, tau_e=tau_e, tau_grad=10 * tau_e * tau_x)
+    plain = StageOne(shape, rank, A, step_size=0.1, n_rounds=3, epsilon=None, delta=None,
+                     tau_x=tau_x, tau_e=tau_e)
+    client = Federation.from_arrays(X, Y).clients[0]
+    got = [a.client_step(client, a.client_init(client, rng), broadcast, rng)[1]["grad"]
+           for a in (alg, plain)]
+    np.testing.assert_allclose(got[0], got[1], rtol=0, atol=1e-14)
+
+
+def test_tau_grad_in_a_fit_and_its_refusals(data):
+    X, y, groups = data
+    kw = dict(**SHAPE, rank=(2, 2, 2), **PRIVATE, **TAUS)
+    model = PersonalizedTensorRegressor(tau_grad=1.0, **kw).fit(X, y, groups=groups)
+    plain = PersonalizedTensorRegressor(**kw).fit(X, y, groups=groups)
+    # the rounds' noise is scaled by tau_grad / (tau_e tau_x); the start's is not
+    np.testing.assert_allclose(model.noise_std_, plain.noise_std_ * 1.0 / (1.5 * 3.0))
+    assert "tau_grad" in model.privacy_spent_["covers"] and model.privacy_spent_["strict"]
+    with pytest.raises(ValueError, match=r"tau_grad=1\.0 .*\(tau_grad\)"):
+        PersonalizedTensorRegressor(tau_grad=1.0, tangent="retract_gradient", **kw).fit(
+            X, y, groups=groups)
+    with pytest.raises(ValueError, match="'tau_grad' parameter"):
+        PersonalizedTensorRegressor(tau_grad=-1.0, **kw).fit(X, y, groups=groups)
