@@ -188,7 +188,7 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
             return None
         report = privacy_report(int(self.n_rounds), self._plan,
                                 getattr(self, "accountant", "paper"))
-        least = min(z for share in report["shares"] for z in share["noise_multiplier"])
+        least = min(r["noise_multiplier"] for r in report["releases"])
         return {"epsilon": float(report["epsilon"]), "delta": float(report["delta"]),
                 "noise_multiplier": float(least)}
 

@@ -323,9 +323,12 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         :class:`skfed.tensor.PersonalizedTensorRegressor`'s: ``"epsilon"``,
         ``"delta"`` (total per client, by the chosen accountant),
         ``"n_releases"``, ``"noise_multiplier"``, ``"calibration"``,
-        ``"strict"``, ``"covers"``, ``"outside"``, and ``"shares"``: one entry
-        per kind of release (the scaling histograms, the rounds' models) with
-        its count, noise multipliers and share of the zCDP cost. Without ``classes`` a
+        ``"strict"``, ``"covers"``, ``"outside"``, and ``"releases"`` (as
+        :class:`~skfed.tensor.PersonalizedTensorRegressor`'s): one dict per
+        kind of release, ``name`` among ``"model"``, ``"dro_variable"``,
+        ``"scaling"`` (the histograms) and ``"temperature"``, with its
+        ``count``, ``noise_multiplier``, ``share`` of the zCDP cost and
+        ``epsilon``, what those releases alone spend at ``delta``. Without ``classes`` a
         private fit lists each site's label set under ``"outside"``
         (``"strict"`` is then false; ``"epsilon"`` still bounds the noisy
         releases). Without privacy (``epsilon=None`` or ``inf``)
@@ -369,8 +372,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     ...                          random_state=0).fit(X, y, groups=groups)
     >>> round(clf.privacy_spent_["epsilon"], 2)
     4.0
-    >>> [s["release"] for s in clf.privacy_spent_["shares"]]
-    ['feature-scaling histograms', 'local models, every round']
+    >>> [r["name"] for r in clf.privacy_spent_["releases"]]
+    ['model', 'dro_variable', 'scaling', 'temperature']
     >>> bool(clf.score(X, y, groups=groups) > 0.9)
     True
 

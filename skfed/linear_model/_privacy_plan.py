@@ -28,7 +28,10 @@ from ..privacy._pftr_bound import check_accountant
 PRIVACY_ACCOUNTANTS = PFTR_ACCOUNTANTS
 
 
-#: what a one-off release of a fit is, for privacy_spent_["shares"]
+#: the releases of every round (privacy_spent_["releases"] names), in the order of a
+#: plan's epsilons: the local model, then the DRO variable (DP-Fed DRO's Algorithm 2)
+ROUND_RELEASES = ("model", "dro_variable")
+#: what a one-off release of a fit is
 ONE_OFF_RELEASES = {
     "scaling": "feature-scaling histograms",
     "temperature": "temperature: summed log losses of the released model",
@@ -118,9 +121,12 @@ def privacy_report(n_rounds, plan, accountant, outside=()):
     released = (f"its noisy local model(s) of each of {n_rounds} rounds (Gaussian mechanism, "
                 "sensitivity from the norm bound and the client's row count)")
     multipliers = tuple(classical_multiplier(e, delta) for e in eps)
-    shares = [{"release": "local models, every round", "count": n_rounds * len(per_round),
-               "noise_multiplier": tuple(m for m, e in zip(multipliers, eps) if e > 0)}]
-    rho = [n_rounds * sum(0.5 / z ** 2 for z in shares[0]["noise_multiplier"])]
+    # one entry per kind of release, as PersonalizedTensorRegressor's "releases": its
+    # share of the zCDP cost (rho = 1 / (2 z^2) per release; a reading aid) and what
+    # it alone spends; epsilon itself is the accountant's composition of them all
+    releases = [dict(name=name, count=n_rounds, noise_multiplier=z,
+                     epsilon=privacy_spent(n_rounds, (e,), delta, delta_bar, accountant))
+                for name, e, z in zip(ROUND_RELEASES, eps, multipliers) if e > 0]
     for name, z in extras:
         released += "; " + {
             "scaling": "its feature histograms on the public grid, once (Gaussian mechanism, "
@@ -129,12 +135,12 @@ def privacy_report(n_rounds, plan, accountant, outside=()):
                            "temperatures, once (Gaussian mechanism, sensitivity from the "
                            "released model and the norm bound)",
         }[name]
-        shares.append({"release": ONE_OFF_RELEASES[name], "count": 1, "noise_multiplier": (z,)})
-        rho.append(0.5 / z ** 2)
-    # each share's part of the zCDP cost, rho = 1 / (2 z^2) per release (a reading
-    # aid: epsilon itself is the accountant's composition of all the releases)
-    for share, r in zip(shares, rho):
-        share["zcdp_share"] = r / sum(rho)
+        releases.append(dict(name=name, count=1, noise_multiplier=z,
+                             epsilon=privacy_spent(0, (), delta, delta_bar, accountant,
+                                                   ((name, z),))))
+    rho = [r["count"] * 0.5 / r["noise_multiplier"] ** 2 for r in releases]
+    for release, r in zip(releases, rho):
+        release["share"] = r / sum(rho)
     if outside:
         covers = f"{released}; its row count is public; not what 'outside' lists"
     else:
@@ -149,7 +155,7 @@ def privacy_report(n_rounds, plan, accountant, outside=()):
         "strict": not outside,
         "covers": covers,
         "outside": outside,
-        "shares": shares,
+        "releases": releases,
     }
 
 

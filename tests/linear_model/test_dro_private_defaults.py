@@ -65,12 +65,13 @@ def test_private_default_fits_raw_rows_and_reports_every_share(raw, private_fit)
     assert spent["strict"] and spent["epsilon"] <= 4.0 + 1e-9
     assert spent["epsilon"] == pytest.approx(4.0, rel=1e-3)
     assert spent["calibration"] == "pld"
-    assert [s["release"] for s in spent["shares"]] == [
-        "local models, every round", "feature-scaling histograms",
-        "temperature: summed log losses of the released model"]
+    assert [r["name"] for r in spent["releases"]] == [
+        "model", "dro_variable", "scaling", "temperature"]
     assert spent["n_releases"] == 2 * 20 + 2
-    shares = [s["zcdp_share"] for s in spent["shares"]]
-    assert shares == pytest.approx([0.85, 0.1, 0.05])
+    shares = [r["share"] for r in spent["releases"]]
+    assert sum(shares[:2]) == pytest.approx(0.85) and shares[2:] == pytest.approx([0.1, 0.05])
+    # each release alone spends less than all of them together
+    assert all(r["epsilon"] < spent["epsilon"] for r in spent["releases"])
     # the scaling: each feature's range (age around 40-90, income in the 1e4-1e5s)
     low, high = clf.feature_range_
     assert 10 < low[0] < 40 < 70 < high[0] < 150
@@ -118,8 +119,8 @@ def test_public_bounds_release_nothing_for_the_scaling(raw):
     bounds = [[0.0, 0.0, 0.0], [120.0, 3e5, 1.0]]
     clf = DPFedDROClassifier(target_epsilon=4.0, classes=[0, 1, 2], n_rounds=5,
                              feature_bounds=bounds, random_state=0).fit(X, y, groups=groups)
-    assert "feature-scaling histograms" not in [
-        s["release"] for s in clf.privacy_spent_["shares"]]
+    assert "scaling" not in [
+        r["name"] for r in clf.privacy_spent_["releases"]]
     assert not [r for r in clf.communication_.records if "histogram" in r.names]
     np.testing.assert_array_equal(clf.feature_range_, bounds)
     with pytest.raises(ValueError, match=r"feature_bounds must have shape \(2, n_features\)"):
@@ -135,7 +136,7 @@ def test_the_papers_protocol_is_kept(raw):
     with pytest.raises(ValueError, match="norm_bound"):
         DPFedDROClassifier(accountant="paper").fit(X, y, groups=groups)
     paper = DPFedDROClassifier(accountant="paper", n_rounds=3).fit(X / 1e6, y, groups=groups)
-    assert paper.temperature_ == 1.0 and len(paper.privacy_spent_["shares"]) == 1
+    assert paper.temperature_ == 1.0 and len(paper.privacy_spent_["releases"]) == 2
     with pytest.raises(ValueError, match="accountant='paper'"):
         DPFedDROClassifier(accountant="paper", standardize=True).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="scaling_share \\+ temperature_share"):
