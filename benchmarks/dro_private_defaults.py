@@ -61,7 +61,9 @@ FIELDS = ["dataset", "seed", "setting", "candidate", "macro_f1", "accuracy", "lo
           "epsilon", "fit_time_s"]
 
 
-def run(datasets, seeds, candidates, out, settings=("seen-site", "new-site")):
+def run(datasets, seeds, candidates, out, settings=("seen-site", "new-site"),
+        table=CANDIDATES):
+    """Fit every candidate (a label of ``table``, whose value is the parameters)."""
     new = not Path(out).exists()
     with open(out, "a", newline="") as fh:
         writer = csv.DictWriter(fh, FIELDS)
@@ -75,7 +77,7 @@ def run(datasets, seeds, candidates, out, settings=("seen-site", "new-site")):
                     if setting not in settings:
                         continue
                     for label in candidates:
-                        kw = CANDIDATES[label]
+                        kw = table[label]
                         private = kw.get("epsilon", 1) is not None
                         model = DPFedDROClassifier(
                             random_state=seed, **({"classes": classes} if private else {}),

@@ -430,6 +430,8 @@ def softmax_log_loss_grid(scores, y, betas=TEMPERATURE_GRID):
 #: a private fit's temperature grid, as ratios r = beta * D to the largest score gap D
 #: the released model can give a row of norm <= the bound (logit gaps up to 30)
 PRIVATE_TEMPERATURE_RATIOS = np.logspace(-1.0, np.log10(30.0), 8)
+#: standard deviations of noise added to a temperature's summed loss before comparing
+TEMPERATURE_UCB = 2.0
 
 
 def largest_score_gap(coef, row_bound):
@@ -713,7 +715,11 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
             total = sum(np.asarray(loss, dtype=float) for loss in sent)
             if self.private:  # back to log-loss units on the public grid (post-processing)
                 betas, bounds = private_temperature_grid(released["coef"], self.row_bound)
-                return dict(state, temperature=pick_temperature(total * bounds, betas)), released
+                # the noise of a sum grows with its bound (sharp temperatures): judge each
+                # by an upper confidence bound, so noise alone does not pick a sharp one
+                sd = self.temperature_multiplier * np.sqrt(betas.size * len(sent)) * bounds
+                upper = total * bounds + TEMPERATURE_UCB * sd
+                return dict(state, temperature=pick_temperature(upper, betas)), released
             return dict(state, temperature=pick_temperature(total)), released
         state, broadcast = super().server_step(state, messages, rng)
         if state["round"] == self.n_rounds:

@@ -17,6 +17,7 @@ bin to another, ``sqrt(2 p)`` in all.
 import math
 
 import numpy as np
+from scipy.special import ndtri
 
 __all__ = [
     "histogram_edges",
@@ -31,9 +32,10 @@ GRID_DECADES = (-3, 7)
 BINS_PER_DECADE = 4
 #: the quantiles that bound each feature's range
 RANGE_QUANTILES = (0.02, 0.98)
-#: bins whose summed noisy count is below this many noise standard deviations are
-#: dropped: at 3 a bin that holds no row survives with probability 0.0013
-NOISE_THRESHOLD = 3.0
+#: expected number of empty bins of a whole release (every feature's) that survive
+#: the noise threshold: each bin is tested at the (1 - rate / n_bins) normal quantile
+#: (about 4 standard deviations for 7 features of 83 bins)
+FALSE_BIN_RATE = 0.01
 
 
 def histogram_edges(decades=GRID_DECADES, bins_per_decade=BINS_PER_DECADE):
@@ -89,7 +91,7 @@ def _quantile(counts, lower, upper, q):
 
 
 def ranges_from_histograms(counts, edges, noise_std, quantiles=RANGE_QUANTILES,
-                           threshold=NOISE_THRESHOLD):
+                           false_bin_rate=FALSE_BIN_RATE):
     """Each feature's centre and half-range from summed noisy histograms (post-processing).
 
     Parameters
@@ -103,8 +105,10 @@ def ranges_from_histograms(counts, edges, noise_std, quantiles=RANGE_QUANTILES,
         sites' noise standard deviations are set by the privacy plan).
     quantiles : tuple of float, default=(0.02, 0.98)
         The range is between these quantiles of the kept counts.
-    threshold : float, default=3.0
-        Bins below ``threshold * noise_std`` are dropped (noise, not rows).
+    false_bin_rate : float, default=0.01
+        Bins below ``t * noise_std`` are dropped (noise, not rows), ``t`` the
+        normal quantile at which all the bins together keep ``false_bin_rate``
+        empty bins on average.
 
     Returns
     -------
@@ -125,6 +129,7 @@ def ranges_from_histograms(counts, edges, noise_std, quantiles=RANGE_QUANTILES,
     True
     """
     counts = np.asarray(counts, dtype=float)
+    threshold = float(ndtri(1.0 - false_bin_rate / counts.size))
     lower, upper = _bin_bounds(edges)
     center = np.zeros(counts.shape[0])
     half = np.ones(counts.shape[0])
