@@ -22,7 +22,7 @@ non-private fits, 10-30 s each, only where the adaptation acts)::
     python benchmarks/dro_private_defaults.py --out dro_private.csv \
         --candidates "private default" "private, scaling_share=0.05" \
         "private, scaling_share=0.2" "private, fit_intercept=True" "private, n_rounds=20" \
-        "private, personalize=False" "private, personalize=False, fit_intercept=True"
+        "private, personalize=False"
     python benchmarks/dro_private_defaults.py --out dro_private.csv --settings seen-site \
         --candidates "non-private default" "non-private, personalize=False"
     python benchmarks/dro_private_defaults.py --out dro_private.csv --summary

@@ -557,6 +557,16 @@ class _ConsensusADMM:
         return state, {"coef": new}
 
 
+def _once(state, release):
+    """The site's guard of a one-off release: the privacy plan counts it once, so a
+    server asking twice gets an error, not a second release."""
+    done = state.get("released", ())
+    if release in done:
+        raise ValueError(f"the server asked for the one-off release {release!r} twice; the "
+                         "privacy plan allows it once.")
+    return dict(state, released=done + (release,))
+
+
 class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
     """Algorithm 2 (DP-Fed DRO) as client and server steps; Algorithm 1 if not private.
 
@@ -619,12 +629,14 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
     def client_step(self, data, state, broadcast, rng):
         if "histogram" in broadcast:
             # the one-off release of the private scaling, before the first round
+            state = _once(state, "histogram")
             n_cols = self.n_features - (self.intercept_scaling is not None)
             return state, {"histogram": self.scaling.site_release(data.X[:, :n_cols], rng)}
         data = self._scaled_rows(data, broadcast)
         if "calibrate" in broadcast and self.private:
             # the summed log losses at the public grid, each row's divided by its
             # bound so every entry moves by at most 1 when a row is replaced
+            state = _once(state, "calibrate")
             coef = np.asarray(broadcast["coef"], dtype=float)
             betas, bounds = private_temperature_grid(coef, self.row_bound)
             losses = softmax_log_loss_grid(data.X @ coef.T, data.y, betas) / bounds

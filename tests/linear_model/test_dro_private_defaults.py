@@ -152,3 +152,32 @@ def test_non_private_fit_adapts_too(raw):
     assert shared.personal_coef_ is None
     assert (np.mean(adapted.predict(X, groups=groups) == y)
             > np.mean(shared.predict(X, groups=groups) == y))
+
+
+def test_a_site_makes_each_one_off_release_once(raw, private_fit):
+    # a server asking again gets an error, not a second release beyond the plan
+    from skfed.federated import Federation
+    from skfed.linear_model._admm import DPFedDROAlgorithm
+
+    X, y, groups = raw
+    clf = DPFedDROClassifier(target_epsilon=4.0, classes=[0, 1, 2], n_rounds=2,
+                             random_state=0)
+    clf._check_params()
+    setup = {"classes": np.array([0, 1, 2]), "n_samples": np.bincount(groups),
+             "n_features": 3}
+    algorithm = clf._federated_algorithm(setup)
+    assert isinstance(algorithm, DPFedDROAlgorithm)
+    fed = Federation.from_arrays(X, y, groups, min_samples=2)
+    data = algorithm.prepare_client(fed.clients[0])
+    state = algorithm.client_init(data, None)
+    rng = np.random.default_rng(0)
+    state, _ = algorithm.client_step(data, state, {"coef": np.zeros((3, 3)),
+                                                   "histogram": np.int64(1)}, rng)
+    with pytest.raises(ValueError, match="'histogram' twice"):
+        algorithm.client_step(data, state, {"coef": np.zeros((3, 3)),
+                                            "histogram": np.int64(1)}, rng)
+    ranges = {"feature_center": np.zeros(3), "feature_half_range": np.ones(3)}
+    ask = {"coef": np.ones((3, 3)), "calibrate": np.int64(1), **ranges}
+    state, _ = algorithm.client_step(data, state, ask, rng)
+    with pytest.raises(ValueError, match="'calibrate' twice"):
+        algorithm.client_step(data, state, ask, rng)
