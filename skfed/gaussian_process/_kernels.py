@@ -68,7 +68,7 @@ def _r2(X, i, Z, j, inv):
     return r2
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _slope_from_value(kval, r2, kind):
     """``variance * f'(r) / r`` from ``kval = variance * f(r)`` without an ``exp``."""
     if kind == 0:
@@ -417,7 +417,7 @@ def _inv_chol_block(P, start, stop):
     return 0, out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def adam_update(p, g, m, v, lr, b1, b2, eps, c1, c2, scale):
     """One Adam ascent step on flat arrays; returns new ``(p, m, v)``.
 
@@ -529,7 +529,9 @@ def _local_precision_rows(P, k, C, Gv, s2):
         P[k + i, k + i] += 1.0
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+# inlined into cavi_round_small (no arithmetic of its own, so the caller's fastmath
+# flags change nothing): one compiled library fewer for the round to link
+@njit(cache=True, nogil=True, fastmath=FASTMATH, inline="always")
 def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (derived here).
 
@@ -776,7 +778,7 @@ def _sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _fold_ls_grad(gl, ls_raw, ard):
     """Gradient of the raw lengthscales from that of the ``d`` per-feature ones
     (``ModelConfig.fold_lengthscale_grad``): one each with ARD, else their sum
@@ -805,33 +807,40 @@ def _constrained(ls_raw, var_raw, d):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _minus_products(r, A, x, B, z):
-    """``(r - A x) - B z``, each product summed in order (bitwise as the loops it replaced)."""
-    out = np.empty(r.shape[0])
-    for i in range(r.shape[0]):
-        t = 0.0
-        for a in range(x.shape[0]):
-            t += A[i, a] * x[a]
-        u = 0.0
-        for a in range(z.shape[0]):
-            u += B[i, a] * z[a]
-        out[i] = (r[i] - t) - u
-    return out
+def _local_adjoint(y, Wt, mbar, Vt, mu, Gv, C, vy, Lu, s2):
+    """The local basis's adjoint ``W_bar = A V + P e^T`` in the terms
+    :func:`basis_grad_small` takes: ``(A, P, e, V e)`` with ``A = (I - S_u) / s2``,
+    ``P = m_u / s2`` and the residual ``e = y - W^T mbar - V^T m_u`` (``mbar`` the
+    shared-basis mean, length 0 without one).
 
-
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy, mu, Lu, s2):
-    """Gradients (variance, ARD lengthscales, ``Z``) of the client's ELBO terms
-    through the local basis: ``ClosedFormClient.local_hyper_grad`` before the
-    softplus chain rule, with ``mbar`` the shared-basis mean (length 0 without one).
+    With :func:`basis_grad_small`, ``ClosedFormClient.local_hyper_grad`` before
+    the softplus chain rule and the ``-n / (2 s2)`` of the variance. The global
+    basis's backward pass serves both bases: one compiled copy, not two (each
+    compiled function is linked into, and optimized again in, every caller).
     """
     n, m = Vt.shape
-    # residual e = y - W^T mbar - V^T m_u
-    e = _minus_products(y, Wt, mbar, Vt, mu)
+    M = C.shape[0]
+    e = np.empty(n)
+    for i in range(n):
+        t = 0.0
+        for a in range(M):
+            t += Wt[i, a] * mbar[a]
+        u = 0.0
+        for a in range(m):
+            u += Vt[i, a] * mu[a]
+        e[i] = (y[i] - t) - u
     # V e = V y - V V^T m_u - (W V^T)^T mbar
-    Ve = _minus_products(vy, Gv, mu, C.T, mbar)
-    # W_bar = A V + P e^T with A = (I - S_u) / s2, P = m_u / s2; [LA, LP] = L^{-T} [A, P]
-    LAP = np.empty((m, m + 1))
+    Ve = np.empty(m)
+    for i in range(m):
+        t = 0.0
+        for a in range(m):
+            t += Gv[i, a] * mu[a]
+        u = 0.0
+        for a in range(M):
+            u += C[a, i] * mbar[a]
+        Ve[i] = (vy[i] - t) - u
+    A = np.empty((m, m))
+    P = np.empty(m)
     for a in range(m):
         la = Lu[a]
         for b in range(m):
@@ -839,31 +848,9 @@ def _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy, mu, Lu, s
             t = 0.0
             for c in range(min(a, b) + 1):
                 t += la[c] * lb[c]
-            LAP[a, b] = ((1.0 if a == b else 0.0) - t) / s2
-        LAP[a, m] = mu[a] / s2
-    _solve_lower_t_rows(L, LAP)
-    # L_bar = -LP (V e)^T - LA V V^T
-    L_bar = np.empty((m, m))
-    for a in range(m):
-        for b in range(m):
-            t = 0.0
-            for c in range(m):
-                t += LAP[a, c] * Gv[c, b]
-            L_bar[a, b] = -LAP[a, m] * Ve[b] - t
-    # G = V^T LA^T, (n, m)
-    G = np.empty((n, m))
-    for i in range(n):
-        vi = Vt[i]
-        for a in range(m):
-            t = 0.0
-            for c in range(m):
-                t += vi[c] * LAP[a, c]
-            G[i, a] = t
-    LP = np.ascontiguousarray(LAP[:, m:])
-    Kzz_bar = chol_backward(L, L_bar)
-    gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
-    gv2, gl2, gZ2 = kernel_adjoint_cross(X, Z, ls, var, kind, K, G, e.reshape(n, 1), LP)
-    return gv1 + gv2 - n / (2.0 * s2), gl1 + gl2, gZ1 + gZ2
+            A[a, b] = ((1.0 if a == b else 0.0) - t) / s2
+        P[a] = mu[a] / s2
+    return A, P, e, Ve
 
 
 @njit(cache=True, nogil=True)
@@ -900,6 +887,23 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
     L, K, Vt, Gv, C, vy, jitter_last, jitter_max
         The last basis, its products, its jitter and the largest jitter used.
     """
+    return _local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw,
+                        adam_m0, adam_v0, c1s, c2s, (lr, b1, b2, eps), z_scale, s2, inv_prior,
+                        kind, jitter, ard, learn_inducing, (L0, K0, Vt0, Gv0, C0, vy0))
+
+
+# inlined (numba IR) into its two callers: called as a function, it was a compiled
+# library of its own that cavi_round_small linked in and optimized again (a fifth of
+# the first fit's compile time). Arguments packed in tuples: a call with more than
+# 30 arguments is a call with *args in the bytecode, which numba does not inline.
+@njit(cache=True, nogil=True, inline="always")
+def _local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw, adam_m0,
+                 adam_v0, c1s, c2s, adam_hp, z_scale, s2, inv_prior, kind, jitter, ard,
+                 learn_inducing, basis0):
+    """:func:`cavi_local_steps` with ``adam_hp = (lr, b1, b2, eps)`` and ``basis0 =
+    (L0, K0, Vt0, Gv0, C0, vy0)``."""
+    lr, b1, b2, eps = adam_hp
+    L0, K0, Vt0, Gv0, C0, vy0 = basis0
     # the inputs are read only (they may be the caller's kept arrays)
     md, mu, Lu, Z, ls_raw = md0.copy(), mu0.copy(), Lu0.copy(), Z0.copy(), ls_raw0.copy()
     adam_m, adam_v = adam_m0.copy(), adam_v0.copy()
@@ -923,8 +927,9 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
         mbar = mbase.copy()
         for a in range(k):
             mbar[a] += md[a]
-        gv, gl, gZ = _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy,
-                                 mu, Lu, s2)
+        A, P, e, Ve = _local_adjoint(y, Wt, mbar, Vt, mu, Gv, C, vy, Lu, s2)
+        gv, gl, gZ = basis_grad_small(X, Z, ls, var, kind, L, K, Vt, Gv, A, P, e, Ve)
+        gv = gv - n / (2.0 * s2)
         # Adam (ascent) on [raw lengthscales, raw variance, Z]
         size = n_ls + 1 + (m * d if learn_inducing else 0)
         g = np.empty(size)
@@ -1051,7 +1056,8 @@ def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
     ``P`` of shape ``(m,)``, ``e`` of shape ``(n,)``), given ``Wt = W^T``,
     ``gram = W W^T`` and ``WE = W e``: ``C_bar^T = W^T (L^{-T} A)^T + e
     (L^{-T} P)^T`` and ``L_bar = -(L^{-T} P) WE^T - (L^{-T} A) W W^T``, the
-    same products as ``basis_backward`` (and ``_local_grad``), in loops.
+    same products as ``basis_backward``, in loops (the local basis's too:
+    :func:`_local_adjoint`).
     """
     n, m = Wt.shape
     LAP = np.empty((m, m + 1))
@@ -1229,10 +1235,10 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
             c1s[s] = 1 - b1**t
             c2s[s] = 1 - b2**t
         (info, Zl, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt, Gv, C,
-         vy, jit_last, jit_f) = cavi_local_steps(
+         vy, jit_last, jit_f) = _local_steps(
             X, y, Wt, mg, Gw, rw, md, mu, Lu, Zl, ls_raw, var_raw, adam_m, adam_v, c1s, c2s,
-            lr, b1, b2, eps, z_scale, s2, inv_phi, kind, jitter, ard, learn, L, K, Vt, Gv,
-            C, vy)
+            (lr, b1, b2, eps), z_scale, s2, inv_phi, kind, jitter, ard, learn,
+            (L, K, Vt, Gv, C, vy))
         if info != 0:
             return (info, Zl, ls_raw, var_raw, adam_m, adam_v, md, mu, Lu, Ld, L, K, Vt,
                     ls, var, jit_last, jit_f, empty1, empty1, empty1, empty1, empty1,
@@ -1435,8 +1441,9 @@ def local_products_rows(Wt, Vt, y):
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _local_basis_rows(X, Z, ls, var, kind, jitter):
-    """``_elbo.basis_forward`` for small ``Z``: ``(info, L, K, Vt, jitter used)``.
+def basis_rows(X, Z, ls, var, kind, jitter):
+    """``_elbo.basis_forward`` for small ``Z`` in one call (constrained kernel
+    parameters): ``(info, L, K, Vt, jitter used)``.
 
     The jitter escalates as in ``_elbo.chol_jitter`` (x10, at least 1e-12, 8
     tries); ``info`` is nonzero if every try failed. The substitution ``V =
@@ -1481,19 +1488,14 @@ def _local_basis_rows(X, Z, ls, var, kind, jitter):
     return 0, L, K, Vt, jit
 
 
-@njit(cache=True, nogil=True)
+# inlined (numba IR; two calls, no arithmetic): as a function of its own it was one
+# more compiled library, which its callers link in and optimize again
+@njit(cache=True, nogil=True, inline="always")
 def local_basis_rows(X, Z, ls_raw, var_raw, kind, jitter):
     """A small local basis from raw kernel parameters, as :func:`cavi_local_steps` forms it.
 
     Returns ``(info, L, K, Vt, jitter used, lengthscales, variance)``.
     """
     ls, var = _constrained(ls_raw, var_raw, X.shape[1])
-    info, L, K, Vt, jit = _local_basis_rows(X, Z, ls, var, kind, jitter)
+    info, L, K, Vt, jit = basis_rows(X, Z, ls, var, kind, jitter)
     return info, L, K, Vt, jit, ls, var
-
-
-@njit(cache=True, nogil=True)
-def basis_rows(X, Z, ls, var, kind, jitter):
-    """``_elbo.basis_forward`` for a small ``Z`` in one call (constrained kernel
-    parameters): :func:`_local_basis_rows`, ``(info, L, K, V^T, jitter used)``."""
-    return _local_basis_rows(X, Z, ls, var, kind, jitter)
