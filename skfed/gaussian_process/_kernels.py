@@ -830,6 +830,23 @@ def _constrained(ls_raw, var_raw, d):
     return ls, _softplus(var_raw)
 
 
+# inlined (numba IR): called with a read-only and a writable first argument and a
+# transposed view, a compiled function had two specializations
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH, inline="always")
+def _minus_products(r, A, x, B, z):
+    """``(r - A x) - B z``, each product summed in order."""
+    out = np.empty(r.shape[0])
+    for i in range(r.shape[0]):
+        t = 0.0
+        for a in range(x.shape[0]):
+            t += A[i, a] * x[a]
+        u = 0.0
+        for a in range(z.shape[0]):
+            u += B[i, a] * z[a]
+        out[i] = (r[i] - t) - u
+    return out
+
+
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _local_adjoint(y, Wt, mbar, Vt, mu, Gv, C, vy, Lu, s2):
     """The local basis's adjoint ``W_bar = A V + P e^T`` in the terms
@@ -842,27 +859,10 @@ def _local_adjoint(y, Wt, mbar, Vt, mu, Gv, C, vy, Lu, s2):
     basis's backward pass serves both bases: one compiled copy, not two (each
     compiled function is linked into, and optimized again in, every caller).
     """
-    n, m = Vt.shape
-    M = C.shape[0]
-    e = np.empty(n)
-    for i in range(n):
-        t = 0.0
-        for a in range(M):
-            t += Wt[i, a] * mbar[a]
-        u = 0.0
-        for a in range(m):
-            u += Vt[i, a] * mu[a]
-        e[i] = (y[i] - t) - u
+    m = Vt.shape[1]
+    e = _minus_products(y, Wt, mbar, Vt, mu)
     # V e = V y - V V^T m_u - (W V^T)^T mbar
-    Ve = np.empty(m)
-    for i in range(m):
-        t = 0.0
-        for a in range(m):
-            t += Gv[i, a] * mu[a]
-        u = 0.0
-        for a in range(M):
-            u += C[a, i] * mbar[a]
-        Ve[i] = (vy[i] - t) - u
+    Ve = _minus_products(vy, Gv, mu, C.T, mbar)
     A = np.empty((m, m))
     P = np.empty(m)
     for a in range(m):
