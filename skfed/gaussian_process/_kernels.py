@@ -917,8 +917,8 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
 
 
 # inlined (numba IR) into its two callers: called as a function, it was a compiled
-# library of its own that cavi_round_small linked in and optimized again (a fifth of
-# the first fit's compile time). Arguments packed in tuples: a call with more than
+# library of its own that cavi_round_small linked in and optimized again (a sixth of
+# the LLVM IR the first fit optimized). Arguments packed in tuples: a call with more than
 # 30 arguments is a call with *args in the bytecode, which numba does not inline.
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
 def _local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw, adam_m0,
