@@ -41,7 +41,31 @@ _SQRT5 = np.sqrt(5.0)
 FASTMATH = {"contract"}
 
 
-@njit(cache=True, nogil=True)
+# The transposes and slices the kernels copy to row-major: a plain loop, not
+# np.ascontiguousarray, whose general copy compiled once per argument type (five
+# types in the scalar round) and each into every caller's library.
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
+def _transposed(A):
+    """``A.T`` as a new row-major array."""
+    n, m = A.shape
+    out = np.empty((m, n))
+    for i in range(n):
+        for j in range(m):
+            out[j, i] = A[i, j]
+    return out
+
+
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
+def _block(A, start, n, j0, m):
+    """``A[start:start + n, j0:j0 + m]`` as a new row-major array."""
+    out = np.empty((n, m))
+    for i in range(n):
+        for j in range(m):
+            out[i, j] = A[start + i, j0 + j]
+    return out
+
+
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def _profile(r2, kind):
     """Return ``(f(r), f'(r) / r)`` of the radial profile at ``r^2 = r2``."""
     if kind == 0:
@@ -55,7 +79,7 @@ def _profile(r2, kind):
     return (1.0 + _SQRT5 * r + (5.0 / 3.0) * r2) * e, -(5.0 / 3.0) * (1.0 + _SQRT5 * r) * e
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
 def _r2(X, i, Z, j, inv):
     """Scaled squared distance between ``X[i]`` and ``Z[j]`` (``inv`` = 1 / lengthscale).
 
@@ -68,7 +92,7 @@ def _r2(X, i, Z, j, inv):
     return r2
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
 def _slope_from_value(kval, r2, kind):
     """``variance * f'(r) / r`` from ``kval = variance * f(r)`` without an ``exp``."""
     if kind == 0:
@@ -80,7 +104,7 @@ def _slope_from_value(kval, r2, kind):
     return -(5.0 / 3.0) * s * kval / (s + (5.0 / 3.0) * r2)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def kernel_matrix(X, Z, lengthscale, variance, kind):
     """Covariance matrix ``K[i, j] = k(X[i], Z[j])``.
 
@@ -109,7 +133,7 @@ def kernel_matrix(X, Z, lengthscale, variance, kind):
     return K
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def kernel_adjoint(X, Z, lengthscale, variance, kind, Kbar):
     """Gradients of ``sum(Kbar * k(X, Z))`` (reverse mode through the kernel).
 
@@ -153,7 +177,7 @@ def kernel_adjoint(X, Z, lengthscale, variance, kind, Kbar):
     return g_var, g_ls, g_X, g_Z
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def kernel_adjoint_sym(Z, lengthscale, variance, kind, Kbar):
     """Gradients of ``sum(Kbar * k(Z, Z))`` for a symmetric ``Kbar``.
 
@@ -171,7 +195,7 @@ def kernel_adjoint_sym(Z, lengthscale, variance, kind, Kbar):
     """
     m, d = Z.shape
     inv = 1.0 / lengthscale
-    Zt = np.ascontiguousarray(Z.T)  # (d, m)
+    Zt = _transposed(Z)  # (d, m)
     g_var = 0.0
     g_ls = np.zeros(d)
     gZt = np.zeros((d, m))
@@ -209,10 +233,10 @@ def kernel_adjoint_sym(Z, lengthscale, variance, kind, Kbar):
                 gk[j] -= gx
             gk[i] += s_i
             g_ls[k] -= s_ls * inv[k]
-    return g_var, g_ls, np.ascontiguousarray(gZt.T)
+    return g_var, g_ls, _transposed(gZt)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
     """Gradients of ``sum(Kbar * k(X, Z))`` with ``Kbar = G + E P^T``, given ``K = k(X, Z)``.
 
@@ -248,7 +272,7 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
     m = Z.shape[0]
     rank = P.shape[1]
     inv = 1.0 / lengthscale
-    Zt = np.ascontiguousarray(Z.T)  # (d, m): the inner loops run over inducing inputs
+    Zt = _transposed(Z)  # (d, m): the inner loops run over inducing inputs
     s_var = 0.0
     acc = np.zeros((d, m))  # sum_i c_ij (x_ik - z_jk)
     acc2 = np.zeros((d, m))  # sum_i c_ij (x_ik - z_jk)^2
@@ -307,7 +331,7 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
 # ----------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _chol_solve_in_place(L, x):
     """Overwrite ``x`` with ``(L L^T)^{-1} x``, ``L`` lower triangular (``_chol_in_place``)."""
     n = x.shape[0]
@@ -323,7 +347,7 @@ def _chol_solve_in_place(L, x):
         x[i] = t / L[i, i]
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _chol_column(A, j, col):
     """Finish column ``j`` of :func:`_chol_in_place` (its entries fully updated):
     scale it, copy it into ``col`` and zero the column above the diagonal.
@@ -341,7 +365,7 @@ def _chol_column(A, j, col):
     return True
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _chol_in_place(A):
     """Lower Cholesky factor of the SPD matrix whose lower triangle is ``A`` (in place).
 
@@ -377,7 +401,7 @@ def _chol_in_place(A):
     return 0
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _inv_chol_block(P, start, stop):
     """Lower Cholesky factor of ``inv(P[start:stop, start:stop])`` (lower triangle of ``P``).
 
@@ -417,7 +441,7 @@ def _inv_chol_block(P, start, stop):
     return 0, out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
 def adam_update(p, g, m, v, lr, b1, b2, eps, c1, c2, scale):
     """One Adam ascent step on flat arrays; returns new ``(p, m, v)``.
 
@@ -442,7 +466,7 @@ def adam_update(p, g, m, v, lr, b1, b2, eps, c1, c2, scale):
     return p_new, m_new, v_new
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def factor_stats(L):
     """``(|L|_F^2, log det(L L^T))`` of a lower triangular factor ``L``.
 
@@ -460,7 +484,7 @@ def factor_stats(L):
     return sq, 2.0 * logdet
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _latent_q_step(G, C, off, prior, B, s2, want_cov, P, Ls, means):
     """Optimal covariances and joint means of latents sharing a residual (one ``q`` step).
 
@@ -517,7 +541,7 @@ def _latent_q_step(G, C, off, prior, B, s2, want_cov, P, Ls, means):
     return 0
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _local_precision_rows(P, k, C, Gv, s2):
     """Rows ``k:`` (lower triangle) of the joint precision ``[[., C], [C^T, Gv]] /
     s2 + diag(., I)`` of ``(m_delta, m_u)``."""
@@ -529,7 +553,9 @@ def _local_precision_rows(P, k, C, Gv, s2):
         P[k + i, k + i] += 1.0
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+# inlined into cavi_round_small (no arithmetic of its own, so the caller's fastmath
+# flags change nothing): one compiled library fewer for the round to link
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH, inline="always")
 def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     """Optimal ``q(delta_i)``, ``q(u_i)`` from the Gram statistics (derived here).
 
@@ -580,12 +606,12 @@ def closed_form_q(Gw, C, Gv, rw, rv, s2, inv_prior_w, want_ld):
     means = np.empty(N)
     info = _latent_q_step(G, r, off, prior, np.ones((1, blocks)), s2, want, np.empty((N, N)),
                           Ls, means)
-    Ld = np.ascontiguousarray(Ls[0, :k, :k]) if k > 0 else np.zeros((0, 0))
-    Lu = np.ascontiguousarray(Ls[b, :nu, :nu]) if nu > 0 else np.zeros((0, 0))
+    Ld = _block(Ls[0], 0, k, 0, k) if k > 0 else np.zeros((0, 0))
+    Lu = _block(Ls[b], 0, nu, 0, nu) if nu > 0 else np.zeros((0, 0))
     return info, means, Lu, Ld
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def latent_sweeps(G, C, sizes, prior, kt, B0, s2, n_sweeps, want_cov):
     """Coordinate ascent on the ``q`` and loadings of latents sharing a residual.
 
@@ -681,7 +707,7 @@ def latent_sweeps(G, C, sizes, prior, kt, B0, s2, n_sweeps, want_cov):
     return 0, means, Ls, B
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _solve_lower_t_rows(L, B):
     """``B <- L^{-T} B`` in place for lower ``L``, by whole rows of ``B``.
 
@@ -702,7 +728,7 @@ def _solve_lower_t_rows(L, B):
                 bm[c] -= lim * bi[c]
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def chol_backward(L, L_bar):
     """Symmetric adjoint of ``K`` given the adjoint of its Cholesky factor ``L``.
 
@@ -724,9 +750,9 @@ def chol_backward(L, L_bar):
                 pi[j] += lki * lbk[j]
     for i in range(n):
         P[i, i] *= 0.5
-    Y = np.ascontiguousarray(P.T)
+    Y = _transposed(P)
     _solve_lower_t_rows(L, Y)  # Y = L^{-T} P^T = (P L^{-1})^T
-    K = np.ascontiguousarray(Y.T)
+    K = _transposed(Y)
     _solve_lower_t_rows(L, K)  # K = L^{-T} P L^{-1}
     out = np.empty((n, n))
     for i in range(n):
@@ -735,7 +761,7 @@ def chol_backward(L, L_bar):
     return out
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def inducing_cholesky(Z, lengthscale, variance, kind, jitter):
     """Lower Cholesky factor of ``k(Z, Z) + jitter I`` in one pass (small ``Z``).
 
@@ -760,7 +786,7 @@ def inducing_cholesky(Z, lengthscale, variance, kind, jitter):
 _LOG2 = np.log(2.0)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def _softplus(x):
     """``np.logaddexp(0.0, x)`` (the same branches as numpy's ``npy_logaddexp``)."""
     if x == 0.0:
@@ -770,13 +796,13 @@ def _softplus(x):
     return x + np.log1p(np.exp(-x))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def _sigmoid(x):
     """``0.5 (1 + tanh(x / 2))``, as ``_elbo.sigmoid``."""
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
 def _fold_ls_grad(gl, ls_raw, ard):
     """Gradient of the raw lengthscales from that of the ``d`` per-feature ones
     (``ModelConfig.fold_lengthscale_grad``): one each with ARD, else their sum
@@ -794,7 +820,7 @@ def _fold_ls_grad(gl, ls_raw, ard):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def _constrained(ls_raw, var_raw, d):
     """Lengthscales (one per feature; a shared one repeated) and variance from raw values."""
     ls = np.empty(d)
@@ -804,9 +830,11 @@ def _constrained(ls_raw, var_raw, d):
     return ls, _softplus(var_raw)
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+# inlined (numba IR): called with a read-only and a writable first argument and a
+# transposed view, a compiled function had two specializations
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH, inline="always")
 def _minus_products(r, A, x, B, z):
-    """``(r - A x) - B z``, each product summed in order (bitwise as the loops it replaced)."""
+    """``(r - A x) - B z``, each product summed in order."""
     out = np.empty(r.shape[0])
     for i in range(r.shape[0]):
         t = 0.0
@@ -819,19 +847,24 @@ def _minus_products(r, A, x, B, z):
     return out
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy, mu, Lu, s2):
-    """Gradients (variance, ARD lengthscales, ``Z``) of the client's ELBO terms
-    through the local basis: ``ClosedFormClient.local_hyper_grad`` before the
-    softplus chain rule, with ``mbar`` the shared-basis mean (length 0 without one).
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
+def _local_adjoint(y, Wt, mbar, Vt, mu, Gv, C, vy, Lu, s2):
+    """The local basis's adjoint ``W_bar = A V + P e^T`` in the terms
+    :func:`basis_grad_small` takes: ``(A, P, e, V e)`` with ``A = (I - S_u) / s2``,
+    ``P = m_u / s2`` and the residual ``e = y - W^T mbar - V^T m_u`` (``mbar`` the
+    shared-basis mean, length 0 without one).
+
+    With :func:`basis_grad_small`, ``ClosedFormClient.local_hyper_grad`` before
+    the softplus chain rule and the ``-n / (2 s2)`` of the variance. The global
+    basis's backward pass serves both bases: one compiled copy, not two (each
+    compiled function is linked into, and optimized again in, every caller).
     """
-    n, m = Vt.shape
-    # residual e = y - W^T mbar - V^T m_u
+    m = Vt.shape[1]
     e = _minus_products(y, Wt, mbar, Vt, mu)
     # V e = V y - V V^T m_u - (W V^T)^T mbar
     Ve = _minus_products(vy, Gv, mu, C.T, mbar)
-    # W_bar = A V + P e^T with A = (I - S_u) / s2, P = m_u / s2; [LA, LP] = L^{-T} [A, P]
-    LAP = np.empty((m, m + 1))
+    A = np.empty((m, m))
+    P = np.empty(m)
     for a in range(m):
         la = Lu[a]
         for b in range(m):
@@ -839,34 +872,12 @@ def _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy, mu, Lu, s
             t = 0.0
             for c in range(min(a, b) + 1):
                 t += la[c] * lb[c]
-            LAP[a, b] = ((1.0 if a == b else 0.0) - t) / s2
-        LAP[a, m] = mu[a] / s2
-    _solve_lower_t_rows(L, LAP)
-    # L_bar = -LP (V e)^T - LA V V^T
-    L_bar = np.empty((m, m))
-    for a in range(m):
-        for b in range(m):
-            t = 0.0
-            for c in range(m):
-                t += LAP[a, c] * Gv[c, b]
-            L_bar[a, b] = -LAP[a, m] * Ve[b] - t
-    # G = V^T LA^T, (n, m)
-    G = np.empty((n, m))
-    for i in range(n):
-        vi = Vt[i]
-        for a in range(m):
-            t = 0.0
-            for c in range(m):
-                t += vi[c] * LAP[a, c]
-            G[i, a] = t
-    LP = np.ascontiguousarray(LAP[:, m:])
-    Kzz_bar = chol_backward(L, L_bar)
-    gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
-    gv2, gl2, gZ2 = kernel_adjoint_cross(X, Z, ls, var, kind, K, G, e.reshape(n, 1), LP)
-    return gv1 + gv2 - n / (2.0 * s2), gl1 + gl2, gZ1 + gZ2
+            A[a, b] = ((1.0 if a == b else 0.0) - t) / s2
+        P[a] = mu[a] / s2
+    return A, P, e, Ve
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw, adam_m0,
                      adam_v0, c1s, c2s, lr, b1, b2, eps, z_scale, s2, inv_prior, kind, jitter,
                      ard, learn_inducing, L0, K0, Vt0, Gv0, C0, vy0):
@@ -900,6 +911,23 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
     L, K, Vt, Gv, C, vy, jitter_last, jitter_max
         The last basis, its products, its jitter and the largest jitter used.
     """
+    return _local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw,
+                        adam_m0, adam_v0, c1s, c2s, (lr, b1, b2, eps), z_scale, s2, inv_prior,
+                        kind, jitter, ard, learn_inducing, (L0, K0, Vt0, Gv0, C0, vy0))
+
+
+# inlined (numba IR) into its two callers: called as a function, it was a compiled
+# library of its own that cavi_round_small linked in and optimized again (a sixth of
+# the LLVM IR the first fit optimized). Arguments packed in tuples: a call with more than
+# 30 arguments is a call with *args in the bytecode, which numba does not inline.
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
+def _local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw, adam_m0,
+                 adam_v0, c1s, c2s, adam_hp, z_scale, s2, inv_prior, kind, jitter, ard,
+                 learn_inducing, basis0):
+    """:func:`cavi_local_steps` with ``adam_hp = (lr, b1, b2, eps)`` and ``basis0 =
+    (L0, K0, Vt0, Gv0, C0, vy0)``."""
+    lr, b1, b2, eps = adam_hp
+    L0, K0, Vt0, Gv0, C0, vy0 = basis0
     # the inputs are read only (they may be the caller's kept arrays)
     md, mu, Lu, Z, ls_raw = md0.copy(), mu0.copy(), Lu0.copy(), Z0.copy(), ls_raw0.copy()
     adam_m, adam_v = adam_m0.copy(), adam_v0.copy()
@@ -923,8 +951,9 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
         mbar = mbase.copy()
         for a in range(k):
             mbar[a] += md[a]
-        gv, gl, gZ = _local_grad(X, y, Wt, mbar, Z, ls, var, kind, L, K, Vt, Gv, C, vy,
-                                 mu, Lu, s2)
+        A, P, e, Ve = _local_adjoint(y, Wt, mbar, Vt, mu, Gv, C, vy, Lu, s2)
+        gv, gl, gZ = basis_grad_small(X, Z, ls, var, kind, L, K, Vt, Gv, A, P, e, Ve)
+        gv = gv - n / (2.0 * s2)
         # Adam (ascent) on [raw lengthscales, raw variance, Z]
         size = n_ls + 1 + (m * d if learn_inducing else 0)
         g = np.empty(size)
@@ -974,7 +1003,7 @@ def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_ra
             jit, jit_max)
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
     """``(A_i, a_i)`` of ``ClosedFormClient.marginal_global_stats`` with a deviation.
 
@@ -1042,7 +1071,7 @@ def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
 # the local loop was fused, the round's cost was the Python around it: the first
 # solve, the message, the global kernel gradient, the joint statistics)
 # ----------------------------------------------------------------------------
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
     """``_elbo.basis_backward`` for a small basis with a rank-one adjoint part.
 
@@ -1051,7 +1080,8 @@ def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
     ``P`` of shape ``(m,)``, ``e`` of shape ``(n,)``), given ``Wt = W^T``,
     ``gram = W W^T`` and ``WE = W e``: ``C_bar^T = W^T (L^{-T} A)^T + e
     (L^{-T} P)^T`` and ``L_bar = -(L^{-T} P) WE^T - (L^{-T} A) W W^T``, the
-    same products as ``basis_backward`` (and ``_local_grad``), in loops.
+    same products as ``basis_backward``, in loops (the local basis's too:
+    :func:`_local_adjoint`).
     """
     n, m = Wt.shape
     LAP = np.empty((m, m + 1))
@@ -1085,14 +1115,14 @@ def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
             lc = LAt[c]
             for a in range(m):
                 gi[a] += wic * lc[a]
-    LP = np.ascontiguousarray(LAP[:, m:])
+    LP = _block(LAP, 0, m, m, 1)
     Kzz_bar = chol_backward(L, L_bar)
     gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
     gv2, gl2, gZ2 = kernel_adjoint_cross(X, Z, ls, var, kind, K, G, e.reshape(n, 1), LP)
     return gv1 + gv2, gl1 + gl2, gZ1 + gZ2
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _tril_pack(A):
     """Lower triangle (with diagonal) of a square matrix, row by row (``_elbo.tril_pack``)."""
     m = A.shape[0]
@@ -1105,7 +1135,7 @@ def _tril_pack(A):
     return out
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _dot(a, b):
     t = 0.0
     for i in range(a.shape[0]):
@@ -1113,7 +1143,7 @@ def _dot(a, b):
     return t
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _matvec(A, x):
     """``A @ x`` for a row-major ``A``."""
     out = np.empty(A.shape[0])
@@ -1122,7 +1152,7 @@ def _matvec(A, x):
     return out
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _matvec_t(A, x):
     """``A.T @ x`` for a row-major ``A``, by rows of ``A``."""
     out = np.zeros(A.shape[1])
@@ -1134,7 +1164,7 @@ def _matvec_t(A, x):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, ls_raw,
                      adam_m, adam_v, z_scale, L0, K0, Vt0, sc, ints):
     """A small client's closed-form round with all three components, in one call.
@@ -1229,10 +1259,10 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
             c1s[s] = 1 - b1**t
             c2s[s] = 1 - b2**t
         (info, Zl, ls_raw, var_raw, adam_m, adam_v, ls, var, md, mu, Lu, L, K, Vt, Gv, C,
-         vy, jit_last, jit_f) = cavi_local_steps(
+         vy, jit_last, jit_f) = _local_steps(
             X, y, Wt, mg, Gw, rw, md, mu, Lu, Zl, ls_raw, var_raw, adam_m, adam_v, c1s, c2s,
-            lr, b1, b2, eps, z_scale, s2, inv_phi, kind, jitter, ard, learn, L, K, Vt, Gv,
-            C, vy)
+            (lr, b1, b2, eps), z_scale, s2, inv_phi, kind, jitter, ard, learn,
+            (L, K, Vt, Gv, C, vy))
         if info != 0:
             return (info, Zl, ls_raw, var_raw, adam_m, adam_v, md, mu, Lu, Ld, L, K, Vt,
                     ls, var, jit_last, jit_f, empty1, empty1, empty1, empty1, empty1,
@@ -1294,8 +1324,8 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
             We[a] = (wy[a] - Gmbar[a]) - Cmu[a]
         # A = (kappa I - Lg Lg^T - Ld Ld^T) / s2, the products of the lower factors
         # by rows (entry (a, c) sums over q <= min(a, c))
-        LgT = np.ascontiguousarray(Lg.T)
-        LdT = np.ascontiguousarray(Ld.T)
+        LgT = _transposed(Lg)
+        LdT = _transposed(Ld)
         A = np.empty((M, M))
         P = np.empty(M)
         T1 = np.empty(M)
@@ -1325,7 +1355,7 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
 # the local step's algebra with fewer dependent operations (the same results to the
 # bit: each sum is taken in the same order, only the loops run in another order)
 # ----------------------------------------------------------------------------
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def prior_block_factor(Gw, s2, inv_prior):
     """Lower Cholesky factor of ``Gw / s2 + inv_prior I``: the leading block of the
     factor :func:`closed_form_q` forms (the same operations, so the same bits).
@@ -1344,7 +1374,7 @@ def prior_block_factor(Gw, s2, inv_prior):
     return info, P
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def joint_solve_cached(L11, C, Gv, rw, rv, s2):
     """:func:`closed_form_q` (without ``Ld``) given the factor of its leading block.
 
@@ -1397,7 +1427,7 @@ def joint_solve_cached(L11, C, Gv, rw, rv, s2):
     return 0, x, Lu
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def local_products_rows(Wt, Vt, y):
     """``V V^T``, ``W V^T`` and ``V y`` from the row-major ``W^T``, ``V^T``.
 
@@ -1434,9 +1464,10 @@ def local_products_rows(Wt, Vt, y):
     return Gv, C, vy
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _local_basis_rows(X, Z, ls, var, kind, jitter):
-    """``_elbo.basis_forward`` for small ``Z``: ``(info, L, K, Vt, jitter used)``.
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
+def basis_rows(X, Z, ls, var, kind, jitter):
+    """``_elbo.basis_forward`` for small ``Z`` in one call (constrained kernel
+    parameters): ``(info, L, K, Vt, jitter used)``.
 
     The jitter escalates as in ``_elbo.chol_jitter`` (x10, at least 1e-12, 8
     tries); ``info`` is nonzero if every try failed. The substitution ``V =
@@ -1481,19 +1512,14 @@ def _local_basis_rows(X, Z, ls, var, kind, jitter):
     return 0, L, K, Vt, jit
 
 
-@njit(cache=True, nogil=True)
+# inlined (numba IR; two calls, no arithmetic): as a function of its own it was one
+# more compiled library, which its callers link in and optimize again
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
 def local_basis_rows(X, Z, ls_raw, var_raw, kind, jitter):
     """A small local basis from raw kernel parameters, as :func:`cavi_local_steps` forms it.
 
     Returns ``(info, L, K, Vt, jitter used, lengthscales, variance)``.
     """
     ls, var = _constrained(ls_raw, var_raw, X.shape[1])
-    info, L, K, Vt, jit = _local_basis_rows(X, Z, ls, var, kind, jitter)
+    info, L, K, Vt, jit = basis_rows(X, Z, ls, var, kind, jitter)
     return info, L, K, Vt, jit, ls, var
-
-
-@njit(cache=True, nogil=True)
-def basis_rows(X, Z, ls, var, kind, jitter):
-    """``_elbo.basis_forward`` for a small ``Z`` in one call (constrained kernel
-    parameters): :func:`_local_basis_rows`, ``(info, L, K, V^T, jitter used)``."""
-    return _local_basis_rows(X, Z, ls, var, kind, jitter)

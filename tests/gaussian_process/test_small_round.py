@@ -104,6 +104,34 @@ def test_basis_grad_small_matches_basis_backward(kind):
         np.testing.assert_allclose(u, v, rtol=1e-9, atol=1e-12)
 
 
+def test_local_adjoint_matches_numpy():
+    """The local basis's adjoint terms (``W_bar = A V + P e^T``) of the local steps."""
+    rng = np.random.default_rng(3)
+    n, M, m, s2 = 30, 6, 4, 0.7
+    y, Wt, Vt = rng.normal(size=n), rng.normal(size=(n, M)), rng.normal(size=(n, m))
+    mbar, mu = rng.normal(size=M), rng.normal(size=m)
+    Lu = np.tril(rng.normal(size=(m, m)))
+    Gv, C, vy = Vt.T @ Vt, Wt.T @ Vt, Vt.T @ y
+    A, P, e, Ve = kn._local_adjoint(y, Wt, mbar, Vt, mu, Gv, C, vy, Lu, s2)
+    e_ref = y - Wt @ mbar - Vt @ mu
+    np.testing.assert_allclose(A, (np.eye(m) - Lu @ Lu.T) / s2, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(P, mu / s2, rtol=1e-12)
+    np.testing.assert_allclose(e, e_ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(Ve, Vt.T @ e_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_row_major_copies():
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(5, 3))
+    T = kn._transposed(A)
+    assert T.flags.c_contiguous
+    np.testing.assert_array_equal(T, A.T)
+    np.testing.assert_array_equal(kn._transposed(np.asfortranarray(A)), A.T)
+    B = kn._block(A, 1, 3, 1, 2)
+    assert B.flags.c_contiguous
+    np.testing.assert_array_equal(B, A[1:4, 1:3])
+
+
 def reference_round(X, y, g, loc, cfg, steps, lr, zscale, adam, want_grad):
     """The round as ``_steps._cavi_local``'s step-by-step loop and ``_cavi_message``
     form it: numpy and LAPACK, one call at a time."""
