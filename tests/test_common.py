@@ -12,23 +12,11 @@ from skfed.utils.discovery import all_estimators, construct_instances
 # estimator class name -> {check name: reason}; empty means every check passes
 EXPECTED_FAILED_CHECKS = {}
 
-# DPFedDROClassifier with privacy (its default) refuses rows with ||x||_2 > norm_bound
-# by design (the sensitivity must not depend on the data); these checks feed such rows
-_NORM_BOUND = "private mode refuses rows above norm_bound (by design)"
-PRIVATE_DRO_FAILED_CHECKS = {name: _NORM_BOUND for name in (
-    "check_fit_score_takes_y", "check_estimators_overwrite_params",
-    "check_dont_overwrite_parameters", "check_estimators_fit_returns_self",
-    "check_readonly_memmap_input", "check_n_features_in_after_fitting",
-    "check_positive_only_tag_during_fit", "check_estimators_dtypes", "check_dtype_object",
-    "check_pipeline_consistency", "check_estimators_nan_inf", "check_estimators_pickle",
-    "check_f_contiguous_array_estimator", "check_classifier_data_not_an_array",
-    "check_classifiers_one_label", "check_classifiers_classes", "check_classifiers_train",
-    "check_supervised_y_2d", "check_decision_proba_consistency",
-    "check_methods_sample_order_invariance", "check_methods_subset_invariance",
-    "check_fit2d_1sample", "check_fit2d_1feature", "check_dict_unchanged",
-    "check_fit_idempotent", "check_fit_check_is_fitted", "check_n_features_in",
-    "check_fit2d_predict1d",
-)}
+# DPFedDROClassifier with privacy (its default) scales the rows into its norm bound inside
+# the fit; its noise (the default budget on the checks' 100 rows) keeps the training
+# accuracy below the check's 0.83
+PRIVATE_DRO_FAILED_CHECKS = {
+    "check_classifiers_train": "private mode: the noise of the default budget on 100 rows"}
 # class weights change the per-row sensitivity of Lemmas 1-2: refused with privacy
 PRIVATE_DRO_FAILED_CHECKS["check_class_weight_classifiers"] = (
     "private mode refuses class_weight (unequal row weights void the sensitivity)")
