@@ -10,7 +10,8 @@ is selected here). Macro-F1 and log loss, mean over the 5 folds.
 Run (one process; CSV rows appended), then the figure and the table::
 
     python benchmarks/dro_privacy_utility.py --out dro_curve.csv
-    python benchmarks/dro_privacy_utility.py --out dro_curve.csv --plot doc/results/dro_privacy_utility.png
+    python benchmarks/dro_privacy_utility.py --out dro_curve.csv \
+        --plot doc/results/dro_privacy_utility.png
 """
 
 import argparse

@@ -102,15 +102,18 @@ class LinearPredictionMixin:
         return X
 
     def decision_function(self, X, groups=None):
-        """Class scores ``M x + b`` of the global model.
+        """Class scores ``M x + b`` of the global model, or of a seen site's own.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
             Rows to score.
         groups : array-like of shape (n_samples,), default=None
-            Client labels; checked (unknown labels follow ``unknown_client``),
-            then ignored: the model is shared by all clients.
+            Client labels; checked (unknown labels follow ``unknown_client``).
+            Where the estimator fits each site's own adaptation
+            (:class:`DPFedDROClassifier` with ``personalize=True``), a seen
+            site's rows are scored by it; every other row by the model shared
+            by all clients.
 
         Returns
         -------
@@ -124,19 +127,20 @@ class LinearPredictionMixin:
         return scores
 
     def predict(self, X, groups=None):
-        """Predict ``argmax_k (M x + b)_k`` with the global model.
+        """Predict the class of the highest score (:meth:`decision_function`).
 
         The methods of this module train one consensus model (local models
-        are noisy or converging copies of it), so every row, of a seen client
-        or not, is predicted with the global model; scorers that drop
-        ``groups`` are therefore still right.
+        are noisy or converging copies of it); without a site adaptation
+        every row, of a seen client or not, is predicted with it, and scorers
+        that drop ``groups`` are still right. With one (``DPFedDROClassifier(
+        personalize=True)``) a seen site's rows are predicted by its own.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
             Rows to predict.
         groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored.
+            Client labels (see :meth:`decision_function`).
 
         Returns
         -------

@@ -234,7 +234,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         centred at its reweighted empirical distribution (weights normalised
         per client). With ``"balanced"`` each site sends its class histogram
         in the set-up exchange (aggregates, outside any privacy guarantee).
-        With ``epsilon`` set any class weight is an error. The unweighted Crammer-Singer hinge predicts almost only the large classes
+        With ``epsilon`` set any class weight is an error. The unweighted
+        Crammer-Singer hinge predicts almost only the large classes
         when no class is well separated (Chile: ``doc/results/real_data.md``);
         balancing helps macro-F1 there, but where no linear model lowers the
         balanced hinge below its value at ``M = 0`` (WVS) the fit is the zero
@@ -393,7 +394,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                  norm_bound=1.0, feature_norm="l1", alpha="uniform", output_model="last",
                  project_lambda=False, fit_intercept="auto", intercept_scaling=1.0,
                  standardize="auto", feature_bounds=None, scaling_share=0.1,
-                 temperature_share=0.05, personalize=True, class_weight=None, classes=None, client_fraction=1.0,
+                 temperature_share=0.05, personalize=True, class_weight=None, classes=None,
+                 client_fraction=1.0,
                  on_client_error="raise",
                  unknown_client="global", n_jobs=None, random_state=None,
                  verbose=0):
@@ -786,7 +788,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         X : array-like of shape (n_samples, n_features)
             Rows to score.
         groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored (one global model).
+            Client labels: a seen site's rows are scored by its adaptation
+            (``personalize=True``), other rows by the shared model.
 
         Returns
         -------
@@ -830,7 +833,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         X : array-like of shape (n_samples, n_features)
             Rows to score.
         groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored (one global model).
+            Client labels: a seen site's rows are scored by its adaptation
+            (``personalize=True``), other rows by the shared model.
 
         Returns
         -------
