@@ -7,11 +7,14 @@ accountant, public class labels) and the non-private fit, on WVS and Chile
 the shared model), split and model seeds 100-102 (the reported seeds; nothing
 is selected here). Macro-F1 and log loss, mean over the 5 folds.
 
-Run (one process; CSV rows appended), then the figure and the table::
+Run (one process; CSV rows appended), then the figure and the table; the
+"none" points (no privacy) are read from the ``results.csv`` of ``skfed
+benchmark --full --experiments real_wvs real_chile --seeds 3`` (the same
+splits and seeds), or fitted here with ``--candidates non-private``::
 
     python benchmarks/dro_privacy_utility.py --out dro_curve.csv
     python benchmarks/dro_privacy_utility.py --out dro_curve.csv \
-        --plot doc/results/dro_privacy_utility.png
+        --plot doc/results/dro_privacy_utility.png --reference real-cls/results.csv
 """
 
 import argparse
@@ -25,12 +28,32 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from dro_private_defaults import run  # noqa: E402
 
+from skfed.benchmark._real_data import SEED_BASE  # noqa: E402
+
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 TABLE = {f"eps={e:g}": dict(target_epsilon=e) for e in EPSILONS}
 TABLE["non-private"] = dict(epsilon=None)
 
 
-def plot(out, path):
+#: the benchmark's label of the non-private fit (skfed.benchmark._real_data)
+REFERENCE_METHOD = "DP-Fed DRO (non-private)"
+
+
+def _reference_rows(path):
+    """The non-private fit's rows of a ``skfed benchmark`` results.csv, as ours."""
+    import pandas as pd
+
+    ref = pd.read_csv(path)
+    ref = ref[ref.method == REFERENCE_METHOD]
+    ref = ref.pivot_table(index=["experiment", "setting", "seed"], columns="metric",
+                          values="value").reset_index()
+    ref["dataset"] = ref.experiment.str.replace("real_", "", regex=False)
+    ref["candidate"] = "non-private"
+    ref["seed"] = ref.seed + SEED_BASE  # the benchmark's seed 0 is split seed 100
+    return ref[["dataset", "seed", "setting", "candidate", "macro_f1", "log_loss"]]
+
+
+def plot(out, path, reference=None):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,6 +61,8 @@ def plot(out, path):
     import pandas as pd
 
     df = pd.read_csv(out)
+    if reference is not None:
+        df = pd.concat([df, _reference_rows(reference)], ignore_index=True)
     x = {label: (e if label != "non-private" else 2 * EPSILONS[-1])
          for label, e in zip(TABLE, EPSILONS + (None,))}
     fig, axes = plt.subplots(2, 2, figsize=(9, 6.5), sharex=True)
@@ -69,7 +94,8 @@ def plot(out, path):
     fig.savefig(path, dpi=110)
     table = df.pivot_table(index="candidate", columns=["dataset", "setting"],
                            values=["macro_f1", "log_loss"], aggfunc="mean")
-    print(table.reindex([lab for lab in TABLE if lab in table.index]).round(4).to_markdown())
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.reindex([lab for lab in TABLE if lab in table.index]).round(4))
 
 
 def main(argv=None):
@@ -79,9 +105,11 @@ def main(argv=None):
     parser.add_argument("--candidates", nargs="+", default=list(TABLE))
     parser.add_argument("--out", default="dro_curve.csv")
     parser.add_argument("--plot", default=None, help="write the figure here, print the table")
+    parser.add_argument("--reference", default=None,
+                        help="results.csv of skfed benchmark with the non-private fit")
     args = parser.parse_args(argv)
     if args.plot:
-        plot(args.out, args.plot)
+        plot(args.out, args.plot, args.reference)
     else:
         run(args.datasets, args.seeds, args.candidates, args.out, table=TABLE)
 
