@@ -30,9 +30,10 @@ def test_output_feeds_the_private_estimator():
     y = rng.integers(0, 3, 60)
     Xt = make_minmax_l2_pipeline().fit_transform(X)
     assert np.all(np.linalg.norm(Xt, axis=1) <= 1.0)
-    DPFedDROClassifier(n_rounds=2).fit(Xt, y)
+    # the paper's protocol takes the rows as given (standardize=False): only the scaled ones
+    DPFedDROClassifier(n_rounds=2, standardize=False).fit(Xt, y)
     with pytest.raises(ValueError, match="norm_bound"):
-        DPFedDROClassifier(n_rounds=2).fit(X, y)
+        DPFedDROClassifier(n_rounds=2, standardize=False).fit(X, y)
 
 
 @pytest.mark.parametrize("params", [dict(max_norm=0), dict(max_norm=-1.0), dict(mode="x")])
