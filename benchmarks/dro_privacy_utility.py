@@ -77,7 +77,8 @@ def plot(out, path, reference=None):
                 lo = np.array([g.get_group(lab).min() for lab in labels])
                 hi = np.array([g.get_group(lab).max() for lab in labels])
                 xs = np.array([x[lab] for lab in labels])
-                ax.errorbar(xs, mean, yerr=[mean - lo, hi - mean], marker=marker,
+                err = np.maximum(0.0, [mean - lo, hi - mean])  # equal seeds: round-off
+                ax.errorbar(xs, mean, yerr=err, marker=marker,
                             capsize=3, label=setting)
             ax.set_xscale("log", base=2)
             ax.set_xticks([*EPSILONS, 2 * EPSILONS[-1]],
