@@ -88,7 +88,15 @@ def privacy_spent(n_rounds, epsilons, delta, delta_bar, accountant, extras=()):
     moments-accountant bound (rounds only); ``"rdp"``/``"pld"`` run
     dp-accounting on the same noise multipliers.
     """
-    epsilons = [e for e in epsilons if e > 0]
+    return _privacy_spent(int(n_rounds), tuple(float(e) for e in epsilons if e > 0),
+                          float(delta), float(delta_bar), accountant,
+                          tuple((str(n), float(z)) for n, z in extras))
+
+
+@functools.lru_cache(maxsize=256)
+def _privacy_spent(n_rounds, epsilons, delta, delta_bar, accountant, extras):
+    # cached: a PLD composition takes a fraction of a second, and a fit reports the
+    # same releases more than once (its claim to the sites, privacy_spent_)
     if accountant == "paper":
         if extras:
             raise ValueError("the paper's bound covers its rounds only, not a one-off release.")
@@ -105,8 +113,10 @@ def privacy_report(n_rounds, plan, accountant, outside=()):
     The keys are those of :class:`skfed.tensor.PersonalizedTensorRegressor`'s
     report: ``epsilon``, ``delta`` (total, per client, replace-one record
     level), ``n_releases``, ``noise_multiplier`` (one per release of a round),
-    ``calibration`` (the accountant), ``strict``, ``covers`` and ``outside``.
-    Without privacy (``plan`` None) ``epsilon`` is ``inf``: no guarantee.
+    ``calibration`` (the accountant), ``strict``, ``covers``, ``outside`` and
+    ``releases`` (one dict per kind of release: ``name``, ``count``,
+    ``noise_multiplier``, ``share`` of the zCDP cost, ``epsilon`` of those
+    releases alone). Without privacy (``plan`` None) ``epsilon`` is ``inf``: no guarantee.
     ``outside`` lists what a client released without noise (as the tensor
     estimator's, ``"name: what"``); ``strict`` is then false, and ``epsilon``
     still bounds the noisy releases alone.
