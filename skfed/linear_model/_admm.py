@@ -434,18 +434,14 @@ PRIVATE_TEMPERATURE_RATIOS = np.logspace(-1.0, np.log10(30.0), 8)
 TEMPERATURE_UCB = 2.0
 
 
-def largest_score_gap(coef, row_bound):
-    """``D = max_{k, j} ||M_k - M_j||_2 * row_bound``: no row of norm <= ``row_bound``
-    has two class scores further apart (public: a function of the released model)."""
-    coef = np.asarray(coef, dtype=float)
-    diff = coef[:, None, :] - coef[None, :, :]
-    return float(np.sqrt((diff * diff).sum(axis=2)).max()) * float(row_bound)
-
-
 def private_temperature_grid(coef, row_bound):
     """``(betas, bounds)``: inverse temperatures ``r / D`` and each row's log-loss bound
-    ``log K + r`` there (a row's loss at ``beta`` is at most ``log K + beta D``)."""
-    gap = largest_score_gap(coef, row_bound)
+    ``log K + r`` there (a row's loss at ``beta`` is at most ``log K + beta D``).
+
+    ``D = phi_l2(M) * row_bound``: no row of norm <= ``row_bound`` has two class
+    scores further apart (public: a function of the released model).
+    """
+    gap = phi(np.asarray(coef, dtype=float), "l2") * float(row_bound)
     r = PRIVATE_TEMPERATURE_RATIOS
     return r / (gap if gap > 0 else 1.0), np.log(np.shape(coef)[0]) + r
 

@@ -19,6 +19,8 @@ import math
 import numpy as np
 from scipy.special import ndtri
 
+from ._mechanisms import gaussian_mechanism
+
 __all__ = [
     "histogram_edges",
     "feature_histograms",
@@ -200,8 +202,6 @@ class PrivateScaling:
 
     def site_release(self, X, rng):
         """The site's feature histograms with Gaussian noise (its only scaling release)."""
-        from ._mechanisms import gaussian_mechanism
-
         return gaussian_mechanism(feature_histograms(X, self.edges), self.sigma, rng)
 
     def combine(self, histograms):
