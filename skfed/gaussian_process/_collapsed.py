@@ -33,7 +33,9 @@ of up to a few hundred rows (panels, clinics, schools).
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
-from scipy.optimize import minimize
+from scipy.optimize import OptimizeResult
+
+from ..utils._optimize import AskTellLBFGS
 
 __all__ = ["Layout", "design", "site_statistics", "site_gradient", "server_objective",
            "server_gradient", "fit_collapsed", "predict_collapsed"]
@@ -267,7 +269,9 @@ def fit_collapsed(sites, layout, Z, theta0, max_iter=500):
 
     ``sites`` is a list of ``(X_i, y_i)``. Each evaluation is the two
     exchanges the federated protocol makes: the sites' statistics, then (given
-    ``w`` and ``Lam^{-1}``) their gradients. Returns scipy's result.
+    ``w`` and ``Lam^{-1}``) their gradients; the server's optimizer
+    (:class:`~skfed.utils._optimize.AskTellLBFGS`) proposes the next point.
+    Returns an ``OptimizeResult`` (``x``, ``fun``, ``nit``, ``nfev``).
     """
     def fun(theta):
         p = layout.unpack(theta)
@@ -281,10 +285,11 @@ def fit_collapsed(sites, layout, Z, theta0, max_iter=500):
                  for (X, _), (_, cache) in zip(sites, out)]
         return nll, server_gradient(p, layout, Z, w, Lam_inv, K_inv, grads)
 
-    bounds = np.array(layout.bounds())
-    theta0 = np.clip(theta0, bounds[:, 0], bounds[:, 1])
-    return minimize(fun, theta0, jac=True, method="L-BFGS-B", bounds=bounds,
-                    options={"maxiter": max_iter})
+    opt = AskTellLBFGS(theta0, np.array(layout.bounds()), max_iter=max_iter)
+    while not opt.done:
+        opt.tell(*fun(opt.ask()))
+    return OptimizeResult(x=opt.x, fun=opt.f, nit=opt.n_iter, nfev=opt.n_eval,
+                          message=opt.message)
 
 
 def predict_collapsed(p, layout, Z, w, Lam_inv, X, site=None):
