@@ -31,14 +31,17 @@ Each site's covariance is dense: ``O(n_i^3)`` per evaluation, meant for sites
 of up to a few hundred rows (panels, clinics, schools).
 """
 
+import copy
+
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import OptimizeResult
 
+from ..federated import FederatedAlgorithm
 from ..utils._optimize import AskTellLBFGS
 
 __all__ = ["Layout", "design", "site_statistics", "site_gradient", "server_objective",
-           "server_gradient", "fit_collapsed", "predict_collapsed"]
+           "server_gradient", "fit_collapsed", "predict_collapsed", "CollapsedProtocol"]
 
 #: relative jitter on the inducing covariance
 JITTER = 1e-6
@@ -318,3 +321,98 @@ def predict_collapsed(p, layout, Z, w, Lam_inv, X, site=None):
         G = G - CiCt.T @ Hi
     var += np.einsum("ij,ji->i", G, Lam_inv @ G.T)
     return mean, np.maximum(var, 1e-12)
+
+
+class CollapsedProtocol(FederatedAlgorithm):
+    """The collapsed fit as federated rounds: two exchanges per evaluation.
+
+    Round kinds (``broadcast["stage"]``): ``0`` asks every site for its
+    :func:`site_statistics` at ``theta``; ``1`` sends the server's ``w`` and
+    ``Lam^{-1}`` at that ``theta`` and asks for the sites' :func:`site_gradient`;
+    the server's :class:`~skfed.utils._optimize.AskTellLBFGS` then proposes
+    the next ``theta``. Once it stops, one more statistics round at the
+    optimum gives the final ``w`` and ``Lam^{-1}`` (broadcast with stage
+    ``2``); a site's posterior needs only those and its own rows, which stay
+    with it (:func:`predict_collapsed`). A site whose block is not positive definite at a trial point
+    says so (``failed``), and the server treats the point as infinite.
+
+    Parameters
+    ----------
+    layout : Layout
+    Z : ndarray of shape (m, n_features)
+        Global inducing inputs (public).
+    theta0 : ndarray of shape (layout.size,)
+        Start.
+    max_iter : int, default=500
+        Accepted optimizer steps at most.
+    """
+
+    client_step_draws = False
+
+    def __init__(self, layout, Z, theta0, max_iter=500):
+        self.layout = layout
+        self.Z = np.asarray(Z, dtype=float)
+        self.theta0 = np.asarray(theta0, dtype=float)
+        self.max_iter = int(max_iter)
+
+    def asks_every_client(self, server_state):
+        return True
+
+    def server_init(self, rng):
+        opt = AskTellLBFGS(self.theta0, np.array(self.layout.bounds()), max_iter=self.max_iter)
+        return {"opt": opt, "stage": 0}, {"stage": np.int64(0), "theta": opt.ask()}
+
+    def client_step(self, data, state, broadcast, rng):
+        p = self.layout.unpack(broadcast["theta"])
+        if int(broadcast["stage"]) == 1:
+            if state is None:  # this site's block failed at this point
+                return state, {"failed": np.int64(1)}
+            grad = site_gradient(data.X, p, self.layout, self.Z, state, broadcast["w"],
+                                 broadcast["lam_inv"])
+            return state, {"grad": grad}
+        try:
+            message, cache = site_statistics(data.X, data.y, p, self.layout, self.Z,
+                                             _inverse_kzz(p, self.Z)[0])
+        except np.linalg.LinAlgError:
+            return None, {"failed": np.int64(1)}
+        return cache, {k: np.asarray(v, dtype=float) for k, v in message.items()}
+
+    def server_step(self, state, messages, rng):
+        opt = copy.deepcopy(state["opt"])
+        msgs = [messages[k] for k in sorted(messages)]
+        theta = opt.x if state["stage"] == 2 else opt.ask()
+        p = self.layout.unpack(theta)
+        failed = any("failed" in m for m in msgs)
+        if state["stage"] in (0, 2) and not failed:
+            try:
+                nll, w, lam_inv, K_inv = server_objective(p, self.layout, self.Z, msgs)
+            except np.linalg.LinAlgError:
+                failed = True
+        if state["stage"] == 2:
+            if failed:
+                raise ValueError("the collapsed fit's optimum is not positive definite at a "
+                                 "site; try other starting values")
+            done = {"opt": opt, "stage": 3, "nll": nll, "w": w, "lam_inv": lam_inv}
+            return done, {"stage": np.int64(2), "theta": theta, "w": w, "lam_inv": lam_inv}
+        if state["stage"] == 0 and not failed:
+            new = {"opt": opt, "stage": 1, "nll": nll, "w": w, "lam_inv": lam_inv,
+                   "K_inv": K_inv}
+            return new, {"stage": np.int64(1), "theta": theta, "w": w, "lam_inv": lam_inv}
+        if failed:
+            opt.tell(np.inf, np.zeros(self.layout.size))
+        else:
+            grad = server_gradient(p, self.layout, self.Z, state["w"], state["lam_inv"],
+                                   state["K_inv"], [m["grad"] for m in msgs])
+            opt.tell(state["nll"], grad)
+        if opt.done:  # the final statistics round, at the optimum
+            return {"opt": opt, "stage": 2}, {"stage": np.int64(0), "theta": opt.x}
+        return {"opt": opt, "stage": 0}, {"stage": np.int64(0), "theta": opt.ask()}
+
+    def converged(self, server_state):
+        return server_state["stage"] == 3
+
+    def max_rounds(self):
+        """An upper bound on the rounds: two per evaluation, evaluations bounded by
+        the optimizer's steps and backtracks, and the final statistics round."""
+        per_step = 2 * (AskTellLBFGS.MAX_BACKTRACKS + 2)
+        return 2 * per_step * (self.max_iter + 1) + 2

@@ -104,3 +104,26 @@ def test_predictive_variance_is_positive_and_shrinks_at_seen_sites():
     _, v_new = col.predict_collapsed(p, layout, Z, w, Lam_inv, X0)
     _, v_seen = col.predict_collapsed(p, layout, Z, w, Lam_inv, X0, site=sites[0])
     assert np.all(v_seen > p["s2"] * 0.999) and np.all(v_seen < v_new)
+
+
+def test_federated_rounds_give_the_in_process_fit():
+    from skfed.federated import Federation, run_federation
+
+    sites = _sites(7, n_sites=5, n=10)
+    layout = col.Layout(2, "intercept")
+    Z = np.random.default_rng(1).normal(size=(6, 2))
+    theta0 = np.zeros(layout.size)
+    direct = col.fit_collapsed(sites, layout, Z, theta0, max_iter=40)
+    X = np.vstack([s[0] for s in sites])
+    y = np.concatenate([s[1] for s in sites])
+    fed = Federation.from_arrays(X, y, np.repeat(np.arange(5), 10))
+    algo = col.CollapsedProtocol(layout, Z, theta0, max_iter=40)
+    res = run_federation(algo, fed, n_rounds=algo.max_rounds(), random_state=0)
+    state = res.server_state
+    assert state["stage"] == 3
+    np.testing.assert_allclose(state["opt"].x, direct.x, rtol=1e-9, atol=1e-12)
+    assert state["nll"] == pytest.approx(direct.fun, rel=1e-10)
+    # two rounds per evaluation and the final statistics round
+    assert res.n_rounds == 2 * direct.nfev + 1
+    sent = {name for rec in res.ledger.records if rec.direction == "up" for name in rec.names}
+    assert "grad" in sent and "HCy" in sent
