@@ -333,8 +333,9 @@ class CollapsedProtocol(FederatedAlgorithm):
     the next ``theta``. Once it stops, one more statistics round at the
     optimum gives the final ``w`` and ``Lam^{-1}`` (broadcast with stage
     ``2``); a site's posterior needs only those and its own rows, which stay
-    with it (:func:`predict_collapsed`). A site whose block is not positive definite at a trial point
-    says so (``failed``), and the server treats the point as infinite.
+    with it (:func:`predict_collapsed`). A site whose block is not positive
+    definite at a trial point says so (``failed``), and the server treats the
+    point as infinite.
 
     Parameters
     ----------
