@@ -158,7 +158,7 @@ register(
         name="pfedhgp_table2",
         title="pFedHGP multi-output synthetic benchmark (paper Table 2): ablations and baselines",
         run=run,
-        metrics={"rmse": "lower", "nll": "lower", "crps": "lower", "cov95": "higher",
+        metrics={"rmse": "lower", "nll": "lower", "crps": "lower", "cov95": 0.95,
                  "width95": "lower", "coverr": "lower", "fit_time_s": "lower"},
         n_seeds={"quick": 2, "full": 30},
         paper=PAPER,
