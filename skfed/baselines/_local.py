@@ -39,10 +39,17 @@ def _inner_has(method):
 
 
 def _accepts(method, name):
+    """``method`` takes the keyword ``name``, by name or through ``**params``.
+
+    A ``Pipeline``'s ``predict(X, **params)`` passes its params on to the last
+    step's ``predict`` (with metadata routing off; with it on, to the steps
+    that request them), so ``**params`` counts as accepting.
+    """
     try:
-        return name in inspect.signature(method).parameters
+        params = inspect.signature(method).parameters
     except (TypeError, ValueError):  # pragma: no cover - builtins without signature
         return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class _BaseWrapper(FederatedEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
@@ -530,7 +537,7 @@ class PooledEstimator(_BaseWrapper):
             map_clients(groups, self.clients_, X.shape[0], "global")
         return X
 
-    def predict(self, X, groups=None, return_std=False):
+    def predict(self, X, groups=None, return_std=False, **predict_params):
         """Predict with the pooled model (``groups`` does not change it).
 
         Parameters
@@ -541,7 +548,10 @@ class PooledEstimator(_BaseWrapper):
             Client labels; checked, then ignored.
         return_std : bool, default=False
             Also return the predictive standard deviation (estimators whose
-            ``predict`` has ``return_std``).
+            ``predict`` has ``return_std``, or a ``Pipeline`` ending in one).
+        **predict_params : dict
+            Passed on to the wrapped estimator's ``predict`` (e.g.
+            ``return_cov=True`` of a Gaussian process).
 
         Returns
         -------
@@ -551,7 +561,8 @@ class PooledEstimator(_BaseWrapper):
             Predictive standard deviations, if ``return_std=True``.
         """
         X = self._validate_predict(X, groups)
-        return self.estimator_.predict(X, **self._predict_kwargs(self.estimator_, return_std))
+        kwargs = {**self._predict_kwargs(self.estimator_, return_std), **predict_params}
+        return self.estimator_.predict(X, **kwargs)
 
     @available_if(_inner_has("predict_proba"))
     def predict_proba(self, X, groups=None):
