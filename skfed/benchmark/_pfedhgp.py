@@ -27,7 +27,7 @@ from ..metrics import (
     interval_coverage,
     interval_width,
 )
-from ._registry import Experiment, register
+from ._registry import Experiment, register, report_step
 from ._timing import timed
 
 SIZES = {
@@ -126,6 +126,7 @@ def run(seed, mode):
             std = np.sqrt(np.diagonal(cov, axis1=1, axis2=2))
             out.append({"setting": f"scenario {scenario}", "method": name,
                         **_metrics(data, mean, std, cov), "fit_time_s": seconds})
+            report_step(f"scenario {scenario}: {name}")
         for name, make in _sk_models().items():
             model = make()
 
@@ -138,6 +139,7 @@ def run(seed, mode):
             seconds, (mean, std) = timed(model, run)
             out.append({"setting": f"scenario {scenario}", "method": name,
                         **_metrics(data, mean, std), "fit_time_s": seconds})
+            report_step(f"scenario {scenario}: {name}")
     return out
 
 

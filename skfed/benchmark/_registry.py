@@ -1,12 +1,27 @@
 """The registry of experiments that ``skfed benchmark`` runs."""
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Experiment", "register", "get_experiments", "MODES"]
+__all__ = ["Experiment", "register", "get_experiments", "report_step", "MODES"]
 
 MODES = ("quick", "full")
 _REGISTRY = {}
+# set by the runner while a repetition runs: called with the text of each finished step
+_STEP_HOOK = ContextVar("skfed_benchmark_step_hook", default=None)
+
+
+def report_step(text):
+    """Tell the benchmark runner that a step of the running repetition is done.
+
+    An experiment's ``run`` calls it after each fit or method (e.g.
+    ``"new-site: Local Ridge"``); with progress on, the runner shows it. Outside
+    a run, or with progress off, it does nothing.
+    """
+    hook = _STEP_HOOK.get()
+    if hook is not None:
+        hook(text)
 
 
 @dataclass(frozen=True)

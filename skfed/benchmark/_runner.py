@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from ._registry import MODES
+from ._registry import _STEP_HOOK, MODES
 
 __all__ = ["run_benchmark", "summarize", "format_table"]
 
@@ -28,6 +28,22 @@ def _progress(total, enabled, stream):
         return None
 
 
+def _step_hook(bar, enabled, stream, prefix):
+    """What :func:`report_step` does in this repetition: the bar's postfix, or a line."""
+    if not enabled:
+        return None
+    started = time.perf_counter()
+
+    def hook(text):
+        elapsed = time.perf_counter() - started
+        if bar is not None:
+            bar.set_postfix_str(f"{text} ({elapsed:.0f} s)")
+        else:
+            print(f"    {prefix}: {text} done, {elapsed:.1f} s", file=stream, flush=True)
+
+    return hook
+
+
 def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream=None):
     """Run each experiment over its seeds and return the long-format results.
 
@@ -40,7 +56,9 @@ def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream
     n_seeds : int or None, default=None
         Repetitions per experiment; ``None`` uses each experiment's own.
     progress : bool, default=True
-        Show a progress bar.
+        Show a progress bar (a line per repetition without tqdm), and the
+        steps that experiments report within a repetition
+        (:func:`~skfed.benchmark.report_step`).
     stream : file-like or None, default=None
         Where progress goes (``sys.stderr`` by default).
 
@@ -65,9 +83,13 @@ def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream
             bar.set_description(f"{exp.name} seed {seed}")
         elif progress:
             print(f"[{i + 1}/{len(plan)}] {exp.name} seed {seed}", file=stream, flush=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            results = exp.run(seed, mode)
+        token = _STEP_HOOK.set(_step_hook(bar, progress, stream, f"{exp.name} seed {seed}"))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                results = exp.run(seed, mode)
+        finally:
+            _STEP_HOOK.reset(token)
         for result in results:
             for metric in exp.metrics:
                 if metric in result:

@@ -147,3 +147,29 @@ def test_figure_title_says_seeds_and_keeps_title_and_legend_inside():
         assert box.y0 - 1 <= extent.y0 and extent.y1 <= box.y1 + 1
     assert "n = 1 seed; no error bars" in fig._suptitle.get_text()
     plt.close(fig)
+
+
+def test_steps_within_a_repetition_are_reported_when_progress_is_on(monkeypatch):
+    import io
+
+    from skfed.benchmark import _runner, report_step, run_benchmark
+
+    monkeypatch.setattr(_runner, "_progress", lambda *args: None)  # lines, not a tqdm bar
+
+    def run(seed, mode):
+        for method in ("a", "b"):
+            report_step(f"method {method}")
+        return [{"method": "a", "x": 1.0}, {"method": "b", "x": 2.0}]
+
+    exp = Experiment(name="tmp-steps", title="steps", run=run, metrics={"x": "lower"})
+    stream = io.StringIO()
+    rows = run_benchmark([exp], n_seeds=2, progress=True, stream=stream)
+    assert len(rows) == 4
+    text = stream.getvalue()
+    for seed in (0, 1):
+        for method in ("a", "b"):
+            assert f"tmp-steps seed {seed}: method {method} done" in text
+    quiet = io.StringIO()
+    run_benchmark([exp], n_seeds=1, progress=False, stream=quiet)
+    assert quiet.getvalue() == ""
+    report_step("outside a run: nothing happens")
