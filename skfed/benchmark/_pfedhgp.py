@@ -172,8 +172,7 @@ register(
             "full Q x Q predictive covariance per test point (multivariate NLL, CovErr); the "
             "scikit-learn GPs have diagonal covariances. Quick mode: 3 clients, "
             "2 outputs, 30 rows, cavi optimizer, 5 rounds, scenarios A-B. Full mode: the paper's "
-            "6 clients, 4 outputs, 50 rows, 150 test points, 20 rounds x 80 local Adam steps. "
-            "cov95 should be near 0.95 (its 'higher' direction is nominal only)."
+            "6 clients, 4 outputs, 50 rows, 150 test points, 20 rounds x 80 local Adam steps."
         ),
         reference="Xie & Yan, pFedHGP (arXiv 2609.19337), Table 2 / sec. 4.6",
     )

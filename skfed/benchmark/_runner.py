@@ -118,8 +118,8 @@ METRIC_RANGES = {
     "r2": (None, 1.0), "nll": (None, None),
 }
 # From this many seeds on a cell's interval is the 95% t-interval of the mean (clipped to
-# the metric's range); below it the range of the seeds: with 2 seeds the t quantile is
-# 12.7 and the t-interval leaves the metric's range more often than not.
+# the metric's range); below it the range of the seeds: with 2 seeds the t-interval is 12.7
+# times as wide as the seeds' range and often leaves the metric's range.
 MIN_SEEDS_FOR_INTERVAL = 5
 
 
