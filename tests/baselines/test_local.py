@@ -123,6 +123,28 @@ def test_classifier_with_string_clients_and_missing_classes():
         model.decision_function(X, groups=groups)
 
 
+def test_new_site_class_is_the_argmax_of_the_size_weighted_mean_probability():
+    # sites of unequal size and class shares; a new site's rows get the class of the
+    # mixture of the site models (benchmarks/local_population_rule.py chose this rule)
+    rng = np.random.default_rng(0)
+    sizes, shift = [30, 60, 120], [-1.0, 0.0, 1.0]
+    X = np.vstack([rng.normal(m, 1.0, size=(n, 2)) for n, m in zip(sizes, shift)])
+    y = (X[:, 0] + 0.5 * rng.normal(size=X.shape[0]) > 0).astype(int)
+    groups = np.repeat([0, 1, 2], sizes)
+    model = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    X_new = rng.normal(0.0, 1.5, size=(200, 2))
+    mixture = sum(w * m.predict_proba(X_new)
+                  for w, m in zip(np.array(sizes) / sum(sizes), model.estimators_))
+    np.testing.assert_allclose(model.predict_proba(X_new, groups=[99] * 200), mixture)
+    pred = model.predict(X_new, groups=[99] * 200)
+    np.testing.assert_array_equal(pred, mixture.argmax(axis=1))
+    # the mixture crosses 0.5: both classes, about as right as the pooled model
+    truth = (X_new[:, 0] > 0).astype(int)
+    pooled = PooledEstimator(LogisticRegression()).fit(X, y).predict(X_new)
+    assert set(pred) == {0, 1}
+    assert np.mean(pred == truth) > np.mean(pooled == truth) - 0.05
+
+
 def test_classifier_without_predict_proba_votes():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(90, 2))
