@@ -9,7 +9,8 @@ from . import _federated_regression  # noqa: F401  (registers its experiment)
 from . import _pfedhgp  # noqa: F401  (registers its experiment)
 from . import _real_data  # noqa: F401  (registers the real-data group)
 from . import _tensor_regression  # noqa: F401  (registers its experiments)
-from ._registry import MODES, Experiment, get_experiments, register
+from ._registry import MODES, Experiment, get_experiments, register, report_step
 from ._runner import run_benchmark, summarize
 
-__all__ = ["MODES", "Experiment", "get_experiments", "register", "run_benchmark", "summarize"]
+__all__ = ["MODES", "Experiment", "get_experiments", "register", "report_step", "run_benchmark",
+           "summarize"]

@@ -28,7 +28,7 @@ from ..linear_model import (
 from ..model_selection import WithinClientKFold
 from ..preprocessing import make_minmax_l2_pipeline
 from ..privacy import dpfeddro_epsilon, split_round_budget
-from ._registry import Experiment, register
+from ._registry import Experiment, register, report_step
 
 # ---------------------------------------------------------------------------
 # Table 1: UCI benchmark
@@ -185,6 +185,7 @@ def run_uci(seed, mode, datasets=None):
             rows.append({"setting": name, "method": method, "params": params,
                          "macro_f1": float(f1_score(y_te, pred, average="macro")),
                          "mccr": float(balanced_accuracy_score(y_te, pred))})
+            report_step(f"{name}: {method}")
     return rows
 
 

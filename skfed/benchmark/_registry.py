@@ -1,12 +1,27 @@
 """The registry of experiments that ``skfed benchmark`` runs."""
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Experiment", "register", "get_experiments", "MODES"]
+__all__ = ["Experiment", "register", "get_experiments", "report_step", "MODES"]
 
 MODES = ("quick", "full")
 _REGISTRY = {}
+# set by the runner while a repetition runs: called with the text of each finished step
+_STEP_HOOK = ContextVar("skfed_benchmark_step_hook", default=None)
+
+
+def report_step(text):
+    """Tell the benchmark runner that a step of the running repetition is done.
+
+    An experiment's ``run`` calls it after each fit or method (e.g.
+    ``"new-site: Local Ridge"``); with progress on, the runner shows it. Outside
+    a run, or with progress off, it does nothing.
+    """
+    hook = _STEP_HOOK.get()
+    if hook is not None:
+        hook(text)
 
 
 @dataclass(frozen=True)
@@ -24,9 +39,11 @@ class Experiment:
         seed, at ``mode`` ``"quick"`` (small, the default of the command) or
         ``"full"`` (the paper's size). Each dict is one method's result:
         ``{"method": str, "setting": str (optional), <metric>: float, ...}``.
-    metrics : dict of str to {"higher", "lower"} or float
+    metrics : dict of str to {"higher", "lower"}, float or None
         The metrics ``run`` reports and which direction is better; a number is
-        a target value (closer is better, e.g. ``0.95`` for a 95% coverage).
+        a target value (closer is better, e.g. ``0.95`` for a 95% coverage);
+        ``None`` marks a setting reported beside the scores (a noise level, a
+        privacy budget), which has no better direction.
     n_seeds : dict, default={"quick": 3, "full": 10}
         Repetitions per mode.
     paper : dict, default={}
@@ -66,10 +83,10 @@ def register(experiment):
     if experiment.name in _REGISTRY:
         raise ValueError(f"an experiment named {experiment.name!r} is already registered.")
     bad = {m: d for m, d in experiment.metrics.items()
-           if d not in ("higher", "lower") and not isinstance(d, (int, float))}
+           if d not in ("higher", "lower", None) and not isinstance(d, (int, float))}
     if bad:
-        raise ValueError(f"metric directions must be 'higher', 'lower' or a target number, "
-                         f"got {bad}.")
+        raise ValueError(f"metric directions must be 'higher', 'lower', a target number or "
+                         f"None (a setting), got {bad}.")
     if experiment.name in {e.group for e in _REGISTRY.values()}:
         raise ValueError(f"{experiment.name!r} is already a group name.")
     _REGISTRY[experiment.name] = experiment

@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from ._registry import MODES
+from ._registry import _STEP_HOOK, MODES
 
 __all__ = ["run_benchmark", "summarize", "format_table"]
 
@@ -28,6 +28,22 @@ def _progress(total, enabled, stream):
         return None
 
 
+def _step_hook(bar, enabled, stream, prefix):
+    """What :func:`report_step` does in this repetition: the bar's postfix, or a line."""
+    if not enabled:
+        return None
+    started = time.perf_counter()
+
+    def hook(text):
+        elapsed = time.perf_counter() - started
+        if bar is not None:
+            bar.set_postfix_str(f"{text} ({elapsed:.0f} s)")
+        else:
+            print(f"    {prefix}: {text} done, {elapsed:.1f} s", file=stream, flush=True)
+
+    return hook
+
+
 def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream=None):
     """Run each experiment over its seeds and return the long-format results.
 
@@ -40,7 +56,9 @@ def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream
     n_seeds : int or None, default=None
         Repetitions per experiment; ``None`` uses each experiment's own.
     progress : bool, default=True
-        Show a progress bar.
+        Show a progress bar (a line per repetition without tqdm), and the
+        steps that experiments report within a repetition
+        (:func:`~skfed.benchmark.report_step`).
     stream : file-like or None, default=None
         Where progress goes (``sys.stderr`` by default).
 
@@ -65,9 +83,13 @@ def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream
             bar.set_description(f"{exp.name} seed {seed}")
         elif progress:
             print(f"[{i + 1}/{len(plan)}] {exp.name} seed {seed}", file=stream, flush=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            results = exp.run(seed, mode)
+        token = _STEP_HOOK.set(_step_hook(bar, progress, stream, f"{exp.name} seed {seed}"))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                results = exp.run(seed, mode)
+        finally:
+            _STEP_HOOK.reset(token)
         for result in results:
             for metric in exp.metrics:
                 if metric in result:
@@ -86,36 +108,61 @@ def run_benchmark(experiments, mode="quick", n_seeds=None, progress=True, stream
     return rows
 
 
-# metric name -> (low, high) of its range: a summary interval is clipped to it
+# metric name -> (low, high) of its range (None: an open end); a t-interval is clipped to it
 METRIC_RANGES = {
-    "rmse": (0.0, None), "fit_time_s": (0.0, None), "crps": (0.0, None),
-    "coverage95": (0.0, 1.0), "cov95": (0.0, 1.0), "macro_f1": (0.0, 1.0),
-    "accuracy": (0.0, 1.0), "mccr": (0.0, 1.0), "worst_recall": (0.0, 1.0),
-    "r2": (None, 1.0), "epsilon": (0.0, None),
+    **dict.fromkeys(["rmse", "crps", "fit_time_s", "log_loss", "width95", "coverr",
+                     "A0_error", "B_error", "A_error", "test_mse", "epsilon", "eps_bar",
+                     "epsilon_rdp", "noise_std_mean"], (0.0, None)),
+    **dict.fromkeys(["coverage95", "cov95", "macro_f1", "accuracy", "mccr", "worst_recall",
+                     "ab_confusion", "ab_to_normal"], (0.0, 1.0)),
+    "r2": (None, 1.0), "nll": (None, None),
 }
-# below this many seeds a t-interval is too wide to read: report mean +- sd
+# From this many seeds on a cell's interval is the 95% t-interval of the mean (clipped to
+# the metric's range); below it the range of the seeds: with 2 seeds the t-interval is 12.7
+# times as wide as the seeds' range and often leaves the metric's range.
 MIN_SEEDS_FOR_INTERVAL = 5
 
 
+def _interval(values, metric, confidence, ranges):
+    """``(low, high, kind)`` of a cell: no interval, the seeds' range, or a clipped t-interval."""
+    n = values.size
+    if n < 2:
+        return float("nan"), float("nan"), ""
+    if n < MIN_SEEDS_FOR_INTERVAL:
+        return float(values.min()), float(values.max()), "range"
+    mean = values.mean()
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * values.std(ddof=1) / np.sqrt(n)
+    lo, hi = ranges.get(metric, (None, None))
+    low = mean - half if lo is None else max(mean - half, lo)
+    high = mean + half if hi is None else min(mean + half, hi)
+    return float(low), float(high), "t"
+
+
 def summarize(rows, confidence=0.95, ranges=None):
-    """Mean, standard deviation and t-interval over seeds per cell.
+    """Mean, standard deviation and an interval over seeds per cell.
+
+    The interval never leaves the metric's range: below
+    ``MIN_SEEDS_FOR_INTERVAL`` seeds it is the range of the seeds (smallest
+    to largest value), from there on the t-interval
+    ``mean +/- t * sd / sqrt(n)`` clipped to the metric's range.
 
     Parameters
     ----------
     rows : list of dict
         Output of :func:`run_benchmark`.
     confidence : float, default=0.95
-        Coverage of the interval ``mean +/- t * sd / sqrt(n)``.
+        Coverage of the t-interval.
     ranges : dict or None, default=None
-        ``{metric: (low, high)}`` (``None`` for an open end): the interval
-        is clipped to the metric's range. Defaults to ``METRIC_RANGES``.
+        ``{metric: (low, high)}`` (``None`` for an open end) to clip the
+        t-interval to. Defaults to ``METRIC_RANGES``.
 
     Returns
     -------
     summary : list of dict
-        Keys ``experiment, setting, method, metric, n, mean, sd, low, high``
-        per (experiment, setting, method, metric); ``sd``, ``low`` and
-        ``high`` are NaN with a single seed.
+        Keys ``experiment, setting, method, metric, n, mean, sd, low, high,
+        interval`` per (experiment, setting, method, metric); ``interval`` is
+        ``"range"`` (seeds' range), ``"t"`` (clipped t-interval) or ``""``
+        with a single seed, where ``sd``, ``low`` and ``high`` are NaN.
     """
     ranges = METRIC_RANGES if ranges is None else ranges
     groups = defaultdict(list)
@@ -124,21 +171,12 @@ def summarize(rows, confidence=0.95, ranges=None):
     out = []
     for (exp, setting, method, metric), values in groups.items():
         v = np.asarray(values, dtype=float)
-        n = v.size
-        mean = float(np.mean(v))
-        if n > 1:
-            sd = float(np.std(v, ddof=1))
-            half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n))
-        else:
-            sd = half = float("nan")
-        lo, hi = ranges.get(metric, (None, None))
-        low, high = mean - half, mean + half
-        if n > 1:
-            low = low if lo is None else max(low, lo)
-            high = high if hi is None else min(high, hi)
+        low, high, kind = _interval(v, metric, confidence, ranges)
         out.append({
             "experiment": exp, "setting": setting, "method": method, "metric": metric,
-            "n": n, "mean": mean, "sd": sd, "low": low, "high": high,
+            "n": v.size, "mean": float(v.mean()),
+            "sd": float(v.std(ddof=1)) if v.size > 1 else float("nan"),
+            "low": low, "high": high, "interval": kind,
         })
     return out
 
@@ -154,27 +192,49 @@ def _fmt(x):
 
 def _cell(s, paper=None):
     text = _fmt(s["mean"])
-    if MIN_SEEDS_FOR_INTERVAL > s["n"] > 1:
-        text += f" ± {_fmt(s['sd'])}"
-    elif s["n"] > 1:
+    if s["interval"] == "range":
+        text += f" ({_fmt(s['low'])}..{_fmt(s['high'])})"
+    elif s["interval"] == "t":
         text += f" [{_fmt(s['low'])}, {_fmt(s['high'])}]"
     if paper is not None:
         text += f" (paper {_fmt(paper)})"
     return text
 
 
+_INTERVAL_WORDS = {
+    "": ("the value of the one seed", "no error bars"),
+    "range": ("mean (smallest..largest value over the seeds)",
+              "bars: mean; whiskers: smallest to largest value over the seeds"),
+    "t": ("mean [95% t-interval, clipped to the metric's range]",
+          "bars: mean; whiskers: 95% t-interval clipped to the metric's range"),
+}
+
+
+def _interval_note(cells, figure=False):
+    """How many seeds the cells have and what their interval is, for a caption."""
+    ns = sorted({s["n"] for s in cells})
+    seeds = f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]} to {ns[-1]}"
+    seeds += " seed" if ns == [1] else " seeds"
+    kinds = [k for k in ("", "range", "t") if any(s["interval"] == k for s in cells)]
+    return f"{seeds}; " + "; ".join(_INTERVAL_WORDS[k][int(figure)] for k in kinds)
+
+
 def _arrow(direction):
+    if direction is None:  # a setting beside the scores: no direction
+        return ""
     if direction == "higher":
-        return "↑"
+        return " (↑)"
     if direction == "lower":
-        return "↓"
-    return f"→{direction:g}"
+        return " (↓)"
+    return f" (→{direction:g})"
 
 
 def _better(direction):
+    if direction is None:
+        return " (a setting, not a score)"
     if direction in ("higher", "lower"):
-        return f"{direction} is better"
-    return f"closer to {direction:g} is better"
+        return f" ({direction} is better)"
+    return f" (closer to {direction:g} is better)"
 
 
 def _tables(experiment, summary, mode=None):
@@ -191,7 +251,7 @@ def _tables(experiment, summary, mode=None):
     for setting in settings:
         cells = {(s["method"], s["metric"]): s for s in mine if s["setting"] == setting}
         methods = list(dict.fromkeys(s["method"] for s in mine if s["setting"] == setting))
-        header = ["method"] + [f"{m} ({_arrow(experiment.metrics[m])})" for m in metrics]
+        header = ["method"] + [m + _arrow(experiment.metrics[m]) for m in metrics]
         body = []
         for method in methods:
             row = [method]
@@ -222,19 +282,23 @@ def print_results(experiments, summary, stream=None, mode=None):
     stream = sys.stdout if stream is None else stream
     for exp in experiments:
         print(f"\n== {exp.title} [{exp.name}] ==", file=stream)
+        mine = [s for s in summary if s["experiment"] == exp.name]
+        if mine:
+            print(f"cells: {_interval_note(mine)}", file=stream)
         for setting, header, body in _tables(exp, summary, mode):
             if setting:
                 print(f"-- {setting}", file=stream)
             print(format_table(header, body), file=stream)
 
 
-def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None, wall=None):
+def write_report(experiments, rows, summary, out, mode, elapsed, wall=None):
     """Write ``report.md``, ``results.csv``, ``summary.csv`` and figures to ``out``."""
     os.makedirs(out, exist_ok=True)
     _write_csv(os.path.join(out, "results.csv"), rows,
                ["experiment", "setting", "method", "seed", "metric", "value"])
     _write_csv(os.path.join(out, "summary.csv"), summary,
-               ["experiment", "setting", "method", "metric", "n", "mean", "sd", "low", "high"])
+               ["experiment", "setting", "method", "metric", "n", "mean", "sd", "low", "high",
+                "interval"])
     figures = _write_figures(experiments, summary, os.path.join(out, "figures"))
     from .. import __version__
 
@@ -244,16 +308,20 @@ def write_report(experiments, rows, summary, out, mode, elapsed, n_seeds=None, w
         f"skfed {__version__}, mode `{mode}`, Python {platform.python_version()}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs; experiments ran in {elapsed:.1f} s"
         + (f", {wall:.1f} s wall-clock in all." if wall is not None else "."),
-        f"Cells: mean ± standard deviation over seeds below {MIN_SEEDS_FOR_INTERVAL} seeds, "
-        f"mean [95% t-interval, clipped to the metric's range] from {MIN_SEEDS_FOR_INTERVAL} "
-        "seeds on; `(paper x)`: the published value, shown only in a run of the paper's "
-        "protocol. `fit_time_s` excludes compilation: each estimator configuration runs once "
-        "untimed per process before its timed fits.",
+        "Cells: the value with one seed; mean (smallest..largest value over the seeds) "
+        f"below {MIN_SEEDS_FOR_INTERVAL} seeds; mean [95% t-interval, clipped to the metric's "
+        f"range] from {MIN_SEEDS_FOR_INTERVAL} seeds on; each experiment says which. "
+        "Figures draw the same intervals as whiskers (none with one seed). "
+        "`(paper x)`: the published value, shown only in a run of the paper's "
+        "protocol. Arrows: ↑ higher is better, ↓ lower is better, →x closer to x is better; "
+        "a column without one is a setting, not a score. `fit_time_s` excludes compilation: "
+        "each estimator configuration runs once untimed per process before its timed fits.",
         "",
     ]
     for exp in experiments:
-        seeds = n_seeds if n_seeds is not None else exp.n_seeds[mode]
-        lines += [f"## {exp.title}", "", f"Experiment `{exp.name}`, n = {seeds} seed(s)."]
+        mine = [s for s in summary if s["experiment"] == exp.name]
+        note = _interval_note(mine) if mine else "no results"
+        lines += [f"## {exp.title}", "", f"Experiment `{exp.name}`; cells: {note}."]
         if exp.reference:
             lines += ["", f"Reproduces: {exp.reference}."]
         if exp.description:
@@ -298,20 +366,49 @@ def _crop_wild_intervals(ax, centres, bottoms, tops):
         ax.set_title(ax.get_title() + "; some intervals cut", fontsize=9)
 
 
-def _error_bar(cell):
-    """(below, above) the mean: the sd below MIN_SEEDS_FOR_INTERVAL seeds, else the interval."""
-    if cell["n"] < 2:
-        return 0.0, 0.0
-    if cell["n"] < MIN_SEEDS_FOR_INTERVAL:
-        return cell["sd"], cell["sd"]
-    return cell["mean"] - cell["low"], cell["high"] - cell["mean"]
+def _error_bars(cells):
+    """``yerr`` of one method's bars: (below, above) each mean, or None.
+
+    A cell of one seed has no interval and gets no whisker (NaN); a method
+    with no interval at all gets ``None``: no error bars, not zero-width caps.
+    """
+    if not any(c["interval"] for c in cells):
+        return None
+    return np.array([[c["mean"] - c["low"], c["high"] - c["mean"]] if c["interval"]
+                     else [np.nan, np.nan] for c in cells]).T
 
 
 FIG_COLUMNS, FIG_DPI, FIG_MAX_PX = 3, 110, 1600
+# a figure is at least this wide (inches): a one-panel figure still holds its title and legend
+FIG_MIN_WIDTH = 6.4
+# characters of 8-10 pt text per inch of figure width, for wrapping the title and the legend
+FIG_CHARS_PER_INCH = 13
+
+
+def _draw_panel(ax, metric, direction, settings, methods, mine, bar, colors):
+    """Bars per setting and method of one metric, whiskers where the cells have an interval."""
+    tops, bottoms, centres = [], [], []
+    for j, method in enumerate(methods):
+        cells = {s["setting"]: s for s in mine if s["method"] == method and s["metric"] == metric}
+        shown = [cells[st] for st in settings if st in cells]
+        x = [i + j * bar for i, st in enumerate(settings) if st in cells]
+        means = np.array([c["mean"] for c in shown])
+        err = _error_bars(shown)
+        ax.bar(x, means, bar, yerr=err, capsize=0 if err is None else 2, label=method,
+               color=colors[j % len(colors)])
+        centres += means.tolist()
+        if err is not None:
+            bottoms += np.nan_to_num(means - err[0], nan=np.inf).tolist()
+            tops += np.nan_to_num(means + err[1], nan=-np.inf).tolist()
+    ax.set_xticks([i + 0.4 - bar / 2 for i in range(len(settings))])
+    ax.set_xticklabels([s or "all" for s in settings], rotation=20, ha="right", fontsize=8)
+    ax.set_title(metric + _better(direction), fontsize=9)
+    _crop_wild_intervals(ax, centres, bottoms, tops)
+    ax.grid(axis="y", alpha=0.3)
 
 
 def _write_figures(experiments, summary, folder):
-    """One PNG per experiment: a panel per metric, bars per setting and method."""
+    """One PNG per experiment (see :func:`_experiment_figure`); ``{name: path}``."""
     try:
         import matplotlib
 
@@ -324,58 +421,55 @@ def _write_figures(experiments, summary, folder):
     os.makedirs(folder, exist_ok=True)
     written = {}
     for exp in experiments:
-        mine = [s for s in summary if s["experiment"] == exp.name]
-        metrics = [m for m in exp.metrics if any(s["metric"] == m for s in mine)]
-        if not metrics:
+        fig = _experiment_figure(plt, exp, [s for s in summary if s["experiment"] == exp.name])
+        if fig is None:
             continue
-        settings = list(dict.fromkeys(s["setting"] for s in mine))
-        methods = list(dict.fromkeys(s["method"] for s in mine))
-        # a grid of at most FIG_COLUMNS panels a row, one metric each, and one
-        # legend below the panels (never over the bars); at most FIG_MAX_PX wide
-        ncols = min(len(metrics), FIG_COLUMNS)
-        nrows = -(-len(metrics) // ncols)
-        width = min(4.4 * ncols, FIG_MAX_PX / FIG_DPI)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(width, 3.1 * nrows + 0.9),
-                                 squeeze=False, layout="constrained")
-        bar = 0.8 / max(len(methods), 1)
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        for ax, metric in zip(axes.flat, metrics):
-            tops, bottoms, centres = [], [], []
-            for j, method in enumerate(methods):
-                cells = {
-                    s["setting"]: s
-                    for s in mine
-                    if s["method"] == method and s["metric"] == metric
-                }
-                x = [i + j * bar for i, st in enumerate(settings) if st in cells]
-                means = [cells[st]["mean"] for st in settings if st in cells]
-                err = np.array([_error_bar(cells[st]) for st in settings if st in cells]).T
-                err = err.reshape(2, -1)
-                ax.bar(x, means, bar, yerr=err, capsize=2, label=method,
-                       color=colors[j % len(colors)])
-                centres += means
-                bottoms += list(np.asarray(means) - err[0])
-                tops += list(np.asarray(means) + err[1])
-            ax.set_xticks([i + 0.4 - bar / 2 for i in range(len(settings))])
-            ax.set_xticklabels([s or "all" for s in settings], rotation=20, ha="right", fontsize=8)
-            ax.set_title(f"{metric} ({_better(exp.metrics[metric])})", fontsize=9)
-            _crop_wild_intervals(ax, centres, bottoms, tops)
-            ax.grid(axis="y", alpha=0.3)
-        handles, labels = axes.flat[0].get_legend_handles_labels()
-        spare = list(axes.flat)[len(metrics):]
-        for ax in spare:
-            ax.axis("off")
-        if spare:  # the legend fills the first empty panel
-            spare[0].legend(handles, labels, loc="center", fontsize=9, frameon=False)
-        else:
-            fig.legend(handles, labels, loc="outside lower center", fontsize=8,
-                       ncol=min(len(methods), 4), frameon=False)
-        fig.suptitle(exp.title, fontsize=10)
         path = os.path.join(folder, f"{exp.name}.png")
-        fig.savefig(path, dpi=FIG_DPI)
+        # constrained layout keeps the title and legend inside; "tight" is the safety net
+        fig.savefig(path, dpi=FIG_DPI, bbox_inches="tight")
         plt.close(fig)
         written[exp.name] = path
     return written
+
+
+def _experiment_figure(plt, exp, mine):
+    """A panel per metric, bars per setting and method; None without results.
+
+    The title says how many seeds each bar summarizes and what its whiskers
+    are (none with one seed).
+    """
+    import textwrap
+
+    metrics = [m for m in exp.metrics if any(s["metric"] == m for s in mine)]
+    if not metrics:
+        return None
+    settings = list(dict.fromkeys(s["setting"] for s in mine))
+    methods = list(dict.fromkeys(s["method"] for s in mine))
+    # a grid of at most FIG_COLUMNS panels a row, one metric each, and one
+    # legend below the panels (never over the bars); at most FIG_MAX_PX wide
+    ncols = min(len(metrics), FIG_COLUMNS)
+    nrows = -(-len(metrics) // ncols)
+    width = min(max(4.4 * ncols, FIG_MIN_WIDTH), FIG_MAX_PX / FIG_DPI)
+    chars = int(width * FIG_CHARS_PER_INCH)
+    title = textwrap.wrap(exp.title, chars) + textwrap.wrap(_interval_note(mine, True), chars)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=(width, 3.1 * nrows + 0.9 + 0.2 * len(title)))
+    bar = 0.8 / max(len(methods), 1)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, metric in zip(axes.flat, metrics):
+        _draw_panel(ax, metric, exp.metrics[metric], settings, methods, mine, bar, colors)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    spare = list(axes.flat)[len(metrics):]
+    for ax in spare:
+        ax.axis("off")
+    if spare:  # the legend fills the first empty panel
+        spare[0].legend(handles, labels, loc="center", fontsize=9, frameon=False)
+    else:  # as many columns as the labels fit across the figure
+        longest = max(len(label) for label in labels) + 6
+        fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False,
+                   ncol=max(1, min(len(methods), 4, chars // longest)))
+    fig.suptitle("\n".join(title), fontsize=10)
+    return fig
 
 
 def main_benchmark(names=None, mode="quick", out="skfed-report", n_seeds=None, progress=True,
@@ -395,7 +489,7 @@ def main_benchmark(names=None, mode="quick", out="skfed-report", n_seeds=None, p
     summary = summarize(rows)
     print_results(experiments, summary, mode=mode)
     wall = time.perf_counter() - started
-    path = write_report(experiments, rows, summary, out, mode, elapsed, n_seeds, wall=wall)
+    path = write_report(experiments, rows, summary, out, mode, elapsed, wall=wall)
     wall = time.perf_counter() - started
     print(f"\nReport: {path} (with results.csv, summary.csv, figures/); "
           f"{wall:.1f} s wall-clock ({elapsed:.1f} s in the experiments).")

@@ -340,7 +340,7 @@ register(
         name="tensor_regression_fig3",
         title="PFTR Figure 3: privacy sensitivity (epsilon and delta), n_k = 250",
         run=run_fig3,
-        metrics={**_METRICS, "noise_std_mean": "lower", "epsilon_rdp": "lower"},
+        metrics={**_METRICS, "noise_std_mean": None, "epsilon_rdp": None},
         n_seeds={"quick": 1, "full": 10},
         reference=PAPER + ", Fig. 3",
         description=(

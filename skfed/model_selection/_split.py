@@ -1,11 +1,13 @@
 """Cross-validation that holds out rows of every client (seen clients)."""
 
+import warnings
+
 import numpy as np
 from sklearn.model_selection._split import BaseCrossValidator, GroupsConsumerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _num_samples
 
-from ..utils._validation import check_groups, check_positive_int
+from ..utils._validation import check_groups, check_positive_int, user_stacklevel
 
 __all__ = ["WithinClientKFold"]
 
@@ -17,7 +19,9 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
     measures new-client generalization): this splitter measures personalized
     accuracy on held-out rows of seen clients. Each client's rows are divided
     into ``n_splits`` folds of near-equal size; test fold ``i`` is the union of
-    every client's fold ``i``.
+    every client's fold ``i``. A client with fewer rows than ``n_splits``
+    stays in every training fold and is never tested, with a warning by
+    default (``small_clients``).
 
     It consumes ``groups`` (requested by default), so with metadata routing
     one ``groups=`` argument reaches this splitter, the estimator's ``fit``
@@ -27,11 +31,13 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
     ----------
     n_splits : int, default=5
         Number of folds, at least 2.
-    small_clients : {"error", "train"}, default="error"
-        What to do with a client that has fewer than ``n_splits`` rows:
-        ``"error"`` raises; ``"train"`` keeps all its rows in every training
-        fold (it is never tested, but the model still learns from it; real
-        data often has such sites).
+    small_clients : {"warn", "train", "error"}, default="warn"
+        What to do with a client that has fewer than ``n_splits`` rows (it
+        cannot have a row in every test fold; real data often has such
+        sites): ``"train"`` keeps all its rows in every training fold (it is
+        never tested, but the model still learns from it); ``"warn"`` does
+        the same and warns, naming those clients; ``"error"`` raises. If no
+        client has ``n_splits`` rows, ``split`` raises whatever the option.
     shuffle : bool, default=False
         Shuffle each client's rows before splitting.
     random_state : int, RandomState instance or None, default=None
@@ -49,7 +55,7 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
     [2, 5]
     """
 
-    def __init__(self, n_splits=5, *, small_clients="error", shuffle=False, random_state=None):
+    def __init__(self, n_splits=5, *, small_clients="warn", shuffle=False, random_state=None):
         self.n_splits = n_splits
         self.small_clients = small_clients
         self.shuffle = shuffle
@@ -92,24 +98,35 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
 
     def _iter_test_indices(self, X, y=None, groups=None):
         n_splits = check_positive_int(self.n_splits, "n_splits", minimum=2)
-        if self.small_clients not in ("error", "train"):
+        if self.small_clients not in ("warn", "train", "error"):
             raise ValueError(
-                f"small_clients must be 'error' or 'train', got {self.small_clients!r}."
+                f"small_clients must be 'warn', 'train' or 'error', got {self.small_clients!r}."
             )
         n_samples = _num_samples(X)
         clients, index = check_groups(groups, n_samples)
+        sizes = np.bincount(index, minlength=clients.size)
+        small = clients[sizes < n_splits].tolist()
+        if small and (self.small_clients == "error" or len(small) == clients.size):
+            k = int(np.argmin(sizes))
+            raise ValueError(
+                f"client {clients.tolist()[k]!r} has {sizes[k]} row(s), fewer than "
+                f"n_splits={n_splits}; every client needs one row per fold (groups)"
+                + (", or pass small_clients='train' to keep such clients in training only."
+                   if len(small) < clients.size else "; no client has that many.")
+            )
+        if small and self.small_clients == "warn":
+            warnings.warn(
+                f"{len(small)} of {clients.size} clients have fewer rows than "
+                f"n_splits={n_splits} and stay in every training fold, never tested: "
+                f"{small[:10]}{' ...' if len(small) > 10 else ''}. Pass "
+                "small_clients='train' to silence this or 'error' to refuse such data.",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
         rng = check_random_state(self.random_state) if self.shuffle else None
         folds = [[] for _ in range(n_splits)]
-        for k, label in enumerate(clients.tolist()):
+        for k in np.flatnonzero(sizes >= n_splits):
             rows = np.flatnonzero(index == k)
-            if rows.size < n_splits:
-                if self.small_clients == "train":
-                    continue
-                raise ValueError(
-                    f"client {label!r} has {rows.size} row(s), fewer than "
-                    f"n_splits={n_splits}; every client needs one row per fold (groups), "
-                    "or pass small_clients='train' to keep such clients in training only."
-                )
             if rng is not None:
                 rows = rng.permutation(rows)
             for i, part in enumerate(np.array_split(rows, n_splits)):

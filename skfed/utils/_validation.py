@@ -20,13 +20,16 @@ def user_stacklevel():
     Counts the frames from the function calling this one up to the first
     frame outside the ``skfed`` package (e.g. the user's ``fit`` call), so a
     warning names the user's line however deep inside skfed it is raised.
-    scikit-learn's ``_fit_context`` wrapper around ``fit`` is skipped too.
+    scikit-learn's ``_fit_context`` wrapper around ``fit`` is skipped too,
+    and so is a splitter's ``split`` of ``BaseCrossValidator`` around its
+    ``_iter_test_indices``.
     """
     frame, level = sys._getframe(1), 1
     while frame is not None and (
         frame.f_globals.get("__name__", "").split(".")[0] == "skfed"
-        or (frame.f_globals.get("__name__") == "sklearn.base"
-            and frame.f_code.co_name == "wrapper")
+        or (frame.f_globals.get("__name__"), frame.f_code.co_name)
+        in {("sklearn.base", "wrapper"), ("sklearn.model_selection._split", "split"),
+            ("sklearn.model_selection._split", "_iter_test_masks")}
     ):
         frame, level = frame.f_back, level + 1
     del frame

@@ -74,6 +74,37 @@ def test_return_std_is_forwarded_and_mixture_std_is_right(data):
         LocalEstimator(Ridge()).fit(X, y, groups=groups).predict(X, return_std=True)
 
 
+def test_predict_params_reach_a_pipeline_of_a_gaussian_process(data):
+    import sklearn
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y, groups, _, _ = data
+    gp = GaussianProcessRegressor(alpha=1e-2, optimizer=None)
+    pipe = make_pipeline(StandardScaler(), gp)
+    pooled = PooledEstimator(pipe).fit(X, y, groups=groups)
+    ref = clone(pipe).fit(X, y)
+    for got, want in zip(pooled.predict(X[:5], return_std=True),
+                         ref.predict(X[:5], return_std=True)):
+        np.testing.assert_allclose(got, want)
+    # other predict params are passed on as given
+    _, cov = pooled.predict(X[:5], return_cov=True)
+    np.testing.assert_allclose(cov, ref.predict(X[:5], return_cov=True)[1])
+    local = LocalEstimator(pipe).fit(X, y, groups=groups)
+    mean, std = local.predict(X[:5], groups=groups[:5], return_std=True)
+    k = local.clients_.tolist().index(groups[0])
+    np.testing.assert_allclose(std[0], local.estimators_[k].predict(X[:1], return_std=True)[1])
+    # with metadata routing on, the step that requests return_std gets it
+    ref_std = ref.predict(X[:5], return_std=True)[1]
+    with sklearn.config_context(enable_metadata_routing=True):
+        requested = make_pipeline(StandardScaler(), clone(gp).set_predict_request(return_std=True))
+        pooled = PooledEstimator(requested).fit(X, y, groups=groups)
+        np.testing.assert_allclose(pooled.predict(X[:5], return_std=True)[1], ref_std)
+    with pytest.raises(TypeError, match="return_std"):  # the last step has none
+        PooledEstimator(make_pipeline(StandardScaler(), Ridge())).fit(X, y).predict(
+            X, return_std=True)
+
+
 def test_classifier_with_string_clients_and_missing_classes():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 2))
@@ -90,6 +121,28 @@ def test_classifier_with_string_clients_and_missing_classes():
     assert set(model.predict(X)) <= {"mid", "neg", "pos"}
     with pytest.raises(ValueError, match="did not see every class"):
         model.decision_function(X, groups=groups)
+
+
+def test_new_site_class_is_the_argmax_of_the_size_weighted_mean_probability():
+    # sites of unequal size and class shares; a new site's rows get the class of the
+    # mixture of the site models (benchmarks/local_population_rule.py chose this rule)
+    rng = np.random.default_rng(0)
+    sizes, shift = [30, 60, 120], [-1.0, 0.0, 1.0]
+    X = np.vstack([rng.normal(m, 1.0, size=(n, 2)) for n, m in zip(sizes, shift)])
+    y = (X[:, 0] + 0.5 * rng.normal(size=X.shape[0]) > 0).astype(int)
+    groups = np.repeat([0, 1, 2], sizes)
+    model = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    X_new = rng.normal(0.0, 1.5, size=(200, 2))
+    mixture = sum(w * m.predict_proba(X_new)
+                  for w, m in zip(np.array(sizes) / sum(sizes), model.estimators_))
+    np.testing.assert_allclose(model.predict_proba(X_new, groups=[99] * 200), mixture)
+    pred = model.predict(X_new, groups=[99] * 200)
+    np.testing.assert_array_equal(pred, mixture.argmax(axis=1))
+    # the mixture crosses 0.5: both classes, about as right as the pooled model
+    truth = (X_new[:, 0] > 0).astype(int)
+    pooled = PooledEstimator(LogisticRegression()).fit(X, y).predict(X_new)
+    assert set(pred) == {0, 1}
+    assert np.mean(pred == truth) > np.mean(pooled == truth) - 0.05
 
 
 def test_classifier_without_predict_proba_votes():

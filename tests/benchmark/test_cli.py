@@ -49,17 +49,19 @@ def test_python_dash_m_entry_point():
     assert "federated_regression" in res.stdout
 
 
-def test_summary_interval_is_the_t_interval():
-    values = [1.0, 2.0, 4.0, 7.0]
+def test_summary_interval_is_the_t_interval_from_five_seeds():
+    values = [1.0, 2.0, 4.0, 7.0, 5.0]
     rows = [{"experiment": "e", "setting": "", "method": "m", "seed": i, "metric": "x",
              "value": v} for i, v in enumerate(values)]
     (s,) = summarize(rows)
     low, high = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values),
                                  scale=stats.sem(values))
-    assert s["mean"] == pytest.approx(3.5)
+    assert s["mean"] == pytest.approx(3.8) and s["interval"] == "t"
     assert (s["low"], s["high"]) == pytest.approx((low, high))
+    (few,) = summarize(rows[:4])
+    assert (few["low"], few["high"], few["interval"]) == (1.0, 7.0, "range")
     (one,) = summarize(rows[:1])
-    assert np.isnan(one["low"]) and one["n"] == 1
+    assert np.isnan(one["low"]) and one["n"] == 1 and one["interval"] == ""
 
 
 def test_registry_rejects_duplicates_and_bad_directions():
@@ -91,10 +93,10 @@ def test_target_metric_direction_is_accepted_and_printed():
 
     register(Experiment(name="tmp-target", title="t", run=None, metrics={"cov": 0.95}))
     _REGISTRY.pop("tmp-target")
-    assert _arrow(0.95) == "→0.95" and "closer to 0.95" in _better(0.95)
+    assert _arrow(0.95) == " (→0.95)" and "closer to 0.95" in _better(0.95)
 
 
-def test_summary_clips_to_the_metric_range_and_reports_sd():
+def test_summary_clips_to_the_metric_range_and_shows_the_interval_kind():
     from skfed.benchmark._runner import _cell
 
     rows = [{"experiment": "e", "setting": "", "method": "m", "seed": i, "metric": "coverage95",
@@ -102,9 +104,9 @@ def test_summary_clips_to_the_metric_range_and_reports_sd():
     (s,) = summarize(rows)
     assert s["high"] == 1.0 and s["low"] < s["mean"] < 1.0
     assert s["sd"] == pytest.approx(np.std([0.9] + [1.0] * 5, ddof=1))
-    assert "[" in _cell(s)
+    assert _cell(s) == "0.9833 [0.9405, 1.0000]"
     (few,) = summarize(rows[:2])
-    assert "±" in _cell(few) and "[" not in _cell(few)
+    assert _cell(few) == "0.9500 (0.9000..1.0000)"
 
 
 def test_help_prints_no_doubled_percent(capsys):
@@ -136,7 +138,7 @@ def _fake_summary(experiment, settings=("A", "B"), methods=("m1", "m2", "m3")):
         for m in methods:
             for k in experiment.metrics:
                 rows.append(dict(experiment=experiment.name, setting=st, method=m, metric=k,
-                                 n=3, mean=0.5, sd=0.05, low=0.4, high=0.6))
+                                 n=3, mean=0.5, sd=0.05, low=0.4, high=0.6, interval="range"))
     return rows
 
 

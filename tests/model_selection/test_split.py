@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.model_selection import KFold
@@ -35,10 +37,29 @@ def test_deterministic_and_matches_kfold_for_one_client():
 
 def test_client_with_fewer_rows_than_folds():
     groups = np.array([0, 0, 0, 1, 1])
-    with pytest.raises(ValueError, match="client 1 has 2 row"):
-        list(WithinClientKFold(3).split(np.zeros((5, 1)), groups=groups))
+    with pytest.raises(ValueError, match="client 1 has 2 row.*small_clients='train'"):
+        list(WithinClientKFold(3, small_clients="error").split(np.zeros((5, 1)), groups=groups))
     with pytest.raises(ValueError, match="n_splits"):
         list(WithinClientKFold(1).split(np.zeros((5, 1)), groups=groups))
+    # no client can fill every fold: nothing to test, whatever the option
+    with pytest.raises(ValueError, match="no client has that many"):
+        list(WithinClientKFold(5, small_clients="train").split(np.zeros((5, 1)), groups=groups))
+
+
+def test_small_clients_train_by_default_with_a_warning():
+    groups = np.array([0] * 6 + [1] * 2 + [2] * 5 + [3])
+    X = np.zeros((groups.size, 1))
+    with pytest.warns(UserWarning, match=r"2 of 4 clients .* n_splits=5.*\[1, 3\]") as record:
+        folds = list(WithinClientKFold().split(X, groups=groups))
+    assert len(record) == 1 and record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        silent = list(WithinClientKFold(small_clients="train").split(X, groups=groups))
+    for (train, test), (train_s, test_s) in zip(folds, silent):
+        np.testing.assert_array_equal(test, test_s)
+        np.testing.assert_array_equal(train, train_s)
+        assert set(groups[test]) == {0, 2}
+        assert {6, 7, 13} <= set(train.tolist())
 
 
 def test_requests_groups_by_default():
@@ -54,5 +75,5 @@ def test_small_clients_train_keeps_them_in_every_training_fold():
     for train, test in folds:
         assert set(groups[test]) == {0, 2}
         assert {3, 4} <= set(train.tolist())
-    with pytest.raises(ValueError, match="small_clients"):
+    with pytest.raises(ValueError, match="'warn', 'train' or 'error'"):
         list(WithinClientKFold(3, small_clients="drop").split(np.zeros((8, 1)), groups=groups))
