@@ -1,0 +1,196 @@
+"""Private scaling of a tensor regression's entries: one range for X, one for y.
+
+A strict private fit needs public truncation levels and a public step size,
+and raw tensors (pixel intensities, counts, a response shifted by 1000) come
+on scales no user-free constant fits. Each site releases the histograms of
+all its covariate entries and of all its response entries on the fixed
+public grid of :mod:`skfed.privacy._scaling`, with Gaussian noise; the server
+reads a robust range (the 2% and 98% quantiles) of each. The grid's bins are
+1.78 times wide, too coarse for entries far from 0 relative to their spread
+(a response of 1000 +- 70 falls in two bins), so a second release, of the
+entries mapped by that first range, refines it (``N_PASSES``). The sites
+then map every entry into ``[-RANGE_SD, RANGE_SD]`` by it and clip there.
+A Gaussian entry then has about unit variance, so the levels and the step of
+a standardized design become public functions of the shapes
+(:data:`SCALED_LEVELS`), and every scaled covariate tensor has norm at most
+``RANGE_SD sqrt(p)`` whatever the server sends.
+
+One range per tensor, not per entry: a per-entry map would not keep the
+Tucker rank of the coefficient tensor in raw units (a mode-wise rank is not
+invariant under entrywise rescaling), and the pooled histogram is ``sqrt(p)``
+times less noisy relative to its counts (measured in
+``benchmarks/pftr_private_raw.py``). Each row adds its entries with weight
+``1 / p`` (``1 / q`` for y), so a row moves at most 1 in total between bins:
+replacing it changes a histogram by at most ``sqrt(2)`` in L2 norm, and the
+release of both by 2.
+"""
+
+import math
+
+import numpy as np
+from scipy.special import ndtri
+
+from ..federated import FederatedAlgorithm
+from ..privacy._mechanisms import gaussian_mechanism
+from ..privacy._scaling import RANGE_QUANTILES, histogram_edges, ranges_from_histograms
+
+__all__ = ["RANGE_SD", "SCALED_LEVELS", "ScalingRound", "TensorScaling", "entry_histogram"]
+
+#: the half-width of the scaled range: the 98% normal quantile (a Gaussian entry's 2%-98%
+#: range maps to about +-2 standard deviations, so it comes out with unit variance)
+RANGE_SD = float(ndtri(RANGE_QUANTILES[1]))
+
+#: the public constants of a fit in the scaled space, as multiples of sqrt(p) (covariates)
+#: and sqrt(q) (responses): a standardized row has norm about sqrt(p); chosen on the paper's
+#: simulation design made raw (benchmarks/pftr_private_raw.py --tune)
+SCALED_LEVELS = {"tau_x": 1.0, "tau_e": 0.25, "intercept_tau_x": 1.0, "intercept_tau_y": 1.0,
+                 "step_size": 1.0}
+
+#: the releases of the scaling: the raw entries' histograms, then those of the entries
+#: mapped by the first range (each a Gaussian release of sensitivity 2)
+N_PASSES = 2
+
+#: the broadcast ranges of the released parts (x first), one value per part
+CENTER, HALF_RANGE = "scale_center", "scale_half_range"
+
+
+def entry_histogram(M, edges):
+    """Counts of all entries of ``M`` (n x d) in the bins of ``edges``, each row weighing 1.
+
+    Every entry adds ``1 / d``, so replacing one row changes the histogram by at
+    most ``sqrt(2)`` in L2 norm (two non-negative vectors of sum 1).
+    """
+    M = np.asarray(M, dtype=float)
+    idx = np.searchsorted(edges, M.reshape(-1), side="right")
+    return np.bincount(idx, minlength=edges.size + 1) / M.shape[1]
+
+
+class TensorScaling:
+    """Both sides of the private scaling of a tensor fit's covariate and response entries.
+
+    Hyperparameters only (the server and every site build it from the
+    estimator's parameters). A part with public ``bounds`` releases nothing;
+    otherwise each site releases :meth:`site_release` once, the server
+    forms the ranges by :meth:`combine` and broadcasts them, and the sites map
+    their rows by :meth:`transform` after checking them (:meth:`ranges`).
+
+    Parameters
+    ----------
+    noise_multiplier : float or None
+        Noise standard deviation over the L2 sensitivity of the release.
+    x_bounds, y_bounds : tuple of float or None
+        Public ``(low, high)`` of every covariate (response) entry.
+    """
+
+    def __init__(self, noise_multiplier=None, x_bounds=None, y_bounds=None):
+        self.noise_multiplier = noise_multiplier
+        self.bounds = {"x": x_bounds, "y": y_bounds}
+        self.edges = histogram_edges()
+
+    @property
+    def released(self):
+        """The parts whose histograms the sites release (``"x"``, ``"y"``)."""
+        return tuple(name for name, b in self.bounds.items() if b is None)
+
+    @property
+    def releases(self):
+        """Whether the sites release histograms (a part without public bounds)."""
+        return bool(self.released)
+
+    @property
+    def sigma(self):
+        """Noise standard deviation of each released count (sensitivity ``sqrt(2)`` a part)."""
+        return self.noise_multiplier * math.sqrt(2.0 * len(self.released))
+
+    def site_release(self, X, Y, rng, first=None):
+        """The site's entry histograms with Gaussian noise; with ``first`` (the broadcast
+        of the first pass's ranges, checked), of the entries mapped by them."""
+        parts = {"x": X, "y": Y}
+        center, half = (np.zeros(len(self.released)), np.ones(len(self.released))) \
+            if first is None else self._checked(first)
+        counts = np.stack([entry_histogram((parts[name] - c) / h, self.edges)
+                           for name, c, h in zip(self.released, center, half)])
+        return gaussian_mechanism(counts, self.sigma, rng)
+
+    def combine(self, histograms, first=None):
+        """Server: the released parts' ranges from the sites' noisy histograms, of raw
+        entries or (``first``: the first pass's ranges) of entries mapped by ``first``
+        (post-processing of releases)."""
+        total = sum(np.asarray(h, dtype=float) for h in histograms)
+        noise_std = self.sigma * math.sqrt(len(histograms))
+        center, half = ranges_from_histograms(total, self.edges, noise_std)
+        if first is not None:  # back from the first pass's coordinates
+            c0, h0 = first[CENTER], first[HALF_RANGE]
+            center, half = c0 + h0 * center, h0 * half
+        return {CENTER: center, HALF_RANGE: half}
+
+    def _checked(self, broadcast):
+        """The released parts' centres and half-ranges from ``broadcast``, checked.
+
+        The site's own check of what the server sent; the later releases'
+        levels bound the scaled rows whatever the values (entries are
+        clipped), but a malformed broadcast must not pass silently.
+        """
+        shape = (len(self.released),)
+        try:
+            center = np.asarray(broadcast[CENTER], dtype=float)
+            half = np.asarray(broadcast[HALF_RANGE], dtype=float)
+        except (KeyError, TypeError, ValueError):
+            center = half = np.full(0, np.nan)
+        if (center.shape != shape or half.shape != shape or not np.isfinite(center).all()
+                or not np.isfinite(half).all() or (half <= 0).any()):
+            raise ValueError(
+                "the server's entry ranges are malformed (need finite centres and positive "
+                f"half-ranges of shape {shape} under {CENTER!r} and {HALF_RANGE!r}).")
+        return center, half
+
+    def ranges(self, broadcast=None):
+        """``{"x": (center, half_range), "y": ...}``: public bounds, or checked from
+        ``broadcast``."""
+        out = {}
+        if self.released:
+            center, half = self._checked(broadcast)
+            out = {name: (float(c), float(h)) for name, c, h in zip(self.released, center, half)}
+        for name, b in self.bounds.items():
+            if b is not None:
+                out[name] = (0.5 * (b[0] + b[1]), 0.5 * (b[1] - b[0]))
+        return out
+
+    def transform(self, X, Y, broadcast=None):
+        """The rows in the scaled space: ``clip((v - center) / half_range, -1, 1) RANGE_SD``."""
+        r = self.ranges(broadcast)
+        return tuple(np.clip((np.asarray(M, dtype=float) - r[name][0]) / r[name][1], -1.0, 1.0)
+                     * RANGE_SD for name, M in (("x", X), ("y", Y)))
+
+
+class ScalingRound(FederatedAlgorithm):
+    """The scaling's ``N_PASSES`` rounds: every site releases its noisy histograms, of raw
+    entries, then of entries mapped by the first ranges; the server keeps the refined
+    ranges (broadcast with every later round, see ``PersonalizedTensorPhases``)."""
+
+    def __init__(self, scaling):
+        self.scaling = scaling
+
+    def asks_every_client(self, server_state):
+        return True
+
+    def client_init(self, data, rng):
+        return {"released": 0}
+
+    def client_step(self, data, state, broadcast, rng):
+        done = state["released"]
+        if done >= N_PASSES:  # the privacy plan counts N_PASSES releases
+            raise ValueError(f"the server asked client {data.label!r} for more than "
+                             f"{N_PASSES} scaling histograms; the privacy plan allows "
+                             f"{N_PASSES}.")
+        first = broadcast if done else None
+        return {"released": done + 1}, {
+            "histogram": self.scaling.site_release(data.X, data.y, rng, first)}
+
+    def server_init(self, rng):
+        return {}, {}
+
+    def server_step(self, state, messages, rng):
+        histograms = [messages[k]["histogram"] for k in sorted(messages)]
+        ranges = self.scaling.combine(histograms, state or None)
+        return ranges, dict(ranges)
