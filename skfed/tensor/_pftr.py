@@ -29,6 +29,15 @@ CV_PARAMS = ("step_size", "alpha")
 PRIVACY_MODES = ("strict", "paper")
 INIT_MODES = ("auto", "admm", "moment")
 DEFAULT_GRID = {"step_size": (0.01, 0.02, 0.04, 0.1), "alpha": (0.01, 0.035, 0.1)}
+#: what ``"auto"`` gives ``n_rounds``, ``init_share``, ``tau_grad`` (a multiple of ``tau_e
+#: tau_x``) and ``accountant`` in a strict private fit in the scaled space (the tuned strict
+#: recipe, ``benchmarks/pftr_strict_tuning.py --grid split``), and in every other fit
+STRICT_RECIPE = {"n_rounds": 3, "init_share": 0.4, "tau_grad": 0.3, "accountant": "pld"}
+OTHER_DEFAULTS = {"n_rounds": 20, "init_share": None, "tau_grad": None, "accountant": "paper"}
+#: above this epsilon the recipe's "auto" accountant is RDP: PLD's calibration grows with
+#: epsilon (about 5 s at 20, 18 s at 100, over a minute and gigabytes at 1000); RDP's noise
+#: is about 5% larger at 20
+PLD_MAX_EPSILON = 50.0
 
 
 @functools.lru_cache(maxsize=256)
@@ -165,8 +174,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         (n_k / n) L_k`` with ``L_k = ||X_k^T X_k / n_k||_op`` of the rows the
         steps see, each site sending its ``L_k`` in the set-up (a fixed step is
         not scale-free: chosen on real data, ``benchmarks/pftr_real_data.py``).
-    n_rounds : int, default=20
-        Stage-I rounds ``T_g``; the noise grows linearly with it.
+    n_rounds : int or "auto", default="auto"
+        Stage-I rounds ``T_g``; the noise grows linearly with it. ``"auto"``:
+        3 in a strict private fit in the scaled space (the private scaling or
+        public bounds, see ``standardize``: the tuned strict recipe
+        ``n_rounds=3``, ``init_share=0.4``, ``tau_grad=0.3 tau_e tau_x``,
+        ``accountant="pld"``, of ``benchmarks/pftr_strict_tuning.py --grid
+        split``), 20 in every other fit.
     alpha : float, default=0.035
         Stage-II penalty scale. With ``penalty_scaling="adaptive"``,
         ``omega_k = alpha sqrt(log(max(qp, 2)) / n_k) sqrt(L_k)``,
@@ -195,7 +209,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         because levels that depend on the data void the guarantee.
     clip_quantile : float in (0, 1], default=0.9
         Quantile for data-dependent truncation levels (1: the maximum).
-    tau_grad : float or None, default=None
+    tau_grad : float, None or "auto", default="auto"
         Truncation level (Frobenius norm) of each row's term of the sent
         Stage-I projection, ``P_T(T_tau_e(R_i) o T_tau_x(X_i))``: rows whose
         term is longer are scaled down to it, and the noise's sensitivity is
@@ -207,7 +221,9 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         ``benchmarks/pftr_strict_tuning.py --grid split``). A public constant
         like ``tau_x`` and ``tau_e``. ``None``:
         the paper's bound. Only with ``tangent="exact"`` (the surrogate is
-        not linear).
+        not linear). ``"auto"``: ``0.3 tau_e tau_x`` of the scaled space's
+        levels in the recipe's case (see ``n_rounds``, with
+        ``tangent="exact"``), else ``None``.
     intercept_tau_x, intercept_tau_y : float or None, default=None
         Truncation levels (Euclidean norms) of a raw, uncentred covariate row
         and response row in the private means of ``fit_intercept=True`` with
@@ -271,11 +287,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         both found the range within a few tenths of its width (a measurement
         of the ranges, ``benchmarks/pftr_private_raw.py``). Ignored without
         the release.
-    init_share : float in (0, 1) or None, default=None
+    init_share : float in (0, 1), None or "auto", default="auto"
         Share of the remaining budget spent on the private moment start
         (``init="moment"``), the rest split equally among the ``n_rounds``
         Stage-I releases; ``None``: every one of the ``n_rounds + 1``
-        releases gets an equal share (the paper's equal split). Ignored
+        releases gets an equal share (the paper's equal split). ``"auto"``:
+        0.4 in the recipe's case (see ``n_rounds``), else ``None``. Ignored
         without privacy or the moment start.
     privacy_mode : {"strict", "paper"}, default="strict"
         What a private fit (finite ``epsilon``) may release. ``"strict"``:
@@ -292,7 +309,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         the noise alone would guarantee is ``"epsilon_nominal"``). With settings that release
         nothing else, ``"paper"`` gives the strict guarantee too. Ignored
         without privacy.
-    accountant : {"paper", "rdp", "pld"}, default="paper"
+    accountant : {"auto", "paper", "rdp", "pld"}, default="auto"
         How the noise multiplier (noise standard deviation over the L2
         sensitivity ``2 tau_e tau_x / n_k``) of the ``n_releases`` Gaussian
         releases is calibrated to ``(epsilon, delta)``. ``"paper"``: the
@@ -307,8 +324,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         shares, :func:`skfed.privacy.pftr_release_plan`), so less
         noise for the same budget (at the paper's ``epsilon=20``,
         ``delta=0.1``, ``n_rounds=20``: 0.93 and 0.84 instead of 3.32); PLD
-        adds about 2 s to ``fit`` (once per budget, cached). Ignored
-        without privacy.
+        adds about 2 s to ``fit`` (once per budget, cached). ``"auto"``:
+        ``"pld"`` in the recipe's case (see ``n_rounds``; ``"rdp"`` above
+        ``epsilon=50``, where PLD's calibration takes minutes and gigabytes),
+        else ``"paper"``. Ignored without privacy.
     tangent : {"exact", "retract_gradient"}, default="exact"
         ``"exact"``: the orthogonal tangent-space projection at ``A_0``;
         ``"retract_gradient"``: the authors' cheaper surrogate (the gradient's
@@ -519,7 +538,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         rank="auto",
         fit_intercept=True,
         step_size="auto",
-        n_rounds=20,
+        n_rounds="auto",
         alpha=0.035,
         n_local_iter=30,
         penalty_scaling="adaptive",
@@ -528,7 +547,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tau_x=None,
         tau_e=None,
         clip_quantile=0.9,
-        tau_grad=None,
+        tau_grad="auto",
         intercept_tau_x=None,
         intercept_tau_y=None,
         intercept_share=0.5,
@@ -537,9 +556,9 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         feature_bounds=None,
         target_bounds=None,
         scaling_share=0.2,
-        init_share=None,
+        init_share="auto",
         privacy_mode="strict",
-        accountant="paper",
+        accountant="auto",
         tangent="exact",
         retraction="st_hosvd",
         init="auto",
@@ -627,11 +646,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         "tau_x": [positive_real(), None],
         "tau_e": [positive_real(), None],
         "clip_quantile": [Number(numbers.Real, 0, 1, closed="right")],
-        "tau_grad": [positive_real(), None],
+        "n_rounds": [StrOptions({"auto"}), positive_int()],
+        "tau_grad": [StrOptions({"auto"}), positive_real(), None],
         "intercept_tau_x": [positive_real(), None],
         "intercept_tau_y": [positive_real(), None],
         "intercept_share": [Number(numbers.Real, 0, 1, closed="neither")],
-        "init_share": [Number(numbers.Real, 0, 1, closed="neither"), None],
+        "init_share": [StrOptions({"auto"}), Number(numbers.Real, 0, 1, closed="neither"),
+                       None],
         "private_centring": [StrOptions({"means", "pairs"})],
         "standardize": [StrOptions({"auto"}), "boolean"],
         "feature_bounds": ["array-like", None],
@@ -645,8 +666,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _check_params(self):
         """The checks of several parameters together; ``_fit_params`` for the other hooks."""
-        p = {"n_rounds": int(self.n_rounds), "alpha": float(self.alpha),
-             "n_local_iter": int(self.n_local_iter)}
+        p = {"alpha": float(self.alpha), "n_local_iter": int(self.n_local_iter)}
         p["step_size"] = self.step_size if isinstance(self.step_size, str) \
             else float(self.step_size)
         p["epsilon"], p["delta"] = check_privacy_budget(self.epsilon, self.delta)
@@ -658,7 +678,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["admm"] = dict(lam=float(self.init_lambda), omega=float(self.init_alpha),
                          zeta=float(self.init_zeta), rho=float(self.init_rho),
                          max_iter=int(self.init_max_iter))
-        if self.tau_grad is not None and self.tangent != "exact":
+        if self.tau_grad not in (None, "auto") and self.tangent != "exact":
             raise ValueError(
                 f"tau_grad={self.tau_grad!r} truncates each row's term of the linear tangent "
                 f"projection, which tangent={self.tangent!r} does not have; use "
@@ -674,13 +694,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             for v in values:
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
         p["grid"] = {k: list(v) for k, v in grid.items()}
-        check_accountant(self.accountant)
+        if not (isinstance(self.accountant, str) and self.accountant == "auto"):
+            check_accountant(self.accountant)
         p["init_mode"] = self._init_mode(p["epsilon"])
         # a private intercept: the means from an accounted release (PrivateCentring)
         private_intercept = p["fit_intercept"] and p["epsilon"] is not None
         p["pairs"] = private_intercept and self.private_centring == "pairs"
         p["centring"] = private_intercept and not p["pairs"]
         p["scaling"] = self._scaling_mode(p)
+        p.update(self._recipe(p))
         p["bounds"] = {name: self._public_bounds(name) for name in ("feature_bounds",
                                                                      "target_bounds")}
         if p["pairs"] and not p["scaling"] and (p["tau_x"] is None or p["tau_e"] is None):
@@ -691,17 +713,37 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["groups"] = release_groups(
             p["n_rounds"], p["init_mode"] == "moment", p["centring"],
             float(self.intercept_share),
-            None if self.init_share is None else float(self.init_share),
+            p["init_share"],
             float(self.scaling_share) if p["scaling"] == "histogram" else None)
         p["n_releases"] = sum(count for _, count, _ in p["groups"])
         # calibrate now so an unreachable budget fails before any round
         zs = pftr_release_plan(p["epsilon"], p["delta"], [g[1:] for g in p["groups"]],
-                               self.accountant)
+                               p["accountant"])
         p["multipliers"] = dict(zip((g[0] for g in p["groups"]), zs))
         p["outside"] = self._outside_guarantee(p)
         if p["epsilon"] is not None and self.privacy_mode == "strict" and p["outside"]:
             raise ValueError(self._strict_message(p))
         self._fit_params = p
+
+    def _recipe(self, p):
+        """``n_rounds``, ``init_share``, ``tau_grad`` (its multiple of ``tau_e tau_x`` under
+        ``"tau_grad_factor"``) and ``accountant``: the given values, ``"auto"`` the tuned
+        strict recipe (:data:`STRICT_RECIPE`) in a strict private fit in the scaled space,
+        else the paper's (:data:`OTHER_DEFAULTS`)."""
+        recipe = p["epsilon"] is not None and self.privacy_mode == "strict" and p["scaling"]
+        auto = dict(STRICT_RECIPE if recipe else OTHER_DEFAULTS)
+        if recipe and p["epsilon"] > PLD_MAX_EPSILON:
+            auto["accountant"] = "rdp"
+        given = {name: getattr(self, name) for name in auto}
+        out = {name: auto[name] if isinstance(v, str) and v == "auto" else v
+               for name, v in given.items()}
+        # a projected-term level only for the exact (linear) tangent projection
+        factor = out.pop("tau_grad") if (given["tau_grad"] == "auto"
+                                         and self.tangent == "exact") else None
+        return {"n_rounds": int(out["n_rounds"]), "accountant": out["accountant"],
+                "init_share": None if out["init_share"] is None else float(out["init_share"]),
+                "tau_grad": None if given["tau_grad"] in (None, "auto") else float(
+                    given["tau_grad"]), "tau_grad_factor": factor}
 
     def _scaling_mode(self, p):
         """How a private fit scales its entries: ``"histogram"`` (noisy histograms,
@@ -713,8 +755,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         if self.standardize == "auto" and not any(given):
             # only when the user gave no constant of the rows' units: the levels, a step
             # or a starting tensor in raw units would not fit the scaled space
-            constants = (self.tau_x, self.tau_e, self.tau_grad, self.intercept_tau_x,
-                         self.intercept_tau_y)
+            constants = (self.tau_x, self.tau_e, self.intercept_tau_x, self.intercept_tau_y,
+                         None if self.tau_grad == "auto" else self.tau_grad)
             if (self.privacy_mode != "strict" or any(c is not None for c in constants)
                     or not (isinstance(self.step_size, str) and self.step_size == "auto")
                     or not isinstance(self.init, str)):
@@ -953,8 +995,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                            tau_x=levels["tau_x"], tau_e=levels["tau_e"],
                            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
                            retraction=self.retraction, n_releases=params["n_releases"],
-                           accountant=self.accountant, noise_multiplier=z_rounds,
-                           tau_grad=None if self.tau_grad is None else float(self.tau_grad)),
+                           accountant=params["accountant"], noise_multiplier=z_rounds,
+                           tau_grad=self._tau_grad(levels)),
             stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
                            scaling=self.penalty_scaling),
             fit_intercept=params["fit_intercept"],
@@ -964,6 +1006,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             pairs=params["pairs"],
             scaling=scaling,
         )
+
+    def _tau_grad(self, levels):
+        """The given ``tau_grad``, or ``"auto"``'s multiple of ``tau_e tau_x``, or ``None``."""
+        p = self._fit_params
+        if p["tau_grad_factor"] is None:
+            return p["tau_grad"]
+        return p["tau_grad_factor"] * levels["tau_e"] * levels["tau_x"]
 
     def _scaling(self, setup):
         """The :class:`~skfed.tensor._scaling.TensorScaling` of a scaled fit, or ``None``."""
@@ -1055,7 +1104,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p = self._fit_params
         if p["epsilon"] is None:
             return None
-        spent = _privacy_spent(p["epsilon"], p["delta"], p["n_releases"], self.accountant,
+        spent = _privacy_spent(p["epsilon"], p["delta"], p["n_releases"], p["accountant"],
                                p["groups"])
         void = bool(p["outside"])  # privacy_mode="paper" with data-chosen inputs: no guarantee
         return {"epsilon": math.inf if void else float(spent["epsilon"]),
@@ -1065,7 +1114,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     def _privacy_report(self, params):
         """``privacy_spent_``: the guarantee of everything released, or none."""
         spent = dict(_privacy_spent(params["epsilon"], params["delta"], params["n_releases"],
-                                    self.accountant, params["groups"]))
+                                    params["accountant"], params["groups"]))
         spent["releases"] = [dict(r) for r in spent["releases"]]  # the cache's stay intact
         spent["mode"] = self.privacy_mode
         if params["epsilon"] is None:
@@ -1087,7 +1136,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 f"everything a client releases: {released} (Gaussian mechanism, "
                 "L2 sensitivity 2 tau_e tau_x / n_k each"
                 + (", 2 min(tau_grad, tau_e tau_x) / n_k for the gradients"
-                   if self.tau_grad is not None else "")
+                   if self._tau_grad({"tau_e": 1.0, "tau_x": 1.0}) is not None else "")
                 + ("; 2 intercept_tau_x and 2 intercept_tau_y for the sums"
                    if params["centring"] else "")
                 + ("; 2 for the histograms, each row weighing 1 in each"

@@ -53,12 +53,13 @@ def test_default_private_fit_on_raw_data_is_strict(raw):
         model = PersonalizedTensorRegressor(epsilon=20, **SHAPE, random_state=0)
         model.fit(X, y, groups=groups)
     spent = model.privacy_spent_
-    assert spent["strict"] and spent["outside"] == [] and spent["epsilon"] == 20.0
+    assert spent["strict"] and spent["outside"] == []
+    assert spent["epsilon"] == pytest.approx(20.0, rel=1e-6)  # the PLD accountant's
     scaling = spent["releases"][0]
     assert scaling["name"] == "scaling" and scaling["count"] == 2  # raw, then refined
     assert scaling["share"] == pytest.approx(0.2) and scaling["noise_multiplier"] > 0
     assert sum(r["share"] for r in spent["releases"]) == pytest.approx(1.0)
-    assert spent["n_releases"] == 2 + 2 + 21  # histograms, sums, moment and 20 rounds
+    assert spent["n_releases"] == 2 + 2 + 1 + 3  # histograms, sums, moment and 3 rounds
     assert "histograms" in spent["covers"]
     # the ranges cover the raw entries' bulk and are not much wider than their 2%-98% range
     # (at this noise the coarse-to-fine reading can lose part of one tail of X)
@@ -71,6 +72,34 @@ def test_default_private_fit_on_raw_data_is_strict(raw):
     ups = [r for r in model.communication_.records if r.direction == "up"]
     assert {name for r in ups if r.round in (0, 1) for name in r.names} == {"histogram"}
     assert not {"lipschitz", "x_sum", "y_sum"} & {n for r in ups if r.round < 0 for n in r.names}
+
+
+def test_a_default_strict_scaled_fit_uses_the_tuned_recipe(raw):
+    # "auto" n_rounds, init_share, tau_grad and accountant: the recipe only when scaled
+    X, y, groups = raw
+    model = PersonalizedTensorRegressor(epsilon=20, **SHAPE, random_state=0).fit(
+        X, y, groups=groups)
+    spent = model.privacy_spent_
+    assert spent["calibration"] == "pld" and len(model.grad_norm_) == 3
+    shares = {r["name"]: (r["count"], r["share"]) for r in spent["releases"]}
+    assert shares["init"] == (1, pytest.approx(0.8 * 0.5 * 0.4))  # of what scaling, sums left
+    assert shares["stage_one"][0] == 3
+    assert "min(tau_grad, tau_e tau_x)" in spent["covers"]
+    # above PLD_MAX_EPSILON the recipe's accountant is RDP
+    big = PersonalizedTensorRegressor(epsilon=1e4, **SHAPE, random_state=0).fit(
+        X, y, groups=groups)
+    assert big.privacy_spent_["calibration"] == "rdp"
+    # given levels switch the scaling off, and with it the recipe: the paper's defaults
+    levels = dict(tau_x=400.0, tau_e=60.0, intercept_tau_x=500.0, intercept_tau_y=1200.0,
+                  step_size=1e-4)
+    given = PersonalizedTensorRegressor(epsilon=20, **SHAPE, random_state=0, **levels).fit(
+        X, y, groups=groups)
+    assert given.privacy_spent_["calibration"] == "paper" and len(given.grad_norm_) == 20
+    assert "tau_grad" not in given.privacy_spent_["covers"]
+    # and an explicit value wins over "auto"
+    five = PersonalizedTensorRegressor(epsilon=20, n_rounds=5, accountant="rdp", **SHAPE,
+                                       random_state=0).fit(X, y, groups=groups)
+    assert len(five.grad_norm_) == 5 and five.privacy_spent_["calibration"] == "rdp"
 
 
 def test_large_budget_predicts_in_raw_units_better_than_the_mean(raw):
@@ -106,7 +135,7 @@ def test_public_bounds_skip_the_release(raw):
     model.fit(X, y, groups=groups)
     assert model.privacy_spent_["strict"]
     assert [r["name"] for r in model.privacy_spent_["releases"]] == [
-        "intercept", "init_and_stage_one"]
+        "intercept", "init", "stage_one"]  # the strict recipe's own share of the start
     assert model.feature_range_ == (-150.0, 150.0) and model.target_range_ == (800.0, 1200.0)
     assert "histogram" not in {n for r in model.communication_.records for n in r.names}
     # one bound public, the other released
