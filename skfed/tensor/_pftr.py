@@ -138,17 +138,21 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     a fixed public grid, the server reads one robust range of each (the 2% and
     98% quantiles; the second release, of the entries mapped by the first
     range, refines it), and every site maps each entry into ``[-s, s]`` by it
-    and clips there (``s = 2.054``, the 98% normal quantile, so a Gaussian
+    (the y range widened 2.5 times: clipped responses bias the fit) and clips
+    there (``s = 2.054``, the 98% normal quantile, so a Gaussian covariate
     entry gets unit variance). The levels are then public functions of the
     shapes: ``tau_x = intercept_tau_x = sqrt(p)``, ``tau_e = 0.25 sqrt(q)``,
     ``intercept_tau_y = sqrt(q)`` and ``step_size = 1`` (``p``, ``q``: entries
-    of a covariate and a response tensor). One range per tensor keeps the
+    of a covariate and a response tensor), and ``"auto"`` ``n_rounds``,
+    ``init_share``, ``tau_grad`` and ``accountant`` give the tuned strict
+    recipe (see ``n_rounds``). One range per tensor keeps the
     Tucker rank: the fitted tensors, intercepts and predictions are in raw
     units (``A = A' h_y / h_x``), and ``predict`` clips X to
     ``feature_range_`` as the fit did. Public ``feature_bounds`` and
     ``target_bounds`` skip the release. A target far from 0 relative to its
-    spread (more than about 30 times) is mapped to a range wider than its
-    spread, which costs accuracy: centre it by a public constant first.
+    spread is resolved by the second release (a uniform grid on the first
+    range); at few rows the ranges are read on merged bins, and a histogram
+    with no bin above the noise warns (pass the public bounds).
 
     Parameters
     ----------
