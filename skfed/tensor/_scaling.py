@@ -90,11 +90,12 @@ KEEP_FIRST = (0.2, 1.3)
 #: the response's range read is widened this many times before its entries are mapped:
 #: clipping responses biases the fit toward 0 (at the read 2%-98% range, 4% of them clipped,
 #: the A0 error of the split recipe at n_k = 250 was 0.46 against 0.13 with the range read
-#: 2 times too wide); 2.5 times it clips about 0.03% of a Gaussian response and leaves it a
-#: sd of about 0.4, near what SCALED_LEVELS were chosen for. Margins 1, 1.5, 2, 2.5, 3 gave
-#: A0 errors 0.46, 0.25, 0.12, 0.10, 0.10 at n_k = 250 and 0.77, 0.71, 0.68, 0.66, 0.66 at
-#: 50 (benchmarks/pftr_private_raw.py --tune-margin, replications 1000-1004). Covariates
-#: keep the read range: 1.5 times it adds noise relative to their spread (A0 0.12 -> 0.42)
+#: 2 times too wide); 2.5 times it clips a Gaussian response beyond 5 sd (on the paper's
+#: design 0.1% were clipped at 2 times) and leaves it a sd of about 0.4, near what
+#: SCALED_LEVELS were chosen for. Margins 1, 1.5, 2, 2.5, 3 gave A0 errors 0.46, 0.25, 0.12,
+#: 0.10, 0.10 at n_k = 250 and 0.77, 0.71, 0.68, 0.66, 0.66 at 50 (2.5 and 3 tie;
+#: benchmarks/pftr_private_raw.py --tune-margin, replications 1000-1004). Covariates keep
+#: the read range: 1.5 times it adds noise relative to their spread (A0 0.12 -> 0.42)
 RESPONSE_MARGIN = 2.5
 
 #: the broadcast ranges of the released parts (x first), one value per part
