@@ -38,8 +38,8 @@ predicting their mean. ``--tune``: the ``tau_e`` factor of the scaled space (``t
 sqrt(q)``, c in {0.25, 0.5, 1}) on the split recipe, criterion the mean A_error over the two
 n_k. ``--tune-margin``: the response's widening ``RESPONSE_MARGIN`` of
 ``skfed/tensor/_scaling.py`` (1, 1.5, 2, 2.5, 3) on the split recipe, same criterion (it
-prefers 3 by 0.001 over 2.5, a tie; 2.5 was kept, see ``doc/results/tensor_regression.md``). Run from
-the repository root: ``python benchmarks/pftr_private_raw.py [--tune | --tune-margin]
+prefers 3 by 0.001 over 2.5, a tie; 2.5 was kept, see ``doc/results/tensor_regression.md``).
+Run from the repository root: ``python benchmarks/pftr_private_raw.py [--tune | --tune-margin]
 [--replications 3000-3019] [--sizes 50,250] [--user-levels]``.
 """
 
