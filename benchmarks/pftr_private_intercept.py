@@ -117,8 +117,13 @@ def main():
     for (n_k, name), errs in rows.items():
         a0, a, personal, shared = np.mean(errs, axis=0)
         print(f"| {n_k} | {name} | {a0:.4f} | {a:.4f} | {personal:.4f} | {shared:.4f} |")
-    names = [f"intercept_share={s:g}" for s in SHARES] + [PAIRS]
-    crit = {name: np.mean([np.mean([e[1] for e in rows[(n, name)]]) for n in SIZES])
+    select(rows, [f"intercept_share={s:g}" for s in SHARES] + [PAIRS], SIZES)
+
+
+def select(rows, names, sizes):
+    """Print the criterion, the lowest mean A_error (``rows[(n_k, name)][i][1]``) over
+    ``sizes``, of every fit in ``names``, and the selected one."""
+    crit = {name: np.mean([np.mean([e[1] for e in rows[(n, name)]]) for n in sizes])
             for name in names}
     print("mean A_error over n_k: " + ", ".join(f"{s}: {c:.4f}" for s, c in crit.items()))
     print(f"selected: {min(crit, key=crit.get)}")

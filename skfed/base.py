@@ -192,7 +192,8 @@ class FederatedEstimator(FederatedEstimatorMixin):
 
     def _engine_params(self):
         """The engine's options, from the usual parameters (one round without ``n_rounds``)."""
-        return dict(n_rounds=int(getattr(self, "n_rounds", 1)),
+        rounds = getattr(self, "n_rounds", 1)  # "auto": resolved by the estimator
+        return dict(n_rounds=rounds if isinstance(rounds, str) else int(rounds),
                     client_fraction=getattr(self, "client_fraction", 1.0),
                     on_client_error=getattr(self, "on_client_error", "raise"),
                     random_state=getattr(self, "random_state", None),

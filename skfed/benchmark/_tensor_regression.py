@@ -67,7 +67,8 @@ def _strict(n_k, seed, epsilon, delta):
     return PersonalizedTensorRegressor(
         rank=RANK, step_size=STRICT_STEP, random_state=512026 + 10000 * seed,
         epsilon=epsilon, delta=delta, accountant="pld", tau_x=STRICT_TAU_X,
-        tau_e=STRICT_TAU_E, **{**FED, "n_rounds": STRICT_ROUNDS}, **SHAPE,
+        tau_e=STRICT_TAU_E, init_share=None, tau_grad=None,
+        **{**FED, "n_rounds": STRICT_ROUNDS}, **SHAPE,
     )
 
 

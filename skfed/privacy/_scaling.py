@@ -25,6 +25,7 @@ __all__ = [
     "histogram_edges",
     "feature_histograms",
     "histogram_sensitivity",
+    "kept_counts",
     "ranges_from_histograms",
     "scale_rows",
 ]
@@ -92,6 +93,18 @@ def _quantile(counts, lower, upper, q):
     return lower[b] + min(max(frac, 0.0), 1.0) * (upper[b] - lower[b])
 
 
+def kept_counts(counts, noise_std, false_bin_rate=FALSE_BIN_RATE):
+    """The noisy ``counts`` with every bin the noise could have made set to 0.
+
+    A bin is kept at ``t * noise_std`` or more, ``t`` the normal quantile at
+    which all the bins of ``counts`` together keep ``false_bin_rate`` empty
+    bins on average; ``noise_std`` may be one value per bin (merged bins).
+    """
+    counts = np.asarray(counts, dtype=float)
+    threshold = float(ndtri(1.0 - false_bin_rate / counts.size))
+    return np.where(counts >= threshold * noise_std, np.maximum(counts, 0.0), 0.0)
+
+
 def ranges_from_histograms(counts, edges, noise_std, quantiles=RANGE_QUANTILES,
                            false_bin_rate=FALSE_BIN_RATE):
     """Each feature's centre and half-range from summed noisy histograms (post-processing).
@@ -130,13 +143,11 @@ def ranges_from_histograms(counts, edges, noise_std, quantiles=RANGE_QUANTILES,
     >>> bool(15 < c[0] - h[0] < 25 and 80 < c[0] + h[0] < 100)  # grid bins: 1.78x wide
     True
     """
-    counts = np.asarray(counts, dtype=float)
-    threshold = float(ndtri(1.0 - false_bin_rate / counts.size))
+    counts = kept_counts(counts, noise_std, false_bin_rate)
     lower, upper = _bin_bounds(edges)
     center = np.zeros(counts.shape[0])
     half = np.ones(counts.shape[0])
-    for j, row in enumerate(counts):
-        kept = np.where(row >= threshold * noise_std, np.maximum(row, 0.0), 0.0)
+    for j, kept in enumerate(counts):
         if kept.sum() <= 0:
             continue
         lo = _quantile(kept, lower, upper, quantiles[0])

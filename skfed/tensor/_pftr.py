@@ -19,6 +19,7 @@ from ..utils._param_validation import FEDERATION_CONSTRAINTS, Number, positive_i
 from ..utils._validation import user_stacklevel
 from ._base import TENSOR_CONSTRAINTS, _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
+from ._scaling import N_PASSES, RANGE_SD, SCALED_LEVELS, TensorScaling
 from ._stages import PersonalizedTensorPhases, lipschitz
 from ._tucker import check_tucker_rank
 
@@ -28,6 +29,15 @@ CV_PARAMS = ("step_size", "alpha")
 PRIVACY_MODES = ("strict", "paper")
 INIT_MODES = ("auto", "admm", "moment")
 DEFAULT_GRID = {"step_size": (0.01, 0.02, 0.04, 0.1), "alpha": (0.01, 0.035, 0.1)}
+#: what ``"auto"`` gives ``n_rounds``, ``init_share``, ``tau_grad`` (a multiple of ``tau_e
+#: tau_x``) and ``accountant`` in a strict private fit in the scaled space (the tuned strict
+#: recipe, ``benchmarks/pftr_strict_tuning.py --grid split``), and in every other fit
+STRICT_RECIPE = {"n_rounds": 3, "init_share": 0.4, "tau_grad": 0.3, "accountant": "pld"}
+OTHER_DEFAULTS = {"n_rounds": 20, "init_share": None, "tau_grad": None, "accountant": "paper"}
+#: above this epsilon the recipe's "auto" accountant is RDP: PLD's calibration grows with
+#: epsilon (about 5 s at 20, 18 s at 100, over a minute and gigabytes at 1000); RDP's noise
+#: is about 5% larger at 20
+PLD_MAX_EPSILON = 50.0
 
 
 @functools.lru_cache(maxsize=256)
@@ -38,17 +48,22 @@ def _privacy_spent(epsilon, delta, n_releases, calibration, groups):
                               groups=groups)
 
 
-def release_groups(n_rounds, moment, centring, intercept_share, init_share):
+def release_groups(n_rounds, moment, centring, intercept_share, init_share,
+                   scaling_share=None):
     """The named release groups ``(name, count, share)`` of a private fit.
 
+    ``"scaling"``: the noisy entry histograms of the private scaling
+    (``N_PASSES`` releases, ``scaling_share`` of the budget; ``None``: none);
     ``"intercept"``: the noisy sums of X and y (2 releases) of a private
     ``fit_intercept=True``; ``"init"``: the moment start; ``"stage_one"``: the
     ``n_rounds`` gradients. Without ``init_share`` the start and the rounds
     are one group of equal releases (``"init_and_stage_one"``), as the paper
     composes its ``T_g`` releases.
     """
-    rest = 1.0 - intercept_share if centring else 1.0
-    groups = [("intercept", 2, intercept_share)] if centring else []
+    scaled = 1.0 if scaling_share is None else 1.0 - scaling_share
+    groups = [] if scaling_share is None else [("scaling", N_PASSES, scaling_share)]
+    rest = scaled * (1.0 - intercept_share) if centring else scaled
+    groups += [("intercept", 2, scaled * intercept_share)] if centring else []
     if moment and init_share is not None:
         groups += [("init", 1, rest * init_share), ("stage_one", n_rounds,
                                                      rest * (1.0 - init_share))]
@@ -114,6 +129,31 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     noisy means; the population intercept uses the pooled noisy sums, Stage II
     and the personal intercepts (never sent) the exact local means.
 
+    A strict private fit needs public truncation levels and a public step.
+    When none is given (``standardize="auto"``: none of ``tau_x``, ``tau_e``,
+    ``tau_grad``, ``intercept_tau_x``, ``intercept_tau_y``, a number
+    ``step_size`` or an array ``init``), the fit scales the raw data
+    privately first: each site releases twice (``scaling_share`` of the
+    budget) the noisy histograms of all its X entries and all its y entries on
+    a fixed public grid, the server reads one robust range of each (the 2% and
+    98% quantiles; the second release, of the entries mapped by the first
+    range, refines it), and every site maps each entry into ``[-s, s]`` by it
+    (the y range widened 2.5 times: clipped responses bias the fit) and clips
+    there (``s = 2.054``, the 98% normal quantile, so a Gaussian covariate
+    entry gets unit variance). The levels are then public functions of the
+    shapes: ``tau_x = intercept_tau_x = sqrt(p)``, ``tau_e = 0.25 sqrt(q)``,
+    ``intercept_tau_y = sqrt(q)`` and ``step_size = 1`` (``p``, ``q``: entries
+    of a covariate and a response tensor), and ``"auto"`` ``n_rounds``,
+    ``init_share``, ``tau_grad`` and ``accountant`` give the tuned strict
+    recipe (see ``n_rounds``). One range per tensor keeps the
+    Tucker rank: the fitted tensors, intercepts and predictions are in raw
+    units (``A = A' h_y / h_x``), and ``predict`` clips X to
+    ``feature_range_`` as the fit did. Public ``feature_bounds`` and
+    ``target_bounds`` skip the release. A target far from 0 relative to its
+    spread is resolved by the second release (a uniform grid on the first
+    range); at few rows the ranges are read on merged bins, and a histogram
+    with no bin above the noise warns (pass the public bounds).
+
     Parameters
     ----------
     tensor_shape : tuple of int or None, default=None
@@ -138,8 +178,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         (n_k / n) L_k`` with ``L_k = ||X_k^T X_k / n_k||_op`` of the rows the
         steps see, each site sending its ``L_k`` in the set-up (a fixed step is
         not scale-free: chosen on real data, ``benchmarks/pftr_real_data.py``).
-    n_rounds : int, default=20
-        Stage-I rounds ``T_g``; the noise grows linearly with it.
+    n_rounds : int or "auto", default="auto"
+        Stage-I rounds ``T_g``; the noise grows linearly with it. ``"auto"``:
+        3 in a strict private fit in the scaled space (the private scaling or
+        public bounds, see ``standardize``: the tuned strict recipe
+        ``n_rounds=3``, ``init_share=0.4``, ``tau_grad=0.3 tau_e tau_x``,
+        ``accountant="pld"``, of ``benchmarks/pftr_strict_tuning.py --grid
+        split``), 20 in every other fit.
     alpha : float, default=0.035
         Stage-II penalty scale. With ``penalty_scaling="adaptive"``,
         ``omega_k = alpha sqrt(log(max(qp, 2)) / n_k) sqrt(L_k)``,
@@ -168,7 +213,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         because levels that depend on the data void the guarantee.
     clip_quantile : float in (0, 1], default=0.9
         Quantile for data-dependent truncation levels (1: the maximum).
-    tau_grad : float or None, default=None
+    tau_grad : float, None or "auto", default="auto"
         Truncation level (Frobenius norm) of each row's term of the sent
         Stage-I projection, ``P_T(T_tau_e(R_i) o T_tau_x(X_i))``: rows whose
         term is longer are scaled down to it, and the noise's sensitivity is
@@ -180,7 +225,9 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         ``benchmarks/pftr_strict_tuning.py --grid split``). A public constant
         like ``tau_x`` and ``tau_e``. ``None``:
         the paper's bound. Only with ``tangent="exact"`` (the surrogate is
-        not linear).
+        not linear). ``"auto"``: ``0.3 tau_e tau_x`` of the scaled space's
+        levels in the recipe's case (see ``n_rounds``, with
+        ``tangent="exact"``), else ``None``.
     intercept_tau_x, intercept_tau_y : float or None, default=None
         Truncation levels (Euclidean norms) of a raw, uncentred covariate row
         and response row in the private means of ``fit_intercept=True`` with
@@ -223,19 +270,42 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         is 0 (no mean is released): predictions for clients not seen in
         ``fit`` carry no intercept. Ignored without privacy or with
         ``fit_intercept=False``.
-    init_share : float in (0, 1) or None, default=None
+    standardize : "auto" or bool, default="auto"
+        Whether a private fit (finite ``epsilon``) maps X and y into public
+        ranges first (see above). ``"auto"``: with ``privacy_mode="strict"``
+        when no level, no number ``step_size`` and no array ``init`` is
+        given (these would be in the data's units); ``True``: always (the
+        given levels, step and ``init`` then apply to the scaled entries, the
+        others take the public values above); ``False``: never (the former
+        strict fit, which needs the levels). Ignored without privacy.
+    feature_bounds, target_bounds : tuple of float or None, default=None
+        Public ``(low, high)`` of every covariate (response) entry, e.g.
+        ``(0, 255)`` for pixels: that part's range is public, no histogram of
+        it is released, and its entries are clipped to it. Scales the fit
+        (unless ``standardize=False``); ignored without privacy.
+    scaling_share : float in (0, 1), default=0.2
+        Share of the budget spent on the two histogram releases of the
+        scaling (as ``intercept_share``; the other shares are of the rest).
+        At ``epsilon=20`` with ``accountant="paper"`` 0.1 left most bins
+        under the noise threshold for 500 rows of 20 entries, 0.2 and 0.3
+        both found the range within a few tenths of its width (a measurement
+        of the ranges, ``benchmarks/pftr_private_raw.py``). Ignored without
+        the release.
+    init_share : float in (0, 1), None or "auto", default="auto"
         Share of the remaining budget spent on the private moment start
         (``init="moment"``), the rest split equally among the ``n_rounds``
         Stage-I releases; ``None``: every one of the ``n_rounds + 1``
-        releases gets an equal share (the paper's equal split). Ignored
+        releases gets an equal share (the paper's equal split). ``"auto"``:
+        0.4 in the recipe's case (see ``n_rounds``), else ``None``. Ignored
         without privacy or the moment start.
     privacy_mode : {"strict", "paper"}, default="strict"
         What a private fit (finite ``epsilon``) may release. ``"strict"``:
         only the noisy releases of the Gaussian mechanism, with a
         data-independent sensitivity, so ``privacy_spent_`` is a guarantee; a
         parameter that would release anything else (``tau_x`` or ``tau_e``
-        ``None``, ``init="admm"`` and its rank vote, ``step_size="auto"``,
-        ``cv``) is refused with a ``ValueError`` naming it. ``"paper"``: the
+        ``None`` without the private scaling, ``init="admm"`` and its rank
+        vote, ``step_size="auto"`` without the scaling, ``cv``) is refused
+        with a ``ValueError`` naming it. ``"paper"``: the
         paper's protocol (data-dependent truncation levels, the largest
         client's unperturbed initial estimate, the rank vote), which
         reproduces its experiments but carries no guarantee: ``fit`` warns
@@ -243,7 +313,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         the noise alone would guarantee is ``"epsilon_nominal"``). With settings that release
         nothing else, ``"paper"`` gives the strict guarantee too. Ignored
         without privacy.
-    accountant : {"paper", "rdp", "pld"}, default="paper"
+    accountant : {"auto", "paper", "rdp", "pld"}, default="auto"
         How the noise multiplier (noise standard deviation over the L2
         sensitivity ``2 tau_e tau_x / n_k``) of the ``n_releases`` Gaussian
         releases is calibrated to ``(epsilon, delta)``. ``"paper"``: the
@@ -258,8 +328,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         shares, :func:`skfed.privacy.pftr_release_plan`), so less
         noise for the same budget (at the paper's ``epsilon=20``,
         ``delta=0.1``, ``n_rounds=20``: 0.93 and 0.84 instead of 3.32); PLD
-        adds about 2 s to ``fit`` (once per budget, cached). Ignored
-        without privacy.
+        adds about 2 s to ``fit`` (once per budget, cached). ``"auto"``:
+        ``"pld"`` in the recipe's case (see ``n_rounds``; ``"rdp"`` above
+        ``epsilon=50``, where PLD's calibration takes minutes and gigabytes),
+        else ``"paper"``. Ignored without privacy.
     tangent : {"exact", "retract_gradient"}, default="exact"
         ``"exact"``: the orthogonal tangent-space projection at ``A_0``;
         ``"retract_gradient"``: the authors' cheaper surrogate (the gradient's
@@ -360,6 +432,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         the client was not asked or skipped).
     tau_x_ : ndarray of shape (n_clients,)
         Covariate truncation levels (NaN for a client never asked in Stage I).
+        Like ``tau_e_``, ``noise_std_`` and ``grad_norm_``, in the scaled
+        units of a privately scaled fit.
+    feature_range_, target_range_ : tuple of float or None
+        ``(low, high)`` of the covariate (response) entries of a privately
+        scaled fit (from the noisy histograms or the public bounds): the
+        entries were clipped to them; ``None`` without the scaling.
     tau_e_ : ndarray of shape (n_clients, n_rounds)
         Residual truncation levels (NaN as in ``noise_std_``).
     privacy_spent_ : dict
@@ -375,7 +453,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         (:func:`skfed.privacy.gaussian_epsilon`), ``epsilon_rdp`` by
         dp-accounting's RDP accountant at the same ``delta``,
         ``noise_multiplier`` (of the Stage-I releases), ``releases`` (one dict
-        per share of the budget: ``name`` among ``"intercept"``, ``"init"``,
+        per share of the budget: ``name`` among ``"scaling"``, ``"intercept"``, ``"init"``,
         ``"stage_one"`` and ``"init_and_stage_one"``, ``count``, ``share``,
         ``noise_multiplier`` and ``epsilon``, what that share's releases alone
         spend at ``delta``), ``classical_valid`` (per-release ``epsilon /
@@ -464,7 +542,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         rank="auto",
         fit_intercept=True,
         step_size="auto",
-        n_rounds=20,
+        n_rounds="auto",
         alpha=0.035,
         n_local_iter=30,
         penalty_scaling="adaptive",
@@ -473,14 +551,18 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         tau_x=None,
         tau_e=None,
         clip_quantile=0.9,
-        tau_grad=None,
+        tau_grad="auto",
         intercept_tau_x=None,
         intercept_tau_y=None,
         intercept_share=0.5,
         private_centring="means",
-        init_share=None,
+        standardize="auto",
+        feature_bounds=None,
+        target_bounds=None,
+        scaling_share=0.2,
+        init_share="auto",
         privacy_mode="strict",
-        accountant="paper",
+        accountant="auto",
         tangent="exact",
         retraction="st_hosvd",
         init="auto",
@@ -520,6 +602,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.intercept_tau_y = intercept_tau_y
         self.intercept_share = intercept_share
         self.private_centring = private_centring
+        self.standardize = standardize
+        self.feature_bounds = feature_bounds
+        self.target_bounds = target_bounds
+        self.scaling_share = scaling_share
         self.init_share = init_share
         self.privacy_mode = privacy_mode
         self.accountant = accountant
@@ -564,12 +650,18 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         "tau_x": [positive_real(), None],
         "tau_e": [positive_real(), None],
         "clip_quantile": [Number(numbers.Real, 0, 1, closed="right")],
-        "tau_grad": [positive_real(), None],
+        "n_rounds": [StrOptions({"auto"}), positive_int()],
+        "tau_grad": [StrOptions({"auto"}), positive_real(), None],
         "intercept_tau_x": [positive_real(), None],
         "intercept_tau_y": [positive_real(), None],
         "intercept_share": [Number(numbers.Real, 0, 1, closed="neither")],
-        "init_share": [Number(numbers.Real, 0, 1, closed="neither"), None],
+        "init_share": [StrOptions({"auto"}), Number(numbers.Real, 0, 1, closed="neither"),
+                       None],
         "private_centring": [StrOptions({"means", "pairs"})],
+        "standardize": [StrOptions({"auto"}), "boolean"],
+        "feature_bounds": ["array-like", None],
+        "target_bounds": ["array-like", None],
+        "scaling_share": [Number(numbers.Real, 0, 1, closed="neither")],
         "privacy_mode": [StrOptions(set(PRIVACY_MODES))],
         "init": [StrOptions(set(INIT_MODES)), "array-like"],
         "cv": [positive_int(2), None],
@@ -578,8 +670,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     def _check_params(self):
         """The checks of several parameters together; ``_fit_params`` for the other hooks."""
-        p = {"n_rounds": int(self.n_rounds), "alpha": float(self.alpha),
-             "n_local_iter": int(self.n_local_iter)}
+        p = {"alpha": float(self.alpha), "n_local_iter": int(self.n_local_iter)}
         p["step_size"] = self.step_size if isinstance(self.step_size, str) \
             else float(self.step_size)
         p["epsilon"], p["delta"] = check_privacy_budget(self.epsilon, self.delta)
@@ -591,7 +682,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["admm"] = dict(lam=float(self.init_lambda), omega=float(self.init_alpha),
                          zeta=float(self.init_zeta), rho=float(self.init_rho),
                          max_iter=int(self.init_max_iter))
-        if self.tau_grad is not None and self.tangent != "exact":
+        if self.tau_grad not in (None, "auto") and self.tangent != "exact":
             raise ValueError(
                 f"tau_grad={self.tau_grad!r} truncates each row's term of the linear tangent "
                 f"projection, which tangent={self.tangent!r} does not have; use "
@@ -607,13 +698,18 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             for v in values:
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
         p["grid"] = {k: list(v) for k, v in grid.items()}
-        check_accountant(self.accountant)
+        if not (isinstance(self.accountant, str) and self.accountant == "auto"):
+            check_accountant(self.accountant)
         p["init_mode"] = self._init_mode(p["epsilon"])
         # a private intercept: the means from an accounted release (PrivateCentring)
         private_intercept = p["fit_intercept"] and p["epsilon"] is not None
         p["pairs"] = private_intercept and self.private_centring == "pairs"
         p["centring"] = private_intercept and not p["pairs"]
-        if p["pairs"] and (p["tau_x"] is None or p["tau_e"] is None):
+        p["scaling"] = self._scaling_mode(p)
+        p.update(self._recipe(p))
+        p["bounds"] = {name: self._public_bounds(name) for name in ("feature_bounds",
+                                                                     "target_bounds")}
+        if p["pairs"] and not p["scaling"] and (p["tau_x"] is None or p["tau_e"] is None):
             raise ValueError(
                 "private_centring='pairs' truncates pair differences at the given levels: pass "
                 "tau_x and tau_e (bounds on the norms of the difference of two covariate "
@@ -621,16 +717,88 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         p["groups"] = release_groups(
             p["n_rounds"], p["init_mode"] == "moment", p["centring"],
             float(self.intercept_share),
-            None if self.init_share is None else float(self.init_share))
+            p["init_share"],
+            float(self.scaling_share) if p["scaling"] == "histogram" else None)
         p["n_releases"] = sum(count for _, count, _ in p["groups"])
         # calibrate now so an unreachable budget fails before any round
         zs = pftr_release_plan(p["epsilon"], p["delta"], [g[1:] for g in p["groups"]],
-                               self.accountant)
+                               p["accountant"])
         p["multipliers"] = dict(zip((g[0] for g in p["groups"]), zs))
         p["outside"] = self._outside_guarantee(p)
         if p["epsilon"] is not None and self.privacy_mode == "strict" and p["outside"]:
             raise ValueError(self._strict_message(p))
         self._fit_params = p
+
+    def _recipe(self, p):
+        """``n_rounds``, ``init_share``, ``tau_grad`` (its multiple of ``tau_e tau_x`` under
+        ``"tau_grad_factor"``) and ``accountant``: the given values, ``"auto"`` the tuned
+        strict recipe (:data:`STRICT_RECIPE`) in a strict private fit in the scaled space,
+        else the paper's (:data:`OTHER_DEFAULTS`)."""
+        recipe = p["epsilon"] is not None and self.privacy_mode == "strict" and p["scaling"]
+        auto = dict(STRICT_RECIPE if recipe else OTHER_DEFAULTS)
+        if recipe and p["epsilon"] > PLD_MAX_EPSILON:
+            auto["accountant"] = "rdp"
+        given = {name: getattr(self, name) for name in auto}
+        out = {name: auto[name] if isinstance(v, str) and v == "auto" else v
+               for name, v in given.items()}
+        # a projected-term level only for the exact (linear) tangent projection
+        factor = out.pop("tau_grad") if (given["tau_grad"] == "auto"
+                                         and self.tangent == "exact") else None
+        return {"n_rounds": int(out["n_rounds"]), "accountant": out["accountant"],
+                "init_share": None if out["init_share"] is None else float(out["init_share"]),
+                "tau_grad": None if given["tau_grad"] in (None, "auto") else float(
+                    given["tau_grad"]), "tau_grad_factor": factor}
+
+    def _scaling_mode(self, p):
+        """How a private fit scales its entries: ``"histogram"`` (noisy histograms,
+        ``scaling_share`` of the budget), ``"bounds"`` (the public bounds of both X and
+        y, no release) or ``None`` (the rows as given)."""
+        if p["epsilon"] is None or self.standardize is False:
+            return None
+        given = self.feature_bounds is not None, self.target_bounds is not None
+        if self.standardize == "auto" and not any(given):
+            # only when the user gave no constant of the rows' units: the levels, a step
+            # or a starting tensor in raw units would not fit the scaled space
+            constants = (self.tau_x, self.tau_e, self.intercept_tau_x, self.intercept_tau_y,
+                         None if self.tau_grad == "auto" else self.tau_grad)
+            if (self.privacy_mode != "strict" or any(c is not None for c in constants)
+                    or not (isinstance(self.step_size, str) and self.step_size == "auto")
+                    or not isinstance(self.init, str)):
+                return None
+        return "bounds" if all(given) else "histogram"
+
+    def _public_bounds(self, name):
+        """The public ``feature_bounds`` or ``target_bounds`` as ``(low, high)``, checked."""
+        value = getattr(self, name)
+        if value is None:
+            return None
+        try:
+            bounds = np.asarray(value, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be two numbers (low, high), got {value!r}.") from exc
+        if bounds.shape != (2,) or not np.isfinite(bounds).all() or not bounds[1] > bounds[0]:
+            raise ValueError(
+                f"{name} must be two finite numbers (low, high) with low < high: the public "
+                f"range of every entry; got {value!r} ({name}).")
+        return float(bounds[0]), float(bounds[1])
+
+    def _scaled_levels(self, setup):
+        """The levels and step of a scaled fit: the given ones, else public functions of
+        the shapes (:data:`~skfed.tensor._scaling.SCALED_LEVELS`); ``{}`` unscaled."""
+        p = self._fit_params
+        if not p["scaling"]:
+            return {}
+        n_features = int(np.prod(setup["tensor_shape"], dtype=np.int64))
+        n_outputs = int(np.prod(setup["output_shape"], dtype=np.int64))
+        # pair differences of two rows have sqrt(2) times their norm
+        pair = math.sqrt(2.0) if p["pairs"] else 1.0
+        dims = {"tau_x": pair * math.sqrt(n_features), "tau_e": pair * math.sqrt(n_outputs),
+                "intercept_tau_x": math.sqrt(n_features),
+                "intercept_tau_y": math.sqrt(n_outputs), "step_size": 1.0}
+        given = {**p, "intercept_tau_x": self.intercept_tau_x,
+                 "intercept_tau_y": self.intercept_tau_y}
+        return {name: float(given[name]) if given[name] not in (None, "auto")
+                else SCALED_LEVELS[name] * dims[name] for name in dims}
 
     def _init_mode(self, epsilon):
         """``"array"``, ``"admm"`` or ``"moment"``: how ``A_0`` starts."""
@@ -646,12 +814,15 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         if p["epsilon"] is None:
             return []
         out = []
+        if p["scaling"]:  # the levels and the step: public functions of the shapes
+            p = {**p, "tau_x": 0.0, "tau_e": 0.0, "step_size": 0.0}
         if p["tau_x"] is None:
             out.append("tau_x: covariate truncation levels taken from the data "
                        "(clip_quantile quantile of each client's row norms)")
         if p["tau_e"] is None:
             out.append("tau_e: residual truncation levels taken from the data every round")
-        for name in ("intercept_tau_x", "intercept_tau_y") if p["centring"] else ():
+        for name in ("intercept_tau_x", "intercept_tau_y") if (
+                p["centring"] and not p["scaling"]) else ():
             if getattr(self, name) is None:
                 what = "covariate" if name.endswith("x") else "response"
                 out.append(f"{name}: {what} truncation levels of the private means taken "
@@ -689,11 +860,16 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             "cv": "set cv=None and pass tuned step_size and alpha",
         }
         names = [item.split(":")[0] for item in p["outside"]]
+        scale = "" if self.standardize is False or not {"tau_x", "tau_e", "step_size"} & set(
+            names) else (
+            ". Or give none of tau_x, tau_e, tau_grad, intercept_tau_x, intercept_tau_y, "
+            "step_size and init: the fit then maps X and y privately into a public range "
+            "where they are public (standardize='auto')")
         return (
             f"privacy_mode='strict' (the default) with epsilon={self.epsilon!r} needs every "
             "release to be covered by the guarantee, but these would not be: "
             + "; ".join(p["outside"]) + ". To fix: "
-            + "; ".join(fixes[n] for n in names)
+            + "; ".join(fixes[n] for n in names) + scale
             + ". Or pass privacy_mode='paper' for the paper's protocol, which carries no "
             "differential-privacy guarantee (" + ", ".join(names) + ")."
         )
@@ -713,7 +889,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         if send_sums and sends_sums(X, y):
             summary["x_sum"] = X.sum(axis=0)
             summary["y_sum"] = y.sum(axis=0)
-        if isinstance(self.step_size, str) and self.step_size == "auto":
+        if (isinstance(self.step_size, str) and self.step_size == "auto"
+                and not self._fit_params["scaling"]):  # scaled: a public step
             # ||X_k^T X_k / n_k||_op of the rows the steps see (centred with an intercept)
             Xs = X - X.mean(axis=0) if intercept else X
             summary["lipschitz"] = np.float64(lipschitz(Xs))
@@ -770,6 +947,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         init_rounds = {"array": 0, "admm": 2, "moment": 1}[self._fit_params["init_mode"]]
         # and the private means of fit_intercept=True 1
         init_rounds += int(self._fit_params["centring"])
+        # and the private scaling's histograms N_PASSES
+        init_rounds += N_PASSES * (self._fit_params["scaling"] == "histogram")
         return {**super()._engine_params(), "n_rounds": self._fit_params["n_rounds"] + init_rounds}
 
     def _federated_algorithm(self, setup):
@@ -793,15 +972,21 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             rank = check_tucker_rank(rank, coef_shape)
         admm = {**params["admm"], "rows": self._init_rows(output_shape, tensor_shape)}
         z = params["multipliers"]
+        # a scaled fit's levels and step (public functions of the shapes), or the given ones
+        levels = {"tau_x": params["tau_x"], "tau_e": params["tau_e"],
+                  "intercept_tau_x": self.intercept_tau_x,
+                  "intercept_tau_y": self.intercept_tau_y, "step_size": params["step_size"],
+                  **self._scaled_levels(setup)}
+        scaling = self._scaling(setup)
         centring = None
         if params["centring"]:
-            centring = dict(tau_x=self.intercept_tau_x, tau_y=self.intercept_tau_y,
+            centring = dict(tau_x=levels["intercept_tau_x"], tau_y=levels["intercept_tau_y"],
                             noise_multiplier=z["intercept"],
                             clip_quantile=float(self.clip_quantile))
         # the Stage-I and moment multipliers of the budget's shares (pftr_release_plan)
         z_rounds = z.get("stage_one", z.get("init_and_stage_one"))
         z_init = z.get("init", z.get("init_and_stage_one"))
-        step_size = params["step_size"]
+        step_size = levels["step_size"]
         if step_size == "auto":
             lip = float(setup["lipschitz"]) if "lipschitz" in setup else 0.0
             step_size = 1.0 / lip if lip > 0 and math.isfinite(1.0 / lip) else 1.0
@@ -811,11 +996,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                              max_rank=self.max_rank),
             stage_one=dict(step_size=step_size, n_rounds=params["n_rounds"],
                            epsilon=params["epsilon"], delta=params["delta"],
-                           tau_x=params["tau_x"], tau_e=params["tau_e"],
+                           tau_x=levels["tau_x"], tau_e=levels["tau_e"],
                            clip_quantile=float(self.clip_quantile), tangent=self.tangent,
                            retraction=self.retraction, n_releases=params["n_releases"],
-                           accountant=self.accountant, noise_multiplier=z_rounds,
-                           tau_grad=None if self.tau_grad is None else float(self.tau_grad)),
+                           accountant=params["accountant"], noise_multiplier=z_rounds,
+                           tau_grad=self._tau_grad(levels)),
             stage_two=dict(alpha=params["alpha"], n_iter=params["n_local_iter"],
                            scaling=self.penalty_scaling),
             fit_intercept=params["fit_intercept"],
@@ -823,7 +1008,23 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             init_noise_multiplier=z_init,
             centring=centring,
             pairs=params["pairs"],
+            scaling=scaling,
         )
+
+    def _tau_grad(self, levels):
+        """The given ``tau_grad``, or ``"auto"``'s multiple of ``tau_e tau_x``, or ``None``."""
+        p = self._fit_params
+        if p["tau_grad_factor"] is None:
+            return p["tau_grad"]
+        return p["tau_grad_factor"] * levels["tau_e"] * levels["tau_x"]
+
+    def _scaling(self, setup):
+        """The :class:`~skfed.tensor._scaling.TensorScaling` of a scaled fit, or ``None``."""
+        p = self._fit_params
+        if not p["scaling"]:
+            return None
+        return TensorScaling(p["multipliers"].get("scaling"), p["bounds"]["feature_bounds"],
+                             p["bounds"]["target_bounds"])
 
     def _set_fitted(self, fit):
         """Fitted attributes from the server state and, in-process, the client states.
@@ -837,8 +1038,9 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self._set_shapes(setup)
         server = dict(zip(algorithm.phases, result.server_state.states))
         init, one = server.get("init"), server["stage_one"]
-        self.shared_coef_ = one["coef"]
-        self.core_ = one["core"]
+        self._set_ranges(algorithm.scaling, server.get("scale"))
+        self.shared_coef_ = self._raw_coef(one["coef"])
+        self.core_ = self._raw_coef(one["core"])
         self.factors_ = one["factors"]
         self.grad_norm_ = np.array(one["grad_norm"])
         self.rank_ = tuple(int(r) for r in one["core"].shape)
@@ -848,9 +1050,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             # the pooled means: the set-up's sums, or a private fit's noisy ones
             means = server["centre"] if params["centring"] else setup
             shared_intercept = (np.asarray(means["y_mean"], dtype=float)
-                                - self.shared_coef_.reshape(q, -1)
+                                - np.reshape(one["coef"], (q, -1))
                                 @ np.asarray(means["x_mean"], dtype=float))
-        self.shared_intercept_ = self._intercept_layout(shared_intercept)
+        self.shared_intercept_ = self._intercept_layout(
+            self._raw_intercept(shared_intercept, self.shared_coef_))
         self.local_ranks_ = {} if init is None else init["local_ranks"]
         self.init_client_ = -1 if init is None else int(init["k_star"])
         self._set_client_attributes(result.client_states, result.participation)
@@ -858,13 +1061,54 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         self.clients_ = labels
         self.communication_ = result.ledger
 
+    # -- raw units of a privately scaled fit ----------------------------------------
+
+    def _set_ranges(self, scaling, broadcast):
+        """``feature_range_`` and ``target_range_``: the ranges the entries were scaled by."""
+        self.feature_range_ = self.target_range_ = None
+        if scaling is None:
+            return
+        ranges = scaling.ranges(broadcast)
+        (cx, hx), (cy, hy) = ranges["x"], ranges["y"]
+        self.feature_range_ = (cx - hx, cx + hx)
+        self.target_range_ = (cy - hy, cy + hy)
+
+    def _raw_coef(self, coef):
+        """A coefficient (or core) tensor of the scaled space in raw units.
+
+        Entries were fitted as ``y' = (y - c_y) s / h_y`` against ``x' = (x - c_x) s /
+        h_x`` (``s = RANGE_SD``), so the raw tensor is ``A' h_y / h_x``: one number per
+        tensor, which keeps the Tucker rank and factors.
+        """
+        if getattr(self, "feature_range_", None) is None:
+            return coef
+        (lo_x, hi_x), (lo_y, hi_y) = self.feature_range_, self.target_range_
+        return np.asarray(coef) * ((hi_y - lo_y) / (hi_x - lo_x))
+
+    def _raw_intercept(self, intercept, raw_coef):
+        """Intercepts ``(..., q)`` of the scaled space in raw units, given the raw tensors
+        ``(..., *coef_shape)``: ``c_y + b' h_y / s - <A, c_x 1>``."""
+        if getattr(self, "feature_range_", None) is None:
+            return intercept
+        intercept = np.asarray(intercept, dtype=float)
+        (lo_x, hi_x), (lo_y, hi_y) = self.feature_range_, self.target_range_
+        sums = np.reshape(raw_coef, intercept.shape + (-1,)).sum(axis=-1)
+        return (0.5 * (lo_y + hi_y) + intercept * (0.5 * (hi_y - lo_y) / RANGE_SD)
+                - sums * (0.5 * (lo_x + hi_x)))
+
+    def _predict_with(self, Xm, coef, intercept=None):
+        # a scaled fit saw its entries clipped to the range: so does a prediction
+        if getattr(self, "feature_range_", None) is not None:
+            Xm = np.clip(Xm, *self.feature_range_)
+        return super()._predict_with(Xm, coef, intercept)
+
     def _privacy_claim(self):
         """``privacy_spent_``'s epsilon and delta and the noise multiplier of a private
         fit, from the parameters; ``None`` without noise (see ``FederatedEstimator``)."""
         p = self._fit_params
         if p["epsilon"] is None:
             return None
-        spent = _privacy_spent(p["epsilon"], p["delta"], p["n_releases"], self.accountant,
+        spent = _privacy_spent(p["epsilon"], p["delta"], p["n_releases"], p["accountant"],
                                p["groups"])
         void = bool(p["outside"])  # privacy_mode="paper" with data-chosen inputs: no guarantee
         return {"epsilon": math.inf if void else float(spent["epsilon"]),
@@ -874,14 +1118,16 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     def _privacy_report(self, params):
         """``privacy_spent_``: the guarantee of everything released, or none."""
         spent = dict(_privacy_spent(params["epsilon"], params["delta"], params["n_releases"],
-                                    self.accountant, params["groups"]))
+                                    params["accountant"], params["groups"]))
         spent["releases"] = [dict(r) for r in spent["releases"]]  # the cache's stay intact
         spent["mode"] = self.privacy_mode
         if params["epsilon"] is None:
             spent.update(strict=False, covers="nothing: no noise was added", outside=[])
             return spent
         moment = params["init_mode"] == "moment"
-        released = (f"each client's {params['n_rounds']} Stage-I gradients"
+        released = (("its noisy histograms of its X and y entries (the private scaling), "
+                     if params["scaling"] == "histogram" else "")
+                    + f"each client's {params['n_rounds']} Stage-I gradients"
                     + (" and its initial clipped moment" if moment else "")
                     + (" and its sums of clipped X and y rows (the private means of "
                        "fit_intercept)" if params["centring"] else ""))
@@ -894,9 +1140,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 f"everything a client releases: {released} (Gaussian mechanism, "
                 "L2 sensitivity 2 tau_e tau_x / n_k each"
                 + (", 2 min(tau_grad, tau_e tau_x) / n_k for the gradients"
-                   if self.tau_grad is not None else "")
+                   if self._tau_grad({"tau_e": 1.0, "tau_x": 1.0}) is not None else "")
                 + ("; 2 intercept_tau_x and 2 intercept_tau_y for the sums"
-                   if params["centring"] else "") + "); its row count is public")
+                   if params["centring"] else "")
+                + ("; 2 for the histograms, each row weighing 1 in each"
+                   if params["scaling"] == "histogram" else "") + "); its row count is public")
             if short:
                 warnings.warn(short + " privacy_spent_['epsilon'] reports it.", UserWarning,
                               stacklevel=user_stacklevel())
@@ -948,10 +1196,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         # the last two phases are always Stage I and Stage II
         one = [c.states[-2] for c in states]
         two = [c.states[-1] for c in states]
-        self.deviations_ = np.stack([c["deviation"] for c in two])
+        self.deviations_ = self._raw_coef(np.stack([c["deviation"] for c in two]))
         self.coef_ = self.shared_coef_[None] + self.deviations_
         self.penalty_ = np.array([c["omega"] for c in two])
-        self.intercept_ = self._intercept_layout(np.stack([c["intercept"] for c in two]))
+        self.intercept_ = self._intercept_layout(
+            self._raw_intercept(np.stack([c["intercept"] for c in two]), self.coef_))
         n_rounds = len(self.grad_norm_)
         if participation is None:
             asked = np.ones((n_rounds, len(states)), dtype=bool)

@@ -8,6 +8,7 @@ used as the ``(q, p)`` matrix ``A.reshape(q, p)``, so that
 ``(1 / (2 n_k)) sum_i ||Y_i - <A, X_i>||_F^2``.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from ..federated._release import sends_sums
 from ..privacy import gaussian_mechanism, gaussian_noise, pftr_noise_multiplier
 from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient, weighted_step
 from ._rank import make_feasible, ratio_rank, vote_ranks
+from ._scaling import N_PASSES, ScalingRound
 from ._tucker import (
     TangentProjector,
     check_tucker_rank,
@@ -871,6 +873,14 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         the rows centred on the noisy means, Stage II and the personal
         intercepts the exactly centred ones (``fit_intercept`` is then
         implied).
+    scaling : TensorScaling or None, default=None
+        The private scaling of the entries (:mod:`._scaling`): with a release,
+        a first phase ``"scale"`` (``N_PASSES`` rounds) releases the noisy histograms and
+        every later broadcast carries the ranges; every later phase sees the
+        rows mapped by them (checked by the site each round).
+
+    Every one-off release (``"scale"``, ``"centre"``, the moment start) is
+    made at most once per site: a server asking again gets a ``ValueError``.
 
     A numerical failure of a client step (non-convergence, a non-finite
     value) is raised as a ``FloatingPointError`` naming the client, the phase
@@ -879,7 +889,7 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
 
     def __init__(self, coef_shape, rank, init, init_params, stage_one, stage_two,
                  fit_intercept=False, moment_init=False, init_noise_multiplier=None,
-                 centring=None, pairs=False):
+                 centring=None, pairs=False, scaling=None):
         self.phases = ("stage_one", "stage_two") if init is not None else (
             "init", "stage_one", "stage_two")
         self.centring = None if centring is None else dict(centring)
@@ -887,9 +897,12 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         self.pairs = bool(pairs)
         if self.centring is not None:
             self.phases = ("centre",) + self.phases
+        self.scaling = scaling
+        if scaling is not None and scaling.releases:
+            self.phases = ("scale",) + self.phases
         self.moment_init = bool(moment_init) and init is None
         self.init_noise_multiplier = init_noise_multiplier
-        rounds = {"centre": 1, "init": 1 if self.moment_init else 2,
+        rounds = {"scale": N_PASSES, "centre": 1, "init": 1 if self.moment_init else 2,
                   "stage_one": int(stage_one["n_rounds"]), "stage_two": 0}
         super().__init__([rounds[name] for name in self.phases])
         self.coef_shape = tuple(coef_shape)
@@ -906,13 +919,34 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
             return data
         return prepare_site(data, self.fit_intercept)
 
+    def _scaled_rows(self, data, phase, broadcast):
+        """The rows in the scaled space after the scaling's release (raw before it)."""
+        if self.scaling is None or self.phases[phase] == "scale":
+            return data
+        X, Y = self.scaling.transform(data.X, data.y, broadcast)  # checks the ranges
+        return dataclasses.replace(data, X=X, y=Y)
+
+    def _check_once(self, data, state, phase):
+        """Refuse a one-off phase's release beyond its rounds (the privacy plan counts
+        each once), also when the server returns to the phase later."""
+        name = self.phases[phase]
+        once = name in ("scale", "centre") or (name == "init" and self.moment_init)
+        if once and state.states[phase] is not None and (
+                state.phase != phase or state.rounds >= self.phase_rounds[phase]):
+            raise ValueError(
+                f"the server asked client {data.label!r} for the one-off release of phase "
+                f"{name!r} again; the privacy plan allows it once.")
+
     def _phase_rows(self, data, state, phase, kind):
         """The rows phase ``phase`` sees: after a private centring, its centred rows."""
         if self.pairs:  # the releases take raw rows, Stage II (nothing sent) centred ones
             return prepare_site(data, True) if kind == "local" else data
-        if self.centring is None or phase == 0:
+        if self.centring is None:
             return data
-        centre = state.states[0]
+        at = self.phases.index("centre")
+        if phase <= at:
+            return data
+        centre = state.states[at]
         if centre is None:
             raise RuntimeError(
                 f"client {data.label!r} has no private means: it did not answer the centring "
@@ -920,6 +954,8 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
         return centre[kind]
 
     def client_step(self, data, state, broadcast, rng):
+        self._check_once(data, state, int(broadcast["phase"]))
+        data = self._scaled_rows(data, int(broadcast["phase"]), broadcast)
         data = self._phase_rows(data, state, int(broadcast["phase"]), "train")
         try:
             return super().client_step(data, state, broadcast, rng)
@@ -930,12 +966,20 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
 
     def client_finalize(self, data, state, broadcast, rng):
         # Stage II sends nothing: the exactly centred rows
+        data = self._scaled_rows(data, int(broadcast["phase"]), broadcast)
         data = self._phase_rows(data, state, int(broadcast["phase"]), "local")
         try:
             return super().client_finalize(data, state, broadcast, rng)
         except NUMERICAL_ERRORS as exc:
             raise client_failure(exc, data.label, self.phases[int(broadcast["phase"])],
                                  None) from exc
+
+    def server_step(self, state, messages, rng):
+        state, broadcast = super().server_step(state, messages, rng)
+        if self.phases[0] == "scale" and state.phase > 0:
+            # every later broadcast carries the ranges (a site sampled late needs them)
+            broadcast = {**broadcast, **state.states[0]}
+        return state, broadcast
 
     def phase_spec(self, phase, previous):
         if self.phases[phase] != "stage_one":
@@ -946,6 +990,8 @@ class PersonalizedTensorPhases(PhasedAlgorithm):
 
     def build_phase(self, phase, spec, previous=None):
         name = self.phases[phase]
+        if name == "scale":
+            return ScalingRound(self.scaling)
         if name == "centre":
             return PrivateCentring(**self.centring)
         if name == "init" and self.moment_init:
