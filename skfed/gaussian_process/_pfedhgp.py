@@ -124,7 +124,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     Client ``i``'s targets are modelled as a shared global GP, a client
     deviation GP with kernel ``phi * k_g`` on the shared inducing inputs
     ``Z_g``, and a local GP with its own kernel and inducing inputs ``Z_i``,
-    plus Gaussian noise (paper eqs. 3-4)::
+    plus Gaussian noise (eqs. 3-4 of the pFedHGP paper [1]_)::
 
         y = f_g(x) + f_delta_i(x) + f_l_i(x) + eps
 
@@ -189,8 +189,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         Stationary kernel of every component.
     ard : bool, default=True
         One lengthscale per feature (automatic relevance determination), else
-        one shared lengthscale per kernel (``False``, the default before
-        issue 14; the same model for one feature). The default was chosen by
+        one shared lengthscale per kernel (``False``, the former default;
+        the same model for one feature). The default was chosen by
         the committed protocol of ``benchmarks/pfedhgp_local_linear.py`` on
         five real data sets (``doc/results/real_data_defaults.md``).
     n_latents : int or tuple of 3 int, default=2
@@ -235,10 +235,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         ``"cavi"``: closed-form variational blocks, ``phi`` and noise (derived
         here, not in the paper) plus Adam steps on the kernel
         hyperparameters; it reaches a higher ELBO in fewer rounds and
-        predicts better on held-out data (``benchmarks/pfedhgp_defaults.py``). ``"paper"``: the paper's
-        protocol (Sec. 3.6, Alg. 1): Adam on every parameter with analytic
-        gradients (``local_steps`` client steps, one server step per round);
-        about 15 times slower. The paper's protocol is ``optimizer="paper",
+        predicts better on held-out data (``benchmarks/pfedhgp_defaults.py``).
+        ``"paper"``: the paper's protocol (Sec. 3.6, Alg. 1): Adam on every
+        parameter with analytic gradients (``local_steps`` client steps, one
+        server step per round); about 15 times slower. The paper's protocol is ``optimizer="paper",
         n_rounds=20, tol=None, normalize_y=False, normalize_X=False,
         mean_function="constant"``.
     mean_update : {"joint", "blockwise"}, default="joint"
@@ -481,6 +481,13 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         Every message exchanged during ``fit``.
     n_features_in_ : int
         Number of features seen in ``fit``.
+
+    References
+    ----------
+    .. [1] H. Yan et al., "Personalized Federated Hierarchical Gaussian
+       Processes for Privacy-Preserving Modeling of Heterogeneous Distributed
+       Systems", arXiv:2609.19337. Equation, section and assumption numbers in
+       this documentation ("paper eq.", "paper sec.") are this paper's.
 
     Examples
     --------

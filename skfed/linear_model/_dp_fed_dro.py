@@ -35,7 +35,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
     """Differentially private, distributionally robust federated multiclass classifier.
 
     The DP-Fed DRO method ("Private and Distributionally Robust Federated
-    Multiclass Classification", Algorithm 2). Each client holds the rows of
+    Multiclass Classification" [1]_, Algorithm 2). Each client holds the rows of
     one ``groups`` label and minimises the worst-case expected Crammer-Singer
     loss of a linear model ``M`` (``K x P``) over a type-1 Wasserstein ball of
     radius ``radius`` around its data, with transport cost
@@ -360,6 +360,12 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         The Wasserstein radius of each client (``"auto"`` resolved).
     n_features_in_ : int
         Number of features.
+
+    References
+    ----------
+    .. [1] "Private and Distributionally Robust Federated Multiclass
+       Classification", arXiv:2610.13631. Algorithm, theorem and equation
+       numbers in this documentation ("the paper's") are this paper's.
 
     Examples
     --------

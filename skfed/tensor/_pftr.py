@@ -78,9 +78,8 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
     Client ``k`` has coefficient tensor ``A_k = A_0 + B_k``: ``A_0`` of low
     Tucker rank is shared by all clients, ``B_k`` is a sparse local
-    deviation, and ``Y_i = <A_k, X_i> + E_i`` (Chen, Wei and Zhu,
-    "Personalized Federated Learning for Tensor Regression"). Training runs
-    on :mod:`skfed.federated` in three parts:
+    deviation, and ``Y_i = <A_k, X_i> + E_i`` (Chen, Wei and Zhu [1]_).
+    Training runs on :mod:`skfed.federated` in three parts:
 
     1. *Initialization*: without privacy (and with ``privacy_mode="paper"``)
        each client computes a preliminary low-rank + sparse estimate by ADMM;
@@ -508,6 +507,12 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         ``2 tau_e tau_x / n_k`` is exact (the authors' code doubles the
         gradient without doubling the noise);
     (f) ``delta = 0.1``, the paper's setting, is weak by DP standards.
+
+    References
+    ----------
+    .. [1] K. Chen, X. Wei and Q. Zhu, "Personalized Federated Learning for
+       Tensor Regression", arXiv:2608.27191. Algorithm, section and equation
+       numbers in this documentation ("the paper's") are this paper's.
 
     Examples
     --------
