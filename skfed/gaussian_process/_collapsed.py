@@ -60,9 +60,10 @@ def rbf(A, B, lengthscale, variance):
     return variance * np.exp(-0.5 * np.maximum(d2, 0.0))
 
 
-def rbf_adjoint(A, B, lengthscale, variance, G):
-    """``<G, dK/dlog variance>`` and ``<G, dK/dlog lengthscale_j>`` of ``K = rbf(A, B)``."""
-    GK = G * rbf(A, B, lengthscale, variance)
+def rbf_adjoint(A, B, lengthscale, variance, G, K=None):
+    """``<G, dK/dlog variance>`` and ``<G, dK/dlog lengthscale_j>`` of ``K = rbf(A, B)``
+    (``K`` if already computed)."""
+    GK = G * (rbf(A, B, lengthscale, variance) if K is None else K)
     out = np.empty(1 + A.shape[1])
     out[0] = GK.sum()
     for j in range(A.shape[1]):
@@ -190,7 +191,7 @@ def site_statistics(X, y, p, layout, Z, K_inv):
     Ciy = cho_solve(cf, y)
     message = {"HCH": H.T @ CiH, "HCy": H.T @ Ciy,
                "logdet": 2.0 * np.log(np.diag(cf[0])).sum(), "yCy": float(y @ Ciy)}
-    return message, (cf, H, CiH, Ciy, B)
+    return message, (cf, H, CiH, Ciy, B, Phi)
 
 
 def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
@@ -203,7 +204,7 @@ def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
     mapped to the hyperparameters here (``Z`` and the hyperparameters are
     public), so the site sends one vector.
     """
-    cf, H, CiH, Ciy, B = cache
+    cf, H, CiH, Ciy, B, Phi = cache
     d, f = layout.d, layout.f
     a = Ciy - CiH @ w
     M = CiH @ Lam_inv
@@ -211,14 +212,15 @@ def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
     G_phi = (M - np.outer(a, w))[:, f:] - 2.0 * Gc @ B
     G_K = B.T @ Gc @ B
     g = np.zeros(layout.size)
-    glob = (rbf_adjoint(X, X, p["ls_g"], p["var_g"], layout.global_weight(p) * Gc)
-            + rbf_adjoint(X, Z, p["ls_g"], p["var_g"], G_phi)
+    Kg = rbf(X, X, p["ls_g"], p["var_g"])
+    glob = (rbf_adjoint(X, X, p["ls_g"], p["var_g"], layout.global_weight(p) * Gc, Kg)
+            + rbf_adjoint(X, Z, p["ls_g"], p["var_g"], G_phi, Phi)
             + rbf_adjoint(Z, Z, p["ls_g"], p["var_g"], G_K))
     glob[0] += JITTER * p["var_g"] * np.trace(G_K)
     g[d] = glob[0]
     g[:d] = glob[1:]
     if layout.deviation:
-        g[d + 1] = p["phi"] * np.sum(Gc * rbf(X, X, p["ls_g"], p["var_g"]))
+        g[d + 1] = p["phi"] * np.sum(Gc * Kg)
     if layout.local:
         loc = rbf_adjoint(X, X, p["ls_l"], p["var_l"], Gc)
         g[2 * d + 2] = loc[0]
@@ -313,8 +315,8 @@ def predict_collapsed(p, layout, Z, w, Lam_inv, X, site=None):
         var += np.einsum("ij,jk,ik->i", R, p["L"] @ p["L"].T, R)
     if site is not None:
         Xi, yi = site
-        _, (cf, Hi, _, _, _) = site_statistics(Xi, yi, p, layout, Z, K_inv)
-        Cst = _site_cov(p, layout, X, Xi, B, rbf(Xi, Z, p["ls_g"], p["var_g"]))
+        _, (cf, Hi, _, _, _, Phi_i) = site_statistics(Xi, yi, p, layout, Z, K_inv)
+        Cst = _site_cov(p, layout, X, Xi, B, Phi_i)
         CiCt = cho_solve(cf, Cst.T)
         mean += Cst @ cho_solve(cf, yi - Hi @ w)
         var -= np.einsum("ij,ji->i", Cst, CiCt)
