@@ -129,6 +129,17 @@ def test_pfedhgp_regressor_joint_mean_blockwise_and_input_bounds():
         assert_no_raw_value(model.communication_, X, y)
 
 
+@pytest.mark.parametrize("random_effects", ["none", "linear"])
+@pytest.mark.parametrize("normalize_X", [True, False])
+def test_pfedhgp_regressor_collapsed(random_effects, normalize_X):
+    X, y, groups = _regression(SIZES)
+    model = PFedHGPRegressor(inference="collapsed", random_effects=random_effects,
+                             normalize_X=normalize_X, n_inducing_global=5, n_restarts=1,
+                             random_state=0)
+    fit_keeping(model, X, y, groups)
+    assert_no_raw_value(model.communication_, X, y)
+
+
 @pytest.mark.parametrize("optimizer", ["cavi", "paper"])
 @pytest.mark.parametrize("n_outputs", [None, 2])
 def test_pfedgp_regressor(optimizer, n_outputs):

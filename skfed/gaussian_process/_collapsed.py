@@ -32,19 +32,25 @@ of up to a few hundred rows (panels, clinics, schools).
 """
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import OptimizeResult
 
 from ..federated import FederatedAlgorithm
+from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ..utils._optimize import AskTellLBFGS
+from ._steps import check_pooled_scale, input_setup, input_summary, target_summary
 
 __all__ = ["Layout", "design", "site_statistics", "site_gradient", "server_objective",
-           "server_gradient", "fit_collapsed", "predict_collapsed", "CollapsedProtocol"]
+           "server_gradient", "fit_collapsed", "site_posterior", "posterior_moments",
+           "predict_collapsed", "scattered_starts", "CollapsedProtocol", "PFedHGPCollapsed"]
 
 #: relative jitter on the inducing covariance
 JITTER = 1e-6
+#: accepted optimizer steps per start, at most
+MAX_ITER = 500
 #: bounds of every log-scale hyperparameter (lengthscales, variances, phi, noise)
 LOG_BOUNDS = (-7.0, 7.0)
 #: bounds of the random-effect covariance's factor: log diagonal, off-diagonal entries
@@ -297,32 +303,84 @@ def fit_collapsed(sites, layout, Z, theta0, max_iter=500):
                           message=opt.message)
 
 
-def predict_collapsed(p, layout, Z, w, Lam_inv, X, site=None):
-    """Predictive mean and variance of noisy targets at ``X`` (standardized units).
+def site_posterior(X, y, p, layout, Z, w, K_inv=None):
+    """What a site keeps to predict its own rows: its rows, factor and residual.
 
-    ``site`` is ``(X_i, y_i)`` of the site the rows belong to, or None for a
-    new site (the population prediction: fixed effects and global GP).
+    ``(X, cf, H, r)`` with ``r = C^{-1} (y - H w)``; it never leaves the site.
+    """
+    K_inv = _inverse_kzz(p, Z)[0] if K_inv is None else K_inv
+    _, (cf, H, CiH, Ciy, _, _) = site_statistics(X, y, p, layout, Z, K_inv)
+    return X, cf, H, Ciy - CiH @ w
+
+
+def posterior_moments(p, layout, Z, w, Lam_inv, X, index, sites, full=False):
+    """Predictive mean and variance (or covariance) of noise-free values at ``X``.
+
+    Standardized units. ``index[j]`` is the site of row ``j`` (a key of
+    ``sites``, whose values are :func:`site_posterior` tuples) or ``-1``: rows
+    of the population, predicted as one new site whose blocks follow their
+    prior (fixed effects and global GP only in the mean). Given ``w`` a site's
+    block is independent of the other sites' rows, so with ``G~ = G - C_*s
+    C^{-1} H`` at seen rows (``G`` at new ones) the covariance is ``G~ Lam^{-1}
+    G~^T`` plus each site's conditional block.
     """
     K_inv = _inverse_kzz(p, Z)[0]
     Phi = rbf(X, Z, p["ls_g"], p["var_g"])
     B = Phi @ K_inv
     G = np.hstack([design(X, layout.fixed_effects), Phi])
     mean = G @ w
-    var = (p["var_g"] * layout.global_weight(p) - np.einsum("ij,ij->i", B, Phi)
-           + p["var_l"] + p["s2"])
-    if layout.q:
-        R = design(X, layout.random_effects)
-        var += np.einsum("ij,jk,ik->i", R, p["L"] @ p["L"].T, R)
-    if site is not None:
-        Xi, yi = site
-        _, (cf, Hi, _, _, _, Phi_i) = site_statistics(Xi, yi, p, layout, Z, K_inv)
-        Cst = _site_cov(p, layout, X, Xi, B, Phi_i)
-        CiCt = cho_solve(cf, Cst.T)
-        mean += Cst @ cho_solve(cf, yi - Hi @ w)
-        var -= np.einsum("ij,ji->i", Cst, CiCt)
-        G = G - CiCt.T @ Hi
-    var += np.einsum("ij,ji->i", G, Lam_inv @ G.T)
-    return mean, np.maximum(var, 1e-12)
+    n = X.shape[0]
+    cov = np.zeros((n, n)) if full else np.zeros(n)
+    for k in np.unique(index):
+        rows = np.flatnonzero(index == k)
+        if full:
+            block = _site_cov(p, layout, X[rows], X[rows], B[rows], Phi[rows])
+        else:  # the diagonal of the same block
+            block = (p["var_g"] * layout.global_weight(p) + p["var_l"]
+                     - np.einsum("ij,ij->i", B[rows], Phi[rows]))
+            if layout.q:
+                R = design(X[rows], layout.random_effects)
+                block = block + np.einsum("ij,jk,ik->i", R, p["L"] @ p["L"].T, R)
+        if k >= 0:
+            Xi, cf, Hi, r = sites[k]
+            Cst = _site_cov(p, layout, X[rows], Xi, B[rows], rbf(Xi, Z, p["ls_g"], p["var_g"]))
+            CiCt = cho_solve(cf, Cst.T)
+            mean[rows] += Cst @ r
+            block = block - (Cst @ CiCt if full else np.einsum("ij,ji->i", Cst, CiCt))
+            G[rows] -= CiCt.T @ Hi
+        cov[np.ix_(rows, rows) if full else rows] += block
+    if full:
+        cov += G @ Lam_inv @ G.T
+        cov = 0.5 * (cov + cov.T)  # the blocks are symmetric up to rounding
+    else:
+        cov += np.einsum("ij,ji->i", G, Lam_inv @ G.T)
+        cov = np.maximum(cov, 0.0)
+    return mean, cov
+
+
+def predict_collapsed(p, layout, Z, w, Lam_inv, X, site=None):
+    """Predictive mean and variance of noisy targets at ``X`` (standardized units).
+
+    ``site`` is ``(X_i, y_i)`` of the site the rows belong to, or None for a
+    new site (the population prediction: fixed effects and global GP).
+    """
+    index = np.full(X.shape[0], -1 if site is None else 0)
+    sites = {} if site is None else {0: site_posterior(*site, p, layout, Z, w)}
+    mean, var = posterior_moments(p, layout, Z, w, Lam_inv, X, index, sites)
+    return mean, var + p["s2"]
+
+
+def scattered_starts(theta0, layout, n, rng):
+    """``theta0`` and ``n`` starts about it: each scale (lengthscales, variances,
+    ``phi``, noise, the random effects' standard deviations) times ``10**U(-1, 1)``."""
+    starts = [np.asarray(theta0, dtype=float)]
+    logs = np.zeros(layout.size, dtype=bool)
+    logs[:2 * layout.d + 4] = True
+    logs[2 * layout.d + 4:] = [i == j for i, j in zip(*layout.tril)]
+    for _ in range(int(n)):
+        shift = rng.uniform(-1.0, 1.0, size=layout.size) * np.log(10.0)
+        starts.append(starts[0] + np.where(logs, shift, 0.0))
+    return np.array(starts)
 
 
 class CollapsedProtocol(FederatedAlgorithm):
@@ -332,90 +390,231 @@ class CollapsedProtocol(FederatedAlgorithm):
     :func:`site_statistics` at ``theta``; ``1`` sends the server's ``w`` and
     ``Lam^{-1}`` at that ``theta`` and asks for the sites' :func:`site_gradient`;
     the server's :class:`~skfed.utils._optimize.AskTellLBFGS` then proposes
-    the next ``theta``. Once it stops, one more statistics round at the
-    optimum gives the final ``w`` and ``Lam^{-1}`` (broadcast with stage
-    ``2``); a site's posterior needs only those and its own rows, which stay
-    with it (:func:`predict_collapsed`). A site whose block is not positive
-    definite at a trial point says so (``failed``), and the server treats the
-    point as infinite.
+    the next ``theta``. Each start of ``theta0`` is run in turn; once the last
+    stops, one more statistics round at the start's optimum of the lowest
+    NLL gives the final ``w`` and ``Lam^{-1}``, which reach every site
+    (stage ``2``, :meth:`client_finalize`): a site's posterior needs only
+    those and its own rows, which stay with it (:func:`site_posterior`). A
+    site whose block is not positive definite at a trial point says so
+    (``failed``), and the server treats the point as infinite. A site with
+    fewer than :data:`~skfed.federated._release.MIN_ROWS_MOMENTS` rows sends
+    nothing (one row's statistics give its kernel features and target) and
+    is left out of the likelihood; it still predicts its own rows.
 
     Parameters
     ----------
     layout : Layout
     Z : ndarray of shape (m, n_features)
         Global inducing inputs (public).
-    theta0 : ndarray of shape (layout.size,)
-        Start.
+    theta0 : ndarray of shape (layout.size,) or (n_starts, layout.size)
+        Start(s).
     max_iter : int, default=500
-        Accepted optimizer steps at most.
+        Accepted optimizer steps at most, per start.
+    ftol : float, default=1e-10
+        Relative decrease below which a start stops (``AskTellLBFGS``).
     """
 
     client_step_draws = False
+    finalize_clients = True
 
-    def __init__(self, layout, Z, theta0, max_iter=500):
+    def __init__(self, layout, Z, theta0, max_iter=MAX_ITER, ftol=1e-10):
         self.layout = layout
-        self.Z = np.asarray(Z, dtype=float)
-        self.theta0 = np.asarray(theta0, dtype=float)
+        self.Z = None if Z is None else np.asarray(Z, dtype=float)
+        self.theta0 = None if theta0 is None else np.atleast_2d(np.asarray(theta0, dtype=float))
         self.max_iter = int(max_iter)
+        self.ftol = float(ftol)
 
     def asks_every_client(self, server_state):
         return True
 
+    def _optimizer(self, theta):
+        return AskTellLBFGS(theta, np.array(self.layout.bounds()), max_iter=self.max_iter,
+                            ftol=self.ftol)
+
+    def _begin(self, Z, starts, extra=None):
+        """The first state and broadcast of the optimization from ``starts``."""
+        opt = self._optimizer(starts[0])
+        state = {"opt": opt, "stage": 0, "Z": Z, "starts": starts, "start": 0, "finished": [],
+                 "n_eval": 0, **(extra or {})}
+        return state, self._ask(state, 0, opt.ask())
+
+    def _ask(self, state, stage, theta, **more):
+        return {"stage": np.int64(stage), "theta": theta, "Z": state["Z"], **more}
+
     def server_init(self, rng):
-        opt = AskTellLBFGS(self.theta0, np.array(self.layout.bounds()), max_iter=self.max_iter)
-        return {"opt": opt, "stage": 0}, {"stage": np.int64(0), "theta": opt.ask()}
+        return self._begin(self.Z, self.theta0)
+
+    def _sends(self, data):
+        return data.n_samples >= MIN_ROWS_MOMENTS
 
     def client_step(self, data, state, broadcast, rng):
+        if not self._sends(data):
+            return None, {}
         p = self.layout.unpack(broadcast["theta"])
+        Z = np.asarray(broadcast["Z"])
         if int(broadcast["stage"]) == 1:
             if state is None:  # this site's block failed at this point
                 return state, {"failed": np.int64(1)}
-            grad = site_gradient(data.X, p, self.layout, self.Z, state, broadcast["w"],
+            grad = site_gradient(data.X, p, self.layout, Z, state, broadcast["w"],
                                  broadcast["lam_inv"])
             return state, {"grad": grad}
         try:
-            message, cache = site_statistics(data.X, data.y, p, self.layout, self.Z,
-                                             _inverse_kzz(p, self.Z)[0])
+            message, cache = site_statistics(data.X, data.y, p, self.layout, Z,
+                                             _inverse_kzz(p, Z)[0])
         except np.linalg.LinAlgError:
             return None, {"failed": np.int64(1)}
         return cache, {k: np.asarray(v, dtype=float) for k, v in message.items()}
 
+    def client_finalize(self, data, state, broadcast, rng):
+        p = self.layout.unpack(broadcast["theta"])
+        return site_posterior(data.X, data.y, p, self.layout, np.asarray(broadcast["Z"]),
+                              np.asarray(broadcast["w"]))
+
     def server_step(self, state, messages, rng):
-        opt = copy.deepcopy(state["opt"])
-        msgs = [messages[k] for k in sorted(messages)]
-        theta = opt.x if state["stage"] == 2 else opt.ask()
+        state = {**state, "opt": copy.deepcopy(state["opt"]), "n_eval": state["n_eval"]}
+        opt, Z, stage = state["opt"], state["Z"], state["stage"]
+        msgs = [messages[k] for k in sorted(messages) if len(messages[k])]
+        if not msgs:
+            raise ValueError("no site has enough rows to send its statistics (at least 3).")
+        theta = state["best"] if stage == 2 else opt.ask()
         p = self.layout.unpack(theta)
         failed = any("failed" in m for m in msgs)
-        if state["stage"] in (0, 2) and not failed:
+        if stage in (0, 2) and not failed:
             try:
-                nll, w, lam_inv, K_inv = server_objective(p, self.layout, self.Z, msgs)
+                nll, w, lam_inv, K_inv = server_objective(p, self.layout, Z, msgs)
             except np.linalg.LinAlgError:
                 failed = True
-        if state["stage"] == 2:
+        if stage == 2:
             if failed:
                 raise ValueError("the collapsed fit's optimum is not positive definite at a "
                                  "site; try other starting values")
-            done = {"opt": opt, "stage": 3, "nll": nll, "w": w, "lam_inv": lam_inv}
-            return done, {"stage": np.int64(2), "theta": theta, "w": w, "lam_inv": lam_inv}
-        if state["stage"] == 0 and not failed:
-            new = {"opt": opt, "stage": 1, "nll": nll, "w": w, "lam_inv": lam_inv,
-                   "K_inv": K_inv}
-            return new, {"stage": np.int64(1), "theta": theta, "w": w, "lam_inv": lam_inv}
+            done = {**state, "stage": 3, "theta": theta, "nll": nll, "w": w, "lam_inv": lam_inv}
+            return done, self._ask(state, 2, theta, w=w, lam_inv=lam_inv)
+        if stage == 0 and not failed:
+            new = {**state, "stage": 1, "nll": nll, "w": w, "lam_inv": lam_inv, "K_inv": K_inv}
+            return new, self._ask(state, 1, theta, w=w, lam_inv=lam_inv)
+        state["n_eval"] += 1
         if failed:
             opt.tell(np.inf, np.zeros(self.layout.size))
         else:
-            grad = server_gradient(p, self.layout, self.Z, state["w"], state["lam_inv"],
+            grad = server_gradient(p, self.layout, Z, state["w"], state["lam_inv"],
                                    state["K_inv"], [m["grad"] for m in msgs])
             opt.tell(state["nll"], grad)
-        if opt.done:  # the final statistics round, at the optimum
-            return {"opt": opt, "stage": 2}, {"stage": np.int64(0), "theta": opt.x}
-        return {"opt": opt, "stage": 0}, {"stage": np.int64(0), "theta": opt.ask()}
+        if not opt.done:
+            return {**state, "stage": 0}, self._ask(state, 0, opt.ask())
+        finished = state["finished"] + [(opt.f if opt.f is not None else np.inf, opt.x)]
+        k = state["start"] + 1
+        if k < len(state["starts"]):  # the next start
+            nxt = self._optimizer(state["starts"][k])
+            new = {**state, "opt": nxt, "stage": 0, "start": k, "finished": finished}
+            return new, self._ask(new, 0, nxt.ask())
+        f_best, best = min(finished, key=lambda t: t[0] if np.isfinite(t[0]) else np.inf)
+        # the final statistics round, at the best start's optimum
+        new = {**state, "stage": 2, "best": best, "finished": finished}
+        return new, self._ask(new, 0, best)
 
     def converged(self, server_state):
         return server_state["stage"] == 3
 
-    def max_rounds(self):
+    def max_rounds(self, n_starts=None):
         """An upper bound on the rounds: two per evaluation, evaluations bounded by
         the optimizer's steps and backtracks, and the final statistics round."""
+        n_starts = len(self.theta0) if n_starts is None else int(n_starts)
         per_step = 2 * (AskTellLBFGS.MAX_BACKTRACKS + 2)
-        return 2 * per_step * (self.max_iter + 1) + 2
+        return n_starts * 2 * per_step * (self.max_iter + 1) + 3
+
+
+class PFedHGPCollapsed(CollapsedProtocol):
+    """:class:`CollapsedProtocol` after a set-up round, on standardized rows.
+
+    Round 0 gathers the sites' sums and sums of squares of ``X`` and ``y``
+    (under the release rule, as PFedHGP's variational set-up): the server
+    standardizes with the pooled moments, places the ``n_inducing`` global
+    inducing inputs in the box (:func:`~._steps.input_setup`: a grid for one
+    feature, scrambled Halton otherwise; never a site's rows) and draws
+    ``n_restarts`` starts about ``theta0`` (:func:`scattered_starts`). Every
+    later broadcast carries the scaling; sites apply it to their own rows.
+
+    Parameters
+    ----------
+    layout : Layout
+    theta0 : ndarray of shape (layout.size,)
+        The first start, standardized units.
+    n_inducing : int
+    n_restarts : int
+    max_iter, ftol : see :class:`CollapsedProtocol`
+    normalize_X, normalize_y : bool
+    input_bounds : tuple of two arrays or None
+    init_inducing_global : ndarray or None
+    """
+
+    SCALING = ("x_shift", "x_scale", "y_shift", "y_scale")
+
+    def __init__(self, layout, theta0, *, n_inducing=25, n_restarts=0, max_iter=MAX_ITER,
+                 ftol=1e-10, normalize_X=True, normalize_y=True, input_bounds=None,
+                 init_inducing_global=None):
+        super().__init__(layout, None, theta0, max_iter=max_iter, ftol=ftol)
+        self.n_inducing = int(n_inducing)
+        self.n_restarts = int(n_restarts)
+        self.normalize_X = bool(normalize_X)
+        self.normalize_y = bool(normalize_y)
+        self.input_bounds = input_bounds
+        self.init_inducing_global = init_inducing_global
+
+    def server_init(self, rng):
+        return {"stage": -1}, {"stage": np.int64(-1)}
+
+    def _ask(self, state, stage, theta, **more):
+        return {**super()._ask(state, stage, theta, **more),
+                **{k: np.asarray(state[k], dtype=float) for k in self.SCALING}}
+
+    def _standardized(self, data, broadcast):
+        X = (data.X - broadcast["x_shift"]) / broadcast["x_scale"]
+        y = (data.y - float(broadcast["y_shift"])) / float(broadcast["y_scale"])
+        return replace(data, X=X, y=y)
+
+    def client_step(self, data, state, broadcast, rng):
+        if int(broadcast["stage"]) == -1:
+            return None, {"n": np.int64(data.n_samples), **target_summary(data.y),
+                          **input_summary(data.X)}
+        return super().client_step(self._standardized(data, broadcast), state, broadcast, rng)
+
+    def client_finalize(self, data, state, broadcast, rng):
+        return super().client_finalize(self._standardized(data, broadcast), state, broadcast,
+                                       rng)
+
+    def server_step(self, state, messages, rng):
+        if state["stage"] != -1:
+            return super().server_step(state, messages, rng)
+        msgs = [messages[k] for k in sorted(messages)]
+        Z, _, x_shift, x_scale = input_setup(
+            msgs, self.normalize_X, self.n_inducing, self.init_inducing_global, rng,
+            self.layout.d, self.input_bounds)
+        if not self.layout.global_gp:  # the deviation GP alone is exact within each site
+            Z = Z[:0]
+        y_shift, y_scale = target_scaling(msgs, self.normalize_y)
+        starts = scattered_starts(self.theta0[0], self.layout, self.n_restarts, rng)
+        return self._begin(Z, starts, {"x_shift": x_shift, "x_scale": x_scale,
+                                       "y_shift": y_shift, "y_scale": y_scale})
+
+    def max_rounds(self):
+        return super().max_rounds(1 + self.n_restarts) + 1
+
+
+def target_scaling(msgs, normalize_y=True):
+    """The pooled mean and standard deviation of ``y`` from the sites' sums (sites
+    with too few rows send none, :mod:`skfed.federated._release`)."""
+    sent = [m for m in msgs if "sum_y" in m]
+    if not normalize_y:
+        return 0.0, 1.0
+    if not sent:
+        too_few_rows_warning("normalize_y", MIN_ROWS_MOMENTS,
+                             "y is left as it is (shift 0, scale 1)")
+        return 0.0, 1.0
+    n = sum(float(m["n"]) for m in sent)
+    s1 = sum(float(m["sum_y"]) for m in sent)
+    s2 = sum(float(m["sum_y2"]) for m in sent)
+    check_pooled_scale(s2, "y")
+    shift = s1 / n
+    var = max(s2 / n - shift**2, 0.0)
+    return shift, (float(np.sqrt(var)) if var > 0 else 1.0)

@@ -8,10 +8,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 from threadpoolctl import threadpool_limits
 
 from ..base import FederatedEstimator, check_on_site
+from ..federated._release import MIN_ROWS_MOMENTS
 from ..utils._param_validation import (
     FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
 )
@@ -28,6 +29,8 @@ from ._predict import (
 from ._ilmm_steps import _IlmmSteps
 from ._random_effects import RANDOM_EFFECTS, effects_design, effects_moments
 from ._kernels import KERNEL_KINDS
+from ._collapsed import Layout, PFedHGPCollapsed, posterior_moments
+from ._random_effects import INITIAL_VARIANCE
 from ._steps import InitialValues, _PFedHGPSteps, site_trend_moments
 
 __all__ = ["PFedHGPRegressor"]
@@ -39,6 +42,7 @@ DEFAULT_LOCAL_STEPS = {"paper": 80, "cavi": 10}
 DEFAULT_SERVER_LR = {"paper": 0.1, "cavi": 0.3}
 POPULATION_LOCAL = ("median", "none")
 MEAN_FUNCTIONS = ("constant", "linear")
+INFERENCES = ("variational", "collapsed")
 SITE_TRENDS = ("none", "linear")
 # init_variance_local=None for 1-D y (benchmarks/pfedhgp_start.py)
 SCALAR_INIT_VARIANCE_LOCAL = 0.1
@@ -415,6 +419,31 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         plus noise for multi-output ``y`` (no deviation or local term, whose
         loadings are the clients'); it then understates a new client's
         uncertainty. Seen clients' predictions are the same either way.
+    inference : {"variational", "collapsed"}, default="variational"
+        How the model is fitted. ``"variational"``: the paper's sparse
+        variational fit (paper sec. 4), with ``optimizer`` choosing its
+        rounds. ``"collapsed"``: the same hierarchy with each client's blocks
+        (deviation GP, local GP, ``random_effects``) and the fixed effects
+        (an intercept, or the linear ``mean_function``) integrated out
+        exactly; only the global GP is sparse (inducing inputs ``Z_g``, its
+        residual exact within each client: PITC by client). The
+        hyperparameters, shared by the clients, maximize the restricted
+        (REML) marginal likelihood with L-BFGS driven by the server, two
+        exchanges per evaluation: each client sends its ``Z_g``-projected
+        statistics (``H^T C^-1 H``, ``H^T C^-1 y``, ``log|C|``, ``y^T C^-1
+        y``, ``M + p`` numbers or matrices of that size), then, given the
+        broadcast fixed effects and global posterior, its gradient. With
+        ``components=("global",)`` and no GP it is the linear mixed model's
+        REML fit. Clients with fewer than 3 rows send nothing and are left
+        out. 1-D ``y``, ``kernel="rbf"`` and ``site_trend="none"`` only;
+        ``optimizer``, ``n_rounds``, ``local_steps`` and the local inducing
+        settings do not apply; ``client_kernels`` and ``client_dissimilarity``
+        are not available (the clients share their kernels).
+    n_restarts : int, default=0
+        ``inference="collapsed"`` only: fits from this many more starts, each
+        initial lengthscale and variance scaled by ``10^U(-1, 1)`` (drawn
+        from ``random_state``), one after the other in the same federated
+        run; the fit with the lowest negative log marginal likelihood is kept.
     random_state : int, RandomState instance or None, default=None
         Seeds the Halton placement of ``Z_g`` (more than one feature).
     n_jobs : int or None, default=None
@@ -477,6 +506,12 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         (``"paper"``), or after the server's closed-form update (``"cavi"``).
     jitter_ : float
         Largest diagonal jitter any Cholesky factorization needed.
+    log_marginal_likelihood_value_ : float
+        ``inference="collapsed"``: the restricted log marginal likelihood of
+        the kept fit, on the normalized scale (``None`` otherwise; ``elbo_``
+        is then ``None``, ``n_iter_`` counts likelihood evaluations, and the
+        shared local kernel is repeated in ``lengthscales_local_`` and
+        ``variances_local_`` for every client).
     communication_ : Ledger
         Every message exchanged during ``fit``.
     n_features_in_ : int
@@ -550,6 +585,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         on_client_error="raise",
         unknown_client="global",
         population_local="median",
+        inference="variational",
+        n_restarts=0,
         random_state=None,
         n_jobs=None,
         verbose=0,
@@ -586,6 +623,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.on_client_error = on_client_error
         self.unknown_client = unknown_client
         self.population_local = population_local
+        self.inference = inference
+        self.n_restarts = n_restarts
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
@@ -616,6 +655,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         "random_effects": [StrOptions(set(RANDOM_EFFECTS))],
         "input_bounds": "no_validation",  # checked at set-up, against n_features
         "population_local": [StrOptions(set(POPULATION_LOCAL))],
+        "inference": [StrOptions(set(INFERENCES))],
+        "n_restarts": [positive_int(0)],
     }
 
     _inducing_local_name = "n_inducing_local"  # the parameter named in the small-client warning
@@ -627,7 +668,9 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                      init_lengthscale_global=3.0, random_state=0)
         return [cls(),  # the defaults fit scikit-learn's small check data as they are
                 cls(optimizer="cavi", local_steps=3, n_rounds=10, **small),
-                cls(optimizer="paper", local_steps=5, n_rounds=4, **small)]
+                cls(optimizer="paper", local_steps=5, n_rounds=4, **small),
+                cls(inference="collapsed", n_inducing_global=10, random_effects="intercept",
+                    random_state=0)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -635,7 +678,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         tags.input_tags.sparse = False
         # the paper's protocol takes one server Adam step per round: short fits underfit
         tags.regressor_tags.poor_score = self.optimizer == "paper"
-        tags.target_tags.multi_output = True
+        tags.target_tags.multi_output = not self._collapsed
         return tags
 
     # ------------------------------------------------------------------ fit
@@ -648,6 +691,13 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                 f"got {self.components!r}."
             )
         self._latents = _check_n_latents(self.n_latents)
+        if self._collapsed:
+            for name, value, needed in (("kernel", self.kernel, "rbf"),
+                                        ("site_trend", self.site_trend, "none")):
+                if value != needed:
+                    raise ValueError(f"inference='collapsed' needs {name}={needed!r}, got "
+                                     f"{name}={value!r}.")
+            return
         effects = getattr(self, "random_effects", "none")
         if effects != "none" and self.optimizer != "cavi":
             raise ValueError(
@@ -721,6 +771,30 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                             else self.random_effects),
         )
 
+    @property
+    def _collapsed(self):
+        return getattr(self, "inference", "variational") == "collapsed"
+
+    def _collapsed_algorithm(self, n_features):
+        """The collapsed model's rounds (``inference="collapsed"``)."""
+        comps = self._components
+        layout = Layout(n_features, random_effects=self.random_effects,
+                        fixed_effects="linear" if self.mean_function == "linear" else "intercept",
+                        deviation="deviation" in comps, local="local" in comps,
+                        global_gp="global" in comps)
+        start = {"ls_g": self.init_lengthscale_global, "var_g": self.init_variance_global,
+                 "phi": self.init_phi, "ls_l": self.init_lengthscale_local,
+                 "var_l": self._init_variance_local(), "s2": self.init_noise,
+                 "L": np.sqrt(INITIAL_VARIANCE) * np.eye(layout.q)}
+        Zg = None if self.init_inducing_global is None else np.asarray(
+            self.init_inducing_global, dtype=float)
+        return PFedHGPCollapsed(
+            layout, layout.pack(start), n_inducing=self.n_inducing_global,
+            n_restarts=self.n_restarts, normalize_X=self.normalize_X,
+            normalize_y=self.normalize_y,
+            input_bounds=_check_input_bounds(self.input_bounds, n_features),
+            init_inducing_global=Zg)
+
     def _init_variance_local(self, multi_output=False):
         """``init_variance_local``, or its default for the model (see the docstring)."""
         if self.init_variance_local is not None:
@@ -736,7 +810,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         Their local inducing inputs start at distinct rows of their own ``X``,
         so they get as many as they have distinct rows.
         """
-        if not self._uses_local():
+        if not self._uses_local() or self._collapsed:
             return
         name = self._inducing_local_name
         Mi = int(getattr(self, name))
@@ -786,7 +860,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                              dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
+            # the collapsed model is single-output: a column y is converted, as scikit-learn does
+            y = column_or_1d(y, warn=True) if self._collapsed else y[:, 0]
         return X, y, _n_outputs(y)
 
     # -- the hooks of skfed.federated.FederatedContract (also run by Flower) --
@@ -804,6 +879,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"site_trend={site_trend!r} is implemented for 1-D y only, got y with "
                 f"{n_outputs} output columns; use site_trend='none'.")
+        if self._collapsed and n_outputs is not None:
+            raise ValueError(
+                f"inference='collapsed' is implemented for 1-D y only, got y with {n_outputs} "
+                "output columns; use inference='variational'.")
         effects = getattr(self, "random_effects", "none")
         if effects != "none" and n_outputs is not None:
             raise ValueError(
@@ -824,11 +903,24 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     def _federated_algorithm(self, setup):
         """The client and server steps, built from the set-up summary only."""
         n_outputs = int(setup["n_outputs"])
+        if self._collapsed:
+            counts = np.asarray(setup["n_samples"])
+            if counts.max() < MIN_ROWS_MOMENTS:
+                raise ValueError(
+                    f"inference='collapsed' needs a site with at least {MIN_ROWS_MOMENTS} rows "
+                    f"(smaller sites send no statistics); the largest has n_samples = "
+                    f"{counts.max()}.")
+            return self._collapsed_algorithm(int(setup["n_features"]))
         return self._steps_algorithm(int(setup["n_features"]), n_outputs if n_outputs > 1 else None)
 
     def _engine_params(self):
         # one more round than n_rounds: round 0 gathers the normalization and input ranges
-        return {**super()._engine_params(), "n_rounds": int(self.n_rounds) + 1}
+        # (the collapsed fit stops when its optimizer does: the bound is never reached)
+        n_rounds = int(self.n_rounds) + 1
+        if self._collapsed:
+            n_rounds = PFedHGPCollapsed(Layout(1), np.zeros(Layout(1).size),
+                                        n_restarts=self.n_restarts).max_rounds()
+        return {**super()._engine_params(), "n_rounds": n_rounds}
 
     def _set_fitted(self, fit):
         """Fitted attributes from the server state (and, in-process, the client states).
@@ -837,6 +929,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         personalized parts stay on the sites and their attributes are ``None``.
         """
         result, setup, labels = fit.result, fit.setup, fit.labels
+        if self._collapsed:
+            return self._set_collapsed(fit)
         cfg = fit.algorithm.cfg
         server = result.server_state
         g = server["g"]
@@ -850,6 +944,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.n_features_in_ = int(setup["n_features"])
         self.communication_ = result.ledger
         self.elbo_ = np.asarray(server["elbo"], dtype=float)
+        self.log_marginal_likelihood_value_ = None
         self.n_iter_ = int(self.elbo_.shape[0])
         self.jitter_ = max(float(server["jitter"]), float(self.jitter))
         self.phi_ = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
@@ -870,6 +965,43 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
             np.asarray(effects, dtype=float) * np.asarray(self.y_std_, dtype=float) ** 2)
         self._set_client_attributes()
 
+    def _set_collapsed(self, fit):
+        """Fitted attributes of ``inference="collapsed"`` (the REML estimates)."""
+        result, server = fit.result, fit.result.server_state
+        layout = fit.algorithm.layout
+        p = layout.unpack(server["theta"])
+        y_std = float(server["y_scale"])
+        self._cfg = self._global = self._released = None
+        self._fit_collapsed = {"p": p, "layout": layout, "Z": np.asarray(server["Z"]),
+                               "w": np.asarray(server["w"]), "lam_inv": server["lam_inv"]}
+        self._locals = None if result.client_states is None else list(result.client_states)
+        self.clients_ = fit.labels
+        self.n_features_in_ = int(fit.setup["n_features"])
+        self.communication_ = result.ledger
+        self.n_outputs_ = 1
+        self.x_mean_ = np.asarray(server["x_shift"], dtype=float)
+        self.x_std_ = np.asarray(server["x_scale"], dtype=float)
+        self.y_mean_, self.y_std_ = float(server["y_shift"]), y_std
+        self.elbo_ = None
+        self.log_marginal_likelihood_value_ = -float(server["nll"])
+        self.n_iter_ = int(server["n_eval"])
+        self.jitter_ = float(self.jitter)
+        self.phi_ = p["phi"]
+        self.noise_variance_ = p["s2"] * y_std**2
+        uses_kg = layout.global_gp or layout.deviation
+        self.lengthscale_global_ = p["ls_g"] if uses_kg else None
+        self.variance_global_ = p["var_g"] * y_std**2 if uses_kg else None
+        Z = self._fit_collapsed["Z"]
+        self.inducing_global_ = self._unscale_X(Z) if Z.shape[0] else None
+        self.loadings_global_ = self.loadings_deviation_ = self.loadings_local_ = None
+        beta = self._fit_collapsed["w"][:layout.f]
+        self.mean_coef_ = (beta[1:] * y_std / self.x_std_ if layout.f > 1
+                           else np.zeros(self.n_features_in_))
+        self._effects_cov = p["L"] @ p["L"].T if layout.q else None
+        self.random_effects_cov_ = None if self._effects_cov is None \
+            else self._effects_cov * y_std**2
+        self._set_client_attributes()
+
     def _set_client_attributes(self):
         """The clients' personalized attributes from ``_locals``.
 
@@ -877,6 +1009,14 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         stay on the sites).
         """
         cfg, locs = self._cfg, self._locals
+        if self._collapsed:  # one local kernel, shared by the sites; no local inducing inputs
+            fit, n = self._fit_collapsed, len(self.clients_)
+            used = fit["layout"].local
+            self.lengthscales_local_ = np.tile(fit["p"]["ls_l"], (n, 1)) if used else None
+            self.variances_local_ = np.full(n, fit["p"]["var_l"] * self.y_std_**2) \
+                if used else None
+            self.inducing_local_ = None
+            return
         multi = isinstance(cfg, IlmmConfig)
         scale = np.asarray(self.y_std_, dtype=float)
 
@@ -900,7 +1040,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         """This fitted model with one site's personalized parts (see ``skfed.federated.flower``)."""
         site = copy.deepcopy(self)
         site.clients_ = np.array([label])
-        site._locals = [dict(state["loc"])]
+        site._locals = [state if self._collapsed else dict(state["loc"])]
         site._set_client_attributes()
         return site
 
@@ -959,6 +1099,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
             (multi-output fits) or ``[1.0]`` (scalar fits).
         """
         check_is_fitted(self)
+        self._refuse_collapsed("client_kernels")
         index = self._client_index(np.array([client]), 1)
         if index[0] < 0:
             raise ValueError(f"client {client!r} is not one of clients_.")
@@ -999,6 +1140,27 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     @property
     def _multi(self):
         return isinstance(self._cfg, IlmmConfig)
+
+    def _refuse_collapsed(self, what):
+        if self._collapsed:
+            raise ValueError(
+                f"{what} needs each client's own fitted kernels (inference='variational'); "
+                "with inference='collapsed' the clients share the deviation and local "
+                "kernels and keep their blocks exact.")
+
+    def _collapsed_moments(self, X, index, full):
+        """Predictive mean and variance or covariance of ``y`` under the collapsed fit
+        (normalized scale; :func:`~._collapsed.posterior_moments` plus the noise)."""
+        fit = self._fit_collapsed
+        sites = {k: self._locals[k] for k in np.unique(index) if k >= 0}
+        mean, cov = posterior_moments(fit["p"], fit["layout"], fit["Z"], fit["w"],
+                                      fit["lam_inv"], self._scale_X(X), index, sites, full)
+        s2 = fit["p"]["s2"]
+        if full:
+            cov[np.diag_indices_from(cov)] += s2
+        else:
+            cov = cov + s2
+        return mean, cov
 
     # ------------------------------------------------------------------ predict
     def _global_pred_basis(self, Xs):
@@ -1150,8 +1312,12 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         X, index = self._validate_predict(X, groups)
         if self._multi:
             return self._predict_multi(X, index, return_std, return_cov)
-        mean, cov = self._moments(X, index, full=return_cov)
-        mean = mean * self.y_std_ + self._prior_mean(X)
+        if self._collapsed:  # the fixed effects are in the model's mean
+            mean, cov = self._collapsed_moments(X, index, full=return_cov)
+            mean = mean * self.y_std_ + self.y_mean_
+        else:
+            mean, cov = self._moments(X, index, full=return_cov)
+            mean = mean * self.y_std_ + self._prior_mean(X)
         if return_cov:
             return mean, cov * self.y_std_**2
         if return_std:
@@ -1198,6 +1364,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                                     self.jitter_)
             draws = draws.reshape(n_samples, n, Q) * self.y_std_ + self._prior_mean(X)
             return np.moveaxis(draws, 0, -1)
+        if self._collapsed:
+            mean, cov = self._collapsed_moments(X, index, full=True)
+            draws = _gaussian_draws(rng, mean, cov, n_samples, self.jitter_)
+            return (draws * self.y_std_ + self.y_mean_).T
         mean, cov = self._moments(X, index, full=True)
         draws = _gaussian_draws(rng, mean, cov, n_samples, self.jitter_)
         return (draws * self.y_std_ + self._prior_mean(X)).T
@@ -1230,6 +1400,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         from ._clustering import client_dissimilarity
 
         check_is_fitted(self)
+        self._refuse_collapsed("client_dissimilarity")
         if self._locals is None:
             raise ValueError("client_dissimilarity needs the clients' fitted kernels and "
                              "loadings, which stay on the sites when fitted on a distributed "

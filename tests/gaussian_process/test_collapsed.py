@@ -127,3 +127,111 @@ def test_federated_rounds_give_the_in_process_fit():
     assert res.n_rounds == 2 * direct.nfev + 1
     sent = {name for rec in res.ledger.records if rec.direction == "up" for name in rec.names}
     assert "grad" in sent and "HCy" in sent
+
+
+# --- PFedHGPRegressor(inference="collapsed") -----------------------------------------------
+
+def _pooled(seed=3, n_sites=5, n=12):
+    sites = _sites(seed, n_sites=n_sites, n=n)
+    X = np.vstack([s[0] for s in sites])
+    y = np.concatenate([s[1] for s in sites])
+    return X, y, np.repeat(np.arange(n_sites), n)
+
+
+def _collapsed_model(**kw):
+    from skfed.gaussian_process import PFedHGPRegressor
+
+    return PFedHGPRegressor(inference="collapsed", n_inducing_global=8, random_state=0, **kw)
+
+
+def test_estimator_is_the_in_process_collapsed_fit():
+    """The estimator's rounds (set-up, then the optimizer) give fit_collapsed on the
+    standardized rows and its Z, and predict with predict_collapsed."""
+    X, y, groups = _pooled()
+    model = _collapsed_model(random_effects="intercept").fit(X, y, groups=groups)
+    fit = model._fit_collapsed
+    Xs = (X - model.x_mean_) / model.x_std_
+    ys = (y - model.y_mean_) / model.y_std_
+    sites = [(Xs[groups == k], ys[groups == k]) for k in range(5)]
+    layout = fit["layout"]
+    start = {"ls_g": 2.0, "var_g": 1.0, "phi": 1.0, "ls_l": 0.35, "var_l": 0.1,
+             "s2": 0.05**2, "L": np.sqrt(0.1) * np.eye(1)}
+    direct = col.fit_collapsed(sites, layout, fit["Z"], layout.pack(start))
+    np.testing.assert_allclose(layout.pack(fit["p"]), direct.x, rtol=1e-9, atol=1e-12)
+    assert model.log_marginal_likelihood_value_ == pytest.approx(-direct.fun, rel=1e-10)
+    assert model.n_iter_ == direct.nfev
+    mean, std = model.predict(X[:4], groups=groups[:4], return_std=True)
+    m_ref, v_ref = col.predict_collapsed(fit["p"], layout, fit["Z"], fit["w"], fit["lam_inv"],
+                                         Xs[:4], site=sites[0])
+    np.testing.assert_allclose(mean, m_ref * model.y_std_ + model.y_mean_, rtol=1e-10)
+    np.testing.assert_allclose(std, np.sqrt(v_ref) * model.y_std_, rtol=1e-10)
+    # nothing but statistics crossed: no message carries a row of X or y
+    sent = {name for rec in model.communication_.records if rec.direction == "up"
+            for name in rec.names}
+    assert sent <= {"n_samples", "n_features", "n_outputs", "n", "sum_x", "sum_x2", "sum_y",
+                    "sum_y2", "HCH", "HCy", "logdet", "yCy", "grad", "failed"}
+
+
+def test_estimator_covariance_samples_and_population():
+    X, y, groups = _pooled(seed=4)
+    model = _collapsed_model().fit(X, y, groups=groups)
+    rows, g = X[[0, 1, 20, 30]], groups[[0, 1, 20, 30]]
+    mean, std = model.predict(rows, groups=g, return_std=True)
+    mean_c, cov = model.predict(rows, groups=g, return_cov=True)
+    np.testing.assert_allclose(mean_c, mean)
+    np.testing.assert_allclose(np.sqrt(np.diag(cov)), std, rtol=1e-10)
+    np.testing.assert_allclose(cov, cov.T, atol=1e-12)
+    assert np.linalg.eigvalsh(cov).min() > 0
+    draws = model.sample_y(rows, n_samples=2000, groups=g, random_state=1)
+    assert draws.shape == (4, 2000)
+    np.testing.assert_allclose(draws.mean(1), mean, atol=4 * std.max() / np.sqrt(2000))
+    # a new site: the population prediction is wider than a seen site's
+    _, std_new = model.predict(rows, return_std=True)
+    _, std_unknown = model.predict(rows, groups=[77] * 4, return_std=True)
+    np.testing.assert_allclose(std_new, std_unknown)
+    assert np.all(std_new > std)
+    assert model.variances_local_.shape == (5,) and model.lengthscales_local_.shape == (5, 2)
+
+
+def test_estimator_restarts_are_reproducible_and_keep_the_best():
+    X, y, groups = _pooled(seed=5)
+    one = _collapsed_model(random_effects="none").fit(X, y, groups=groups)
+    a = _collapsed_model(random_effects="none", n_restarts=2).fit(X, y, groups=groups)
+    b = _collapsed_model(random_effects="none", n_restarts=2).fit(X, y, groups=groups)
+    np.testing.assert_array_equal(a.predict(X, groups=groups), b.predict(X, groups=groups))
+    assert a.log_marginal_likelihood_value_ >= one.log_marginal_likelihood_value_ - 1e-9
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"kernel": "matern52"}, "kernel='rbf'"),
+    ({"site_trend": "linear"}, "site_trend='none'"),
+])
+def test_estimator_refuses_what_it_does_not_model(params, match):
+    X, y, groups = _pooled()
+    with pytest.raises(ValueError, match=match):
+        _collapsed_model(**params).fit(X, y, groups=groups)
+
+
+def test_estimator_refuses_several_outputs_and_client_kernels():
+    X, y, groups = _pooled()
+    with pytest.raises(ValueError, match="1-D y only"):
+        _collapsed_model().fit(X, np.column_stack([y, y]), groups=groups)
+    model = _collapsed_model().fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match="inference='variational'"):
+        model.client_kernels(0)
+    with pytest.raises(ValueError, match="inference='variational'"):
+        model.client_dissimilarity(X, groups)
+
+
+def test_small_sites_send_nothing_but_predict_their_rows():
+    X, y, groups = _pooled(seed=6)
+    groups = groups.copy()
+    groups[:10] = 99  # site 0 keeps two rows
+    model = _collapsed_model(random_effects="intercept").fit(X, y, groups=groups)
+    k = list(model.clients_).index(0)
+    sent_by = {rec.client for rec in model.communication_.records
+               if rec.direction == "up" and "HCy" in rec.names}
+    assert 0 not in sent_by and 99 in sent_by
+    _, std_seen = model.predict(X[10:12], groups=groups[10:12], return_std=True)
+    _, std_new = model.predict(X[10:12], return_std=True)
+    assert k >= 0 and np.all(std_seen < std_new)
