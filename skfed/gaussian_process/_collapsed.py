@@ -32,10 +32,10 @@ of up to a few hundred rows (panels, clinics, schools).
 """
 
 import copy
-from dataclasses import replace
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg.lapack import dpotrf, dpotri, dpotrs
 from scipy.optimize import OptimizeResult
 
 from ..federated import FederatedAlgorithm
@@ -76,6 +76,55 @@ def rbf_adjoint(A, B, lengthscale, variance, G, K=None):
         d2 = (A[:, j][:, None] - B[:, j][None, :]) ** 2 / lengthscale[j] ** 2
         out[1 + j] = (GK * d2).sum()
     return out
+
+
+#: entries of a cached per-feature distance array, at most (a site of 200 rows and 10
+#: features, 3 MB); larger sites compute their kernels' distances each time
+MAX_CACHED = 400_000
+
+
+class Pairs:
+    """Rows ``A`` against rows ``B`` for :func:`rbf` and :func:`rbf_adjoint`, with the
+    per-feature squared differences kept: a site's rows and ``Z`` do not change
+    during a fit, so every evaluation's kernels are a product and an ``exp``."""
+
+    def __init__(self, A, B):
+        self.A, self.B = A, B
+        diff = None
+        if A.shape[0] * B.shape[0] * A.shape[1] <= MAX_CACHED:
+            diff = ((A[:, None, :] - B[None, :, :]) ** 2).reshape(-1, A.shape[1])
+        self.diff = diff
+
+    def kernel(self, lengthscale, variance):
+        if self.diff is None:
+            return rbf(self.A, self.B, lengthscale, variance)
+        d2 = (self.diff @ lengthscale ** -2.0).reshape(self.A.shape[0], self.B.shape[0])
+        return variance * np.exp(-0.5 * d2)
+
+    def adjoint(self, lengthscale, variance, G, K=None):
+        """As :func:`rbf_adjoint`."""
+        if self.diff is None:
+            return rbf_adjoint(self.A, self.B, lengthscale, variance, G, K)
+        GK = G * (self.kernel(lengthscale, variance) if K is None else K)
+        return np.concatenate([[GK.sum()], (GK.ravel() @ self.diff) / lengthscale**2])
+
+
+class SiteGeometry:
+    """What a site's kernels need that does not change during a fit: its rows
+    (standardized), their fixed- and random-effect columns, and the
+    :class:`Pairs` of rows with rows and with ``Z``. Built once, kept on the site."""
+
+    def __init__(self, X, Z, layout, y=None, source=None):
+        self.X, self.y, self.Z, self.source = X, y, Z, source
+        self.F = design(X, layout.fixed_effects)
+        self.R = design(X, layout.random_effects)
+        self.XX = Pairs(X, X)
+        self.XZ = Pairs(X, Z)
+        self.ZZ = Pairs(Z, Z)
+
+    def matches(self, source, Z):
+        """Whether it was built from the rows ``source`` (the same array) and ``Z``."""
+        return source is self.source and np.array_equal(Z, self.Z)
 
 
 def design(X, kind):
@@ -162,8 +211,32 @@ class Layout:
         return float(self.global_gp) + p["phi"]
 
 
-def _kzz(p, Z):
-    return rbf(Z, Z, p["ls_g"], p["var_g"]) + JITTER * p["var_g"] * np.eye(Z.shape[0])
+def _kzz(p, Z, pairs=None):
+    K = rbf(Z, Z, p["ls_g"], p["var_g"]) if pairs is None else pairs.kernel(p["ls_g"],
+                                                                              p["var_g"])
+    return K + JITTER * p["var_g"] * np.eye(Z.shape[0])
+
+
+# LAPACK's Cholesky routines called directly: a site's blocks are small, and
+# scipy.linalg's checks and wrappers cost more than the factorization there
+def _cholesky(A):
+    """Lower Cholesky factor as ``(L, True)`` (the form of ``cho_factor``)."""
+    L, info = dpotrf(A, lower=1, clean=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("the matrix is not positive definite")
+    return L, True
+
+
+def _solve(cf, B):
+    return dpotrs(cf[0], B, lower=1)[0]
+
+
+def _inverse(cf):
+    """``A^{-1}`` from its factor."""
+    inv = dpotri(cf[0], lower=1)[0]  # the lower triangle; the upper one stays 0 (clean=1)
+    inv += inv.T
+    inv.flat[::inv.shape[0] + 1] *= 0.5
+    return inv
 
 
 def _site_cov(p, layout, Xa, Xb, Za_Kinv, Zb):
@@ -181,23 +254,31 @@ def _site_cov(p, layout, Xa, Xb, Za_Kinv, Zb):
     return C
 
 
-def site_statistics(X, y, p, layout, Z, K_inv):
+def site_statistics(X, y, p, layout, Z, K_inv, geom=None):
     """A site's message at hyperparameters ``p`` and its cache for the gradient.
 
     Returns ``(message, cache)``; the message holds ``H^T C^{-1} H``, ``H^T
-    C^{-1} y``, ``log|C|`` and ``y^T C^{-1} y``.
+    C^{-1} y``, ``log|C|`` and ``y^T C^{-1} y``. ``geom`` is the site's
+    :class:`SiteGeometry` (built here if not given).
     """
-    Phi = rbf(X, Z, p["ls_g"], p["var_g"])
+    geom = SiteGeometry(X, Z, layout) if geom is None else geom
+    Kg = geom.XX.kernel(p["ls_g"], p["var_g"])
+    Phi = geom.XZ.kernel(p["ls_g"], p["var_g"])
     B = Phi @ K_inv
-    C = _site_cov(p, layout, X, X, B, Phi)
+    C = layout.global_weight(p) * Kg - B @ Phi.T
+    Kl = geom.XX.kernel(p["ls_l"], p["var_l"]) if layout.local else None
+    if layout.local:
+        C += Kl
+    if layout.q:
+        C += geom.R @ (p["L"] @ p["L"].T) @ geom.R.T
     C[np.diag_indices_from(C)] += p["s2"]
-    cf = cho_factor(C, lower=True)
-    H = np.hstack([design(X, layout.fixed_effects), Phi])
-    CiH = cho_solve(cf, H)
-    Ciy = cho_solve(cf, y)
+    cf = _cholesky(C)
+    H = np.hstack([geom.F, Phi])
+    CiHy = _solve(cf, np.column_stack([H, y]))
+    CiH, Ciy = CiHy[:, :-1], CiHy[:, -1]
     message = {"HCH": H.T @ CiH, "HCy": H.T @ Ciy,
                "logdet": 2.0 * np.log(np.diag(cf[0])).sum(), "yCy": float(y @ Ciy)}
-    return message, (cf, H, CiH, Ciy, B, Phi)
+    return message, (cf, H, CiH, Ciy, B, Phi, Kg, Kl, geom)
 
 
 def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
@@ -210,50 +291,50 @@ def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
     mapped to the hyperparameters here (``Z`` and the hyperparameters are
     public), so the site sends one vector.
     """
-    cf, H, CiH, Ciy, B, Phi = cache
+    cf, H, CiH, Ciy, B, Phi, Kg, Kl, geom = cache
     d, f = layout.d, layout.f
     a = Ciy - CiH @ w
     M = CiH @ Lam_inv
-    Gc = 0.5 * (cho_solve(cf, np.eye(X.shape[0])) - M @ CiH.T - np.outer(a, a))
+    Gc = 0.5 * (_inverse(cf) - M @ CiH.T - np.outer(a, a))
     G_phi = (M - np.outer(a, w))[:, f:] - 2.0 * Gc @ B
     G_K = B.T @ Gc @ B
     g = np.zeros(layout.size)
-    Kg = rbf(X, X, p["ls_g"], p["var_g"])
-    glob = (rbf_adjoint(X, X, p["ls_g"], p["var_g"], layout.global_weight(p) * Gc, Kg)
-            + rbf_adjoint(X, Z, p["ls_g"], p["var_g"], G_phi, Phi)
-            + rbf_adjoint(Z, Z, p["ls_g"], p["var_g"], G_K))
+    glob = (geom.XX.adjoint(p["ls_g"], p["var_g"], layout.global_weight(p) * Gc, Kg)
+            + geom.XZ.adjoint(p["ls_g"], p["var_g"], G_phi, Phi)
+            + geom.ZZ.adjoint(p["ls_g"], p["var_g"], G_K))
     glob[0] += JITTER * p["var_g"] * np.trace(G_K)
     g[d] = glob[0]
     g[:d] = glob[1:]
     if layout.deviation:
         g[d + 1] = p["phi"] * np.sum(Gc * Kg)
     if layout.local:
-        loc = rbf_adjoint(X, X, p["ls_l"], p["var_l"], Gc)
+        loc = geom.XX.adjoint(p["ls_l"], p["var_l"], Gc, Kl)
         g[2 * d + 2] = loc[0]
         g[d + 2:2 * d + 2] = loc[1:]
     g[2 * d + 3] = p["s2"] * np.trace(Gc)
     if layout.q:
-        R = design(X, layout.random_effects)
+        R = geom.R
         G_L = 2.0 * (R.T @ Gc @ R) @ p["L"]
         G_L[np.diag_indices(layout.q)] *= np.diag(p["L"])
         g[2 * d + 4:] = G_L[layout.tril]
     return g * layout.mask()
 
 
-def _inverse_kzz(p, Z):
+def _inverse_kzz(p, Z, pairs=None):
     """``(K^{-1}, log|K|)`` of the inducing covariance (empty without a global GP)."""
     if Z.shape[0] == 0:
         return np.zeros((0, 0)), 0.0
-    kf = cho_factor(_kzz(p, Z), lower=True)
-    return cho_solve(kf, np.eye(Z.shape[0])), 2.0 * np.log(np.diag(kf[0])).sum()
+    kf = _cholesky(_kzz(p, Z, pairs))
+    return _inverse(kf), 2.0 * np.log(np.diag(kf[0])).sum()
 
 
-def server_objective(p, layout, Z, messages):
-    """The NLL and the server's ``(w, Lam^{-1}, K^{-1})`` from the sites' messages."""
-    K_inv, logdet_K = _inverse_kzz(p, Z)
+def server_objective(p, layout, Z, messages, pairs=None):
+    """The NLL and the server's ``(w, Lam^{-1}, K^{-1})`` from the sites' messages
+    (``pairs``: ``Pairs(Z, Z)``, to compute ``K`` as the sites do)."""
+    K_inv, logdet_K = _inverse_kzz(p, Z, pairs)
     f = layout.f
     Lam = np.zeros((f + Z.shape[0],) * 2)
-    Lam[f:, f:] = _kzz(p, Z)
+    Lam[f:, f:] = _kzz(p, Z, pairs)
     Lam += sum(m["HCH"] for m in messages)
     b = sum(m["HCy"] for m in messages)
     lf = cho_factor(Lam, lower=True)
@@ -284,12 +365,16 @@ def fit_collapsed(sites, layout, Z, theta0, max_iter=500):
     (:class:`~skfed.utils._optimize.AskTellLBFGS`) proposes the next point.
     Returns an ``OptimizeResult`` (``x``, ``fun``, ``nit``, ``nfev``).
     """
+    geoms = [SiteGeometry(X, Z, layout) for X, _ in sites]
+
     def fun(theta):
         p = layout.unpack(theta)
         try:
-            K_inv = _inverse_kzz(p, Z)[0]
-            out = [site_statistics(X, y, p, layout, Z, K_inv) for X, y in sites]
-            nll, w, Lam_inv, K_inv = server_objective(p, layout, Z, [m for m, _ in out])
+            K_inv = _inverse_kzz(p, Z, geoms[0].ZZ)[0]
+            out = [site_statistics(X, y, p, layout, Z, K_inv, geom)
+                   for (X, y), geom in zip(sites, geoms)]
+            nll, w, Lam_inv, K_inv = server_objective(p, layout, Z, [m for m, _ in out],
+                                                      geoms[0].ZZ)
         except np.linalg.LinAlgError:
             return np.inf, np.zeros(layout.size)
         grads = [site_gradient(X, p, layout, Z, cache, w, Lam_inv)
@@ -309,7 +394,7 @@ def site_posterior(X, y, p, layout, Z, w, K_inv=None):
     ``(X, cf, H, r)`` with ``r = C^{-1} (y - H w)``; it never leaves the site.
     """
     K_inv = _inverse_kzz(p, Z)[0] if K_inv is None else K_inv
-    _, (cf, H, CiH, Ciy, _, _) = site_statistics(X, y, p, layout, Z, K_inv)
+    _, (cf, H, CiH, Ciy, *_) = site_statistics(X, y, p, layout, Z, K_inv)
     return X, cf, H, Ciy - CiH @ w
 
 
@@ -434,11 +519,17 @@ class CollapsedProtocol(FederatedAlgorithm):
     def _begin(self, Z, starts, extra=None):
         """The first state and broadcast of the optimization from ``starts``."""
         opt = self._optimizer(starts[0])
-        state = {"opt": opt, "stage": 0, "Z": Z, "starts": starts, "start": 0, "finished": [],
-                 "n_eval": 0, **(extra or {})}
+        state = {"opt": opt, "stage": 0, "Z": Z, "zz": Pairs(Z, Z), "starts": starts,
+                 "start": 0, "finished": [], "n_eval": 0, **(extra or {})}
         return state, self._ask(state, 0, opt.ask())
 
     def _ask(self, state, stage, theta, **more):
+        if stage == 0:  # K^{-1}, the same for every site, computed once (NaN if it fails)
+            Z = state["Z"]
+            try:
+                more["k_inv"] = _inverse_kzz(self.layout.unpack(theta), Z, state["zz"])[0]
+            except np.linalg.LinAlgError:
+                more["k_inv"] = np.full((Z.shape[0],) * 2, np.nan)
         return {"stage": np.int64(stage), "theta": theta, "Z": state["Z"], **more}
 
     def server_init(self, rng):
@@ -448,26 +539,38 @@ class CollapsedProtocol(FederatedAlgorithm):
         return data.n_samples >= MIN_ROWS_MOMENTS
 
     def client_step(self, data, state, broadcast, rng):
+        # the state: the site's SiteGeometry, its last statistics' cache and their point
         if not self._sends(data):
             return None, {}
-        p = self.layout.unpack(broadcast["theta"])
         Z = np.asarray(broadcast["Z"])
-        if int(broadcast["stage"]) == 1:
-            if state is None:  # this site's block failed at this point
-                return state, {"failed": np.int64(1)}
-            grad = site_gradient(data.X, p, self.layout, Z, state, broadcast["w"],
+        geom, cache, p = (None, None, None) if state is None else state
+        if geom is None or not geom.matches(data.X, Z):
+            X, y = self._site_rows(data, broadcast)
+            geom = SiteGeometry(X, Z, self.layout, y=y, source=data.X)
+        if int(broadcast["stage"]) == 1:  # the gradient at the last statistics' point
+            if cache is None:  # this site's block failed at this point
+                return (geom, None, None), {"failed": np.int64(1)}
+            grad = site_gradient(geom.X, p, self.layout, Z, cache, broadcast["w"],
                                  broadcast["lam_inv"])
-            return state, {"grad": grad}
+            return (geom, cache, p), {"grad": grad}
+        p = self.layout.unpack(broadcast["theta"])
+        K_inv = np.asarray(broadcast["k_inv"], dtype=float)
         try:
-            message, cache = site_statistics(data.X, data.y, p, self.layout, Z,
-                                             _inverse_kzz(p, Z)[0])
+            if not np.isfinite(K_inv).all():
+                raise np.linalg.LinAlgError("K(Z, Z) is not positive definite")
+            message, cache = site_statistics(geom.X, geom.y, p, self.layout, Z, K_inv, geom)
         except np.linalg.LinAlgError:
-            return None, {"failed": np.int64(1)}
-        return cache, {k: np.asarray(v, dtype=float) for k, v in message.items()}
+            return (geom, None, None), {"failed": np.int64(1)}
+        return (geom, cache, p), {k: np.asarray(v, dtype=float) for k, v in message.items()}
+
+    def _site_rows(self, data, broadcast):
+        """The site's rows in the model's units."""
+        return data.X, data.y
 
     def client_finalize(self, data, state, broadcast, rng):
         p = self.layout.unpack(broadcast["theta"])
-        return site_posterior(data.X, data.y, p, self.layout, np.asarray(broadcast["Z"]),
+        X, y = self._site_rows(data, broadcast)
+        return site_posterior(X, y, p, self.layout, np.asarray(broadcast["Z"]),
                               np.asarray(broadcast["w"]))
 
     def server_step(self, state, messages, rng):
@@ -481,7 +584,7 @@ class CollapsedProtocol(FederatedAlgorithm):
         failed = any("failed" in m for m in msgs)
         if stage in (0, 2) and not failed:
             try:
-                nll, w, lam_inv, K_inv = server_objective(p, self.layout, Z, msgs)
+                nll, w, lam_inv, K_inv = server_objective(p, self.layout, Z, msgs, state["zz"])
             except np.linalg.LinAlgError:
                 failed = True
         if stage == 2:
@@ -568,20 +671,16 @@ class PFedHGPCollapsed(CollapsedProtocol):
         return {**super()._ask(state, stage, theta, **more),
                 **{k: np.asarray(state[k], dtype=float) for k in self.SCALING}}
 
-    def _standardized(self, data, broadcast):
+    def _site_rows(self, data, broadcast):
         X = (data.X - broadcast["x_shift"]) / broadcast["x_scale"]
         y = (data.y - float(broadcast["y_shift"])) / float(broadcast["y_scale"])
-        return replace(data, X=X, y=y)
+        return X, y
 
     def client_step(self, data, state, broadcast, rng):
         if int(broadcast["stage"]) == -1:
             return None, {"n": np.int64(data.n_samples), **target_summary(data.y),
                           **input_summary(data.X)}
-        return super().client_step(self._standardized(data, broadcast), state, broadcast, rng)
-
-    def client_finalize(self, data, state, broadcast, rng):
-        return super().client_finalize(self._standardized(data, broadcast), state, broadcast,
-                                       rng)
+        return super().client_step(data, state, broadcast, rng)
 
     def server_step(self, state, messages, rng):
         if state["stage"] != -1:
