@@ -101,12 +101,30 @@ class Pairs:
         d2 = (self.diff @ lengthscale ** -2.0).reshape(self.A.shape[0], self.B.shape[0])
         return variance * np.exp(-0.5 * d2)
 
+    def kernels(self, lengthscales, variances):
+        """Several kernels on the same pairs (one product for all their distances)."""
+        if self.diff is None:
+            return [rbf(self.A, self.B, ls, v) for ls, v in zip(lengthscales, variances)]
+        d2 = (self.diff @ np.column_stack(lengthscales) ** -2.0).T
+        K = np.exp(-0.5 * d2).reshape(len(variances), self.A.shape[0], self.B.shape[0])
+        return K * np.asarray(variances)[:, None, None]
+
     def adjoint(self, lengthscale, variance, G, K=None):
         """As :func:`rbf_adjoint`."""
         if self.diff is None:
             return rbf_adjoint(self.A, self.B, lengthscale, variance, G, K)
         GK = G * (self.kernel(lengthscale, variance) if K is None else K)
         return np.concatenate([[GK.sum()], (GK.ravel() @ self.diff) / lengthscale**2])
+
+    def adjoints(self, lengthscales, GK):
+        """:meth:`adjoint` of several kernels given their ``G * K`` (stacked): an
+        array of one row per kernel."""
+        if self.diff is None:
+            return np.array([rbf_adjoint(self.A, self.B, ls, 1.0, 1.0, gk)
+                             for ls, gk in zip(lengthscales, GK)])
+        flat = np.reshape(GK, (len(lengthscales), -1))
+        return np.column_stack([flat.sum(1),
+                                (flat @ self.diff) / np.stack(lengthscales) ** 2])
 
 
 class SiteGeometry:
@@ -118,13 +136,16 @@ class SiteGeometry:
         self.X, self.y, self.Z, self.source = X, y, Z, source
         self.F = design(X, layout.fixed_effects)
         self.R = design(X, layout.random_effects)
+        # [F, Phi, y]: site_statistics writes each evaluation's Phi (and y) into it
+        self.Hy = np.zeros((X.shape[0], layout.f + Z.shape[0] + 1))
+        self.Hy[:, :layout.f] = self.F
         self.XX = Pairs(X, X)
         self.XZ = Pairs(X, Z)
         self.ZZ = Pairs(Z, Z)
 
     def matches(self, source, Z):
         """Whether it was built from the rows ``source`` (the same array) and ``Z``."""
-        return source is self.source and np.array_equal(Z, self.Z)
+        return source is self.source and (Z is self.Z or np.array_equal(Z, self.Z))
 
 
 def design(X, kind):
@@ -177,7 +198,7 @@ class Layout:
              "s2": float(np.exp(theta[2 * d + 3]))}
         L = np.zeros((self.q, self.q))
         L[self.tril] = theta[2 * d + 4:]
-        L[np.diag_indices(self.q)] = np.exp(np.diag(L))
+        L.flat[::self.q + 1] = np.exp(L.diagonal())
         p["L"] = L
         return p
 
@@ -199,6 +220,11 @@ class Layout:
 
     def mask(self):
         """Which entries the model uses (the others get a zero gradient)."""
+        if getattr(self, "_mask", None) is None:  # the parts do not change after __init__
+            self._mask = self._build_mask()
+        return self._mask
+
+    def _build_mask(self):
         m = np.ones(self.size, dtype=bool)
         d = self.d
         m[:d + 1] = self.global_gp or self.deviation
@@ -262,22 +288,30 @@ def site_statistics(X, y, p, layout, Z, K_inv, geom=None):
     :class:`SiteGeometry` (built here if not given).
     """
     geom = SiteGeometry(X, Z, layout) if geom is None else geom
-    Kg = geom.XX.kernel(p["ls_g"], p["var_g"])
+    if layout.local:
+        Kg, Kl = geom.XX.kernels([p["ls_g"], p["ls_l"]], [p["var_g"], p["var_l"]])
+    else:
+        Kg, Kl = geom.XX.kernel(p["ls_g"], p["var_g"]), None
     Phi = geom.XZ.kernel(p["ls_g"], p["var_g"])
     B = Phi @ K_inv
     C = layout.global_weight(p) * Kg - B @ Phi.T
-    Kl = geom.XX.kernel(p["ls_l"], p["var_l"]) if layout.local else None
     if layout.local:
         C += Kl
     if layout.q:
-        C += geom.R @ (p["L"] @ p["L"].T) @ geom.R.T
-    C[np.diag_indices_from(C)] += p["s2"]
+        RL = geom.R @ p["L"]
+        C += RL @ RL.T
+    C.flat[::C.shape[0] + 1] += p["s2"]
     cf = _cholesky(C)
-    H = np.hstack([geom.F, Phi])
-    CiHy = _solve(cf, np.column_stack([H, y]))
-    CiH, Ciy = CiHy[:, :-1], CiHy[:, -1]
-    message = {"HCH": H.T @ CiH, "HCy": H.T @ Ciy,
-               "logdet": 2.0 * np.log(np.diag(cf[0])).sum(), "yCy": float(y @ Ciy)}
+    # [F, Phi, y] in one array: one solve, and one product gives H^T C^-1 H, H^T C^-1 y
+    # and y^T C^-1 y
+    Hy = geom.Hy
+    Hy[:, layout.f:-1] = Phi
+    Hy[:, -1] = y
+    CiHy = _solve(cf, Hy)
+    S = Hy.T @ CiHy
+    H, CiH, Ciy = Hy[:, :-1].copy(), CiHy[:, :-1], CiHy[:, -1]
+    message = {"HCH": S[:-1, :-1], "HCy": S[:-1, -1],
+               "logdet": 2.0 * np.log(cf[0].diagonal()).sum(), "yCy": float(S[-1, -1])}
     return message, (cf, H, CiH, Ciy, B, Phi, Kg, Kl, geom)
 
 
@@ -295,27 +329,37 @@ def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
     d, f = layout.d, layout.f
     a = Ciy - CiH @ w
     M = CiH @ Lam_inv
-    Gc = 0.5 * (_inverse(cf) - M @ CiH.T - np.outer(a, a))
-    G_phi = (M - np.outer(a, w))[:, f:] - 2.0 * Gc @ B
+    Gc = _inverse(cf)
+    Gc -= M @ CiH.T
+    Gc -= a[:, None] * a
+    Gc *= 0.5
+    G_phi = M[:, f:] - a[:, None] * w[f:] - 2.0 * Gc @ B
     G_K = B.T @ Gc @ B
     g = np.zeros(layout.size)
-    glob = (geom.XX.adjoint(p["ls_g"], p["var_g"], layout.global_weight(p) * Gc, Kg)
-            + geom.XZ.adjoint(p["ls_g"], p["var_g"], G_phi, Phi)
+    # the rows' own kernels (k_g with weight 1 + phi, k_l) in one product
+    if layout.local:
+        GK = np.empty((2,) + Gc.shape)
+        np.multiply(Gc, Kg, out=GK[0])
+        np.multiply(Gc, Kl, out=GK[1])
+        own = geom.XX.adjoints([p["ls_g"], p["ls_l"]], GK)
+    else:
+        own = geom.XX.adjoints([p["ls_g"]], (Gc * Kg)[None])
+    wg = layout.global_weight(p)
+    glob = (wg * own[0] + geom.XZ.adjoint(p["ls_g"], p["var_g"], G_phi, Phi)
             + geom.ZZ.adjoint(p["ls_g"], p["var_g"], G_K))
-    glob[0] += JITTER * p["var_g"] * np.trace(G_K)
+    glob[0] += JITTER * p["var_g"] * G_K.trace()
     g[d] = glob[0]
     g[:d] = glob[1:]
     if layout.deviation:
-        g[d + 1] = p["phi"] * np.sum(Gc * Kg)
+        g[d + 1] = p["phi"] * own[0, 0]
     if layout.local:
-        loc = geom.XX.adjoint(p["ls_l"], p["var_l"], Gc, Kl)
-        g[2 * d + 2] = loc[0]
-        g[d + 2:2 * d + 2] = loc[1:]
-    g[2 * d + 3] = p["s2"] * np.trace(Gc)
+        g[2 * d + 2] = own[1, 0]
+        g[d + 2:2 * d + 2] = own[1, 1:]
+    g[2 * d + 3] = p["s2"] * Gc.trace()
     if layout.q:
         R = geom.R
         G_L = 2.0 * (R.T @ Gc @ R) @ p["L"]
-        G_L[np.diag_indices(layout.q)] *= np.diag(p["L"])
+        G_L.flat[::layout.q + 1] *= p["L"].diagonal()
         g[2 * d + 4:] = G_L[layout.tril]
     return g * layout.mask()
 
