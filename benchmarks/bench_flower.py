@@ -32,8 +32,8 @@ from skfed.linear_model import DPFedDROClassifier  # noqa: F401
 ESTIMATORS = {
     "FedAvgRegressor": "FedAvgRegressor(n_rounds=R, random_state=0)",
     "DPFedDROClassifier": "DPFedDROClassifier(epsilon=0.5, n_rounds=R, random_state=0)",
-    "PFedHGPRegressor": "PFedHGPRegressor(optimizer='cavi', n_rounds=R, random_state=0, "
-                         "normalize_y=False, normalize_X=False)",
+    "PFedHGPRegressor": "PFedHGPRegressor(inference='variational', optimizer='cavi', "
+                        "n_rounds=R, random_state=0, normalize_y=False, normalize_X=False)",
     "PersonalizedTensorRegressor": (
         "PersonalizedTensorRegressor(tensor_shape=(10, 5), output_shape=(5, 5), "
         "rank=(3, 3, 3, 3), n_rounds=R, epsilon=20, delta=0.1, fit_intercept=False, "

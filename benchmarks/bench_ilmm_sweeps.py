@@ -32,7 +32,8 @@ SETTINGS = [(3, 1), (2, 1), (1, 1), (1, 0)]
 def fit_quality(seed, n_rounds):
     X, Y, groups = make(10, 200, seed=seed, n_outputs=3)
     train = np.tile(np.arange(200) < 100, 10)
-    model = PFedHGPRegressor(n_latents=2, n_rounds=n_rounds, random_state=seed)
+    model = PFedHGPRegressor(inference="variational",
+                             n_latents=2, n_rounds=n_rounds, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(X[train], Y[train], groups=groups[train])

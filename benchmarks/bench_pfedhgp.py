@@ -85,7 +85,8 @@ def paired_round_ratios(X, y, groups, optimizer, repeat=9, **kw):
     -------
     rounds, floors, ratios : ndarray of shape (repeat,)
     """
-    model = PFedHGPRegressor(optimizer=optimizer, n_rounds=10_000, n_inducing_global=50,
+    model = PFedHGPRegressor(inference="variational",
+                             optimizer=optimizer, n_rounds=10_000, n_inducing_global=50,
                              n_inducing_local=20, init_lengthscale_global=0.3,
                              init_lengthscale_local=0.1, random_state=0, normalize_y=False,
                              normalize_X=False, **kw)
@@ -129,7 +130,8 @@ def fit_time(X, y, groups, n_rounds=10, repeat=3):
     """Median process seconds of a closed-form fit (one local step per round)."""
     times = []
     for _ in range(repeat):
-        model = PFedHGPRegressor(optimizer="cavi", n_rounds=n_rounds, local_steps=1,
+        model = PFedHGPRegressor(inference="variational",
+                                 optimizer="cavi", n_rounds=n_rounds, local_steps=1,
                                  n_inducing_global=50, n_inducing_local=20,
                                  init_lengthscale_global=0.3, init_lengthscale_local=0.1,
                                  random_state=0, normalize_y=False, normalize_X=False)
@@ -205,7 +207,8 @@ def against_exact_gp(quick):
     t_sk = time.perf_counter() - tic
     mu, sd = gpr.predict(Xt, return_std=True)
     tic = time.perf_counter()
-    ours = PFedHGPRegressor(components=("global",), optimizer="cavi", n_rounds=20,
+    ours = PFedHGPRegressor(inference="variational",
+                            components=("global",), optimizer="cavi", n_rounds=20,
                             n_inducing_global=50, init_lengthscale_global=0.3,
                             random_state=0, normalize_y=False, normalize_X=False).fit(Xs, ys)
     t_ours = time.perf_counter() - tic
@@ -233,7 +236,8 @@ def many_small_clients(quick, T=500, n=40, d=1, repeat=7):
     for n_outputs in (None, 3):
         X, y, groups = make(T, n, d=d, n_outputs=n_outputs)
         kw = {} if n_outputs is None else {"n_latents": 2}
-        model = PFedHGPRegressor(optimizer="cavi", n_rounds=10_000, n_inducing_global=20,
+        model = PFedHGPRegressor(inference="variational",
+                                 optimizer="cavi", n_rounds=10_000, n_inducing_global=20,
                                  n_inducing_local=10, random_state=0, **kw)
         model._check_params()
         steps = model._steps_algorithm(d, n_outputs)

@@ -62,7 +62,7 @@ def scattered(params, rng):
                          for k in INIT}}
 
 
-def windowed(seeds, n_starts, params):
+def windowed(seeds, n_starts, params, verbose=False):
     rows = []
     for seed in seeds:
         train, test = make_windowed_hierarchy(seed)
@@ -78,6 +78,9 @@ def windowed(seeds, n_starts, params):
             m = collapsed(seed, scattered(params, rng)).fit(*train[:2], groups=train[2])
             r.append(scores(y_te, *m.predict(test[0], groups=g_te, return_std=True),
                             g_te)["rmse"])
+            if verbose:  # does the likelihood tell the better fits apart?
+                print(f"  start {len(r)}: RMSE {r[-1]:.4f}, log marginal likelihood "
+                      f"{m.log_marginal_likelihood_value_:.3f}")
         if r:
             s["spread"] = (max(r) - min(r)) / np.median(r)
         rows.append({"seed": seed, "oracle": o, "collapsed": s})
@@ -93,7 +96,7 @@ def windowed(seeds, n_starts, params):
     return rows
 
 
-def real(datasets, seeds, params, methods):
+def real(datasets, seeds, params, methods, name_as="collapsed"):
     from skfed.baselines import MixedLMRegressor, PooledEstimator
     from skfed.benchmark._real_data import RANDOM_SLOPES, _splits
     from skfed.datasets import load_multilevel
@@ -129,7 +132,8 @@ def real(datasets, seeds, params, methods):
                             mu = model.predict(X[te], groups=pg)
                         sse += np.sum((y[te] - mu) ** 2)
                         n += te.size
-                    row = {"data": name, "seed": seed, "setting": setting, "method": label,
+                    row = {"data": name, "seed": seed, "setting": setting,
+                           "method": name_as if label == "collapsed" else label,
                            "rmse": float(np.sqrt(sse / n)),
                            "fit_s": (time.process_time() - t0) / len(folds)}
                     if nll:
@@ -179,9 +183,36 @@ def panel(seeds, params):
     return rows
 
 
+def _rows(path):
+    """Rows of a ``--json`` file, or of a log of the printed JSON lines."""
+    text = Path(path).read_text()
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def summary(paths):
+    """Mean RMSE, coverage and largest fit time per data set, setting and method, over
+    the seeds of the ``real`` outputs in ``paths`` (the same method in several files
+    is pooled)."""
+    rows = [r for p in paths for r in _rows(p)]
+    cells = {}
+    for r in rows:
+        cells.setdefault((r["data"], r["setting"]), {}).setdefault(r["method"], []).append(r)
+    for (data, setting), methods in cells.items():
+        print(f"{data} {setting}")
+        for method, rs in methods.items():
+            cov = np.mean([r.get("cov95", np.nan) for r in rs])
+            print(f"  {method:>24}: RMSE {np.mean([r['rmse'] for r in rs]):.4g} "
+                  f"(seeds {sorted(r['seed'] for r in rs)})"
+                  + (f", cov95 {cov:.3f}" if np.isfinite(cov) else "")
+                  + f", fit <= {max(r['fit_s'] for r in rs):.1f} s")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["windowed", "real", "panel"])
+    p.add_argument("what", choices=["windowed", "real", "panel", "summary"])
+    p.add_argument("files", nargs="*", help="summary: the --json files (or logs) of `real`")
     p.add_argument("--seeds", default="0-9")
     p.add_argument("--starts", type=int, default=0)
     p.add_argument("--datasets", nargs="*",
@@ -190,14 +221,19 @@ def main(argv=None):
                    help="PFedHGPRegressor(inference='collapsed', ...) parameters as JSON")
     p.add_argument("--methods", nargs="*", default=["collapsed", "MixedLM", "Pooled Ridge"])
     p.add_argument("--json", default=None)
+    p.add_argument("--name", default="collapsed", help="real: the model's label in the rows")
+    p.add_argument("--verbose", action="store_true",
+                   help="windowed: each random start's RMSE and likelihood")
     a = p.parse_args(argv)
     params = json.loads(a.params)
+    if a.what == "summary":
+        return summary(a.files)
     if a.what == "windowed":
-        rows = windowed(_seeds(a.seeds), a.starts, params)
+        rows = windowed(_seeds(a.seeds), a.starts, params, a.verbose)
     elif a.what == "panel":
         rows = panel(_seeds(a.seeds), params)
     else:
-        rows = real(a.datasets, _seeds(a.seeds), params, a.methods)
+        rows = real(a.datasets, _seeds(a.seeds), params, a.methods, a.name)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1, default=float))
 

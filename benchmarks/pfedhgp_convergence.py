@@ -90,7 +90,7 @@ def run_cells(writer, fh, dname, seed, X, y, g, candidates, baselines, names, do
     """Every model not yet in ``done`` on one (data set, seed): both protocols, a CSV row each."""
     folds = _splits(X, y, g, seed)
     makers = {name: (lambda s, kw=candidates[name]: PFedHGPRegressor(
-        random_state=s, n_jobs=1, **kw), True) for name in names}
+        inference="variational", random_state=s, n_jobs=1, **kw), True) for name in names}
     makers.update({k: (v, False) for k, v in baselines.items()})
     for name, (make, gp) in makers.items():
         if (dname, str(seed), name) in done:

@@ -94,7 +94,8 @@ def clustering(settings, seeds):
             X, y, groups, zones = make_monitoring_stations(n_times=s["n_times"],
                                                            random_state=seed)
             model = PFedHGPRegressor(
-                optimizer="cavi", n_inducing_global=s["M"], n_inducing_local=12, n_rounds=15,
+                inference="variational", optimizer="cavi", n_inducing_global=s["M"],
+                n_inducing_local=12, n_rounds=15,
                 tol=None, server_lr=0.1, mean_update="blockwise", mean_function="constant",
                 normalize_X=False, normalize_y=s["init"].get("normalize_y", False),
                 random_state=0,

@@ -81,7 +81,8 @@ def main():
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     cands = CANDIDATES if args.phase == "select" else {k: CANDIDATES[k] for k in REPORT}
-    models = {f"PFedHGP {name}": (lambda kw=kw: PFedHGPRegressor(random_state=0, **kw))
+    models = {f"PFedHGP {name}": (lambda kw=kw: PFedHGPRegressor(inference="variational",
+                                                                 random_state=0, **kw))
               for name, kw in cands.items()}
     models["Pooled Ridge"] = lambda: PooledEstimator(Ridge())
     keys = ("seen", "new", "seen_cov", "new_cov", "elbo", "fit_s")

@@ -23,7 +23,8 @@ def main():
     print("| optimizer | ELBO after round 1 | 5 | 10 | 20 | kB up | kB down | fit s |")
     print("|---|---|---|---|---|---|---|---|")
     for optimizer in ("paper", "cavi"):
-        model = PFedHGPRegressor(optimizer=optimizer, n_rounds=20, tol=None,
+        model = PFedHGPRegressor(inference="variational",
+                                 optimizer=optimizer, n_rounds=20, tol=None,
                                  n_inducing_global=8, n_inducing_local=5, normalize_y=False,
                                  normalize_X=False, random_state=0)
         tic = time.process_time()

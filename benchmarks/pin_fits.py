@@ -31,7 +31,8 @@ warnings.filterwarnings("ignore")
 
 def gp(name, Q=None, n=30, n_rounds=8, **kw):
     X, y, groups = make(6, n, n_outputs=Q)
-    model = PFedHGPRegressor(n_rounds=n_rounds, random_state=0, n_inducing_global=12,
+    model = PFedHGPRegressor(inference="variational",
+                             n_rounds=n_rounds, random_state=0, n_inducing_global=12,
                              n_inducing_local=6, **kw).fit(X, y, groups=groups)
     mu, sd = model.predict(X[:40], groups=groups[:40], return_std=True)
     return {name + "/mu": mu, name + "/sd": sd, name + "/elbo": np.asarray(model.elbo_)}

@@ -104,8 +104,8 @@ def fit_keeping(estimator, X, y, groups=None):
         return estimator.fit(X, y, groups=groups)
 
 
-GP_SMALL = dict(n_inducing_global=5, n_inducing_local=3, n_rounds=3, local_steps=2,
-                random_state=0)
+GP_SMALL = dict(inference="variational", n_inducing_global=5, n_inducing_local=3, n_rounds=3,
+                local_steps=2, random_state=0)
 
 
 @pytest.mark.parametrize("optimizer", ["cavi", "paper"])
@@ -155,7 +155,8 @@ def test_pfedhgp_classifier():
     rng = np.random.default_rng(1)
     X = rng.normal(0.3, 0.5, (7, 6)) + np.linspace(0.1, 0.7, 6)
     y = np.array([0, 0, 0, 1, 1, 1, 2])  # class 2: one object
-    est = PFedHGPRegressor(optimizer="cavi", n_rounds=3, local_steps=2, n_inducing_global=4,
+    est = PFedHGPRegressor(inference="variational",
+                           optimizer="cavi", n_rounds=3, local_steps=2, n_inducing_global=4,
                            n_inducing_local=3, normalize_X=False, random_state=0)
     for clf in (PFedHGPClassifier(), PFedHGPClassifier(est)):
         fit_keeping(clf, X, y)
@@ -318,20 +319,23 @@ def test_pfedhgp_input_bounds_place_the_grid_and_need_no_input_sums():
     y = np.sin(X[:, 0])
     groups = np.repeat([0, 1], 20)
     # (the linear prior mean would need the input sums for its centring)
-    model = PFedHGPRegressor(normalize_X=False, input_bounds=(0.0, 10.0), n_rounds=1,
+    model = PFedHGPRegressor(inference="variational",
+                             normalize_X=False, input_bounds=(0.0, 10.0), n_rounds=1,
                              learn_inducing=False, random_state=0, n_inducing_global=6,
                              mean_function="constant")
     fit_keeping(model, X, y, groups)
     np.testing.assert_allclose(model.inducing_global_[:, 0], np.linspace(0, 10, 6))
     assert all("sum_x" not in names for names in _setup_up(model.communication_, 0).values())
     # without bounds: the pooled centre +- sqrt(3) scale (one client: its mean and sd)
-    one = PFedHGPRegressor(normalize_X=False, n_rounds=1, learn_inducing=False,
+    one = PFedHGPRegressor(inference="variational",
+                           normalize_X=False, n_rounds=1, learn_inducing=False,
                            random_state=0, n_inducing_global=6).fit(X, y)
     centre, sd = X[:, 0].mean(), X[:, 0].std()
     np.testing.assert_allclose(one.inducing_global_[[0, -1], 0],
                                [centre - np.sqrt(3) * sd, centre + np.sqrt(3) * sd])
     # with normalize_X the bounds are standardized
-    std = PFedHGPRegressor(input_bounds=[[0.0], [10.0]], n_rounds=1, learn_inducing=False,
+    std = PFedHGPRegressor(inference="variational",
+                           input_bounds=[[0.0], [10.0]], n_rounds=1, learn_inducing=False,
                            random_state=0, n_inducing_global=6).fit(X, y)
     np.testing.assert_allclose(std.inducing_global_[:, 0], np.linspace(0, 10, 6))
 
@@ -341,7 +345,8 @@ def test_pfedhgp_input_bounds_place_the_grid_and_need_no_input_sums():
 def test_pfedhgp_bad_input_bounds_are_refused(bounds):
     X, y, groups = _regression((5, 5))
     with pytest.raises(ValueError, match="input_bounds"):
-        PFedHGPRegressor(input_bounds=bounds, n_rounds=1).fit(X[:, :1], y, groups=groups)
+        PFedHGPRegressor(inference="variational", input_bounds=bounds, n_rounds=1).fit(
+            X[:, :1], y, groups=groups)
 
 
 def test_tensor_one_row_clients_send_no_sums_nor_intercept():

@@ -58,10 +58,11 @@ def _models(size, input_bounds):
                   # the paper's protocol: raw targets and inputs, grid on the inputs' range
                   normalize_y=False, normalize_X=False, input_bounds=input_bounds,
                   mean_function="constant", ard=False)
-    models = {name: (lambda comps=comps: PFedHGPRegressor(components=comps, **common))
+    models = {name: (lambda comps=comps: PFedHGPRegressor(inference="variational",
+                                                          components=comps, **common))
               for name, comps in ABLATIONS.items()}
     models["Full (cavi)"] = lambda: PFedHGPRegressor(
-        **{**common, "optimizer": "cavi", "local_steps": 10})
+        inference="variational", **{**common, "optimizer": "cavi", "local_steps": 10})
     models["pFedGP"] = lambda: PFedGPRegressor(
         n_inducing=size["Mi"], n_latents=size["R"], optimizer=size["optimizer"],
         n_rounds=size["n_rounds"],

@@ -155,6 +155,11 @@ class PFedGPRegressor(PFedHGPRegressor):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
+    # the paper's baseline: the variational fit of one GP per client, nothing more
+    inference = "variational"
+    random_effects = "none"
+    site_trend = "none"
+
     @classmethod
     def _test_instances(cls):
         return [cls(n_inducing=10, ard=True, optimizer="cavi", n_rounds=10, local_steps=5,

@@ -16,8 +16,8 @@ the site's own blocks and the part of the global GP that ``Z`` misses kept
 exactly within the site (the partially independent conditional, PITC, with
 one block per site). Unlike the paper's mean-field posterior (Assumption 2),
 nothing is factorized: with ``w = [beta, c]``, ``H_i = [F_i, Phi_i]``,
-``Lam = blkdiag(0, K) + sum_i H_i^T C_i^{-1} H_i`` and ``b = sum_i H_i^T
-C_i^{-1} y_i``, the negative log marginal likelihood is
+``Lam = blkdiag(0, K) + sum_i H_i^T C_i^{-1} H_i`` (the 0 is :data:`BETA_PRECISION`)
+and ``b = sum_i H_i^T C_i^{-1} y_i``, the negative log marginal likelihood is
 
     NLL = 1/2 [sum_i log|C_i| + log|Lam| - log|K| + sum_i y_i^T C_i^{-1} y_i - b^T Lam^{-1} b]
 
@@ -49,6 +49,10 @@ __all__ = ["Layout", "design", "site_statistics", "site_gradient", "server_objec
 
 #: relative jitter on the inducing covariance
 JITTER = 1e-6
+#: prior precision of the fixed effects (standardized units): a flat prior up to a
+#: variance of 1e8, so that a fixed-effect column of zeros (a constant feature) is
+#: estimated as 0 instead of making Lam singular; negligible beside any data's precision
+BETA_PRECISION = 1e-8
 #: accepted optimizer steps per start, at most
 MAX_ITER = 500
 #: bounds of every log-scale hyperparameter (lengthscales, variances, phi, noise)
@@ -379,6 +383,7 @@ def server_objective(p, layout, Z, messages, pairs=None):
     f = layout.f
     Lam = np.zeros((f + Z.shape[0],) * 2)
     Lam[f:, f:] = _kzz(p, Z, pairs)
+    Lam[:f, :f] += BETA_PRECISION * np.eye(f)
     Lam += sum(m["HCH"] for m in messages)
     b = sum(m["HCy"] for m in messages)
     lf = cho_factor(Lam, lower=True)
@@ -733,6 +738,9 @@ class PFedHGPCollapsed(CollapsedProtocol):
         Z, _, x_shift, x_scale = input_setup(
             msgs, self.normalize_X, self.n_inducing, self.init_inducing_global, rng,
             self.layout.d, self.input_bounds)
+        # inputs constant in every feature put the inducing inputs on one point: keep one
+        # of each (a repeated row makes K(Z, Z) singular up to the jitter)
+        Z = Z[np.sort(np.unique(Z, axis=0, return_index=True)[1])]
         if not self.layout.global_gp:  # the deviation GP alone is exact within each site
             Z = Z[:0]
         y_shift, y_scale = target_scaling(msgs, self.normalize_y)

@@ -51,7 +51,8 @@ def _regression_data():
     return X, y, groups
 
 
-GP = dict(n_inducing_global=6, n_inducing_local=4, n_rounds=5, random_state=0)
+GP = dict(inference="variational", n_inducing_global=6, n_inducing_local=4, n_rounds=5,
+          random_state=0)
 TENSOR = dict(tensor_shape=(4, 3), rank=(2, 2), n_rounds=5, random_state=0)
 PRIVATE_TENSOR = dict(TENSOR, fit_intercept=False, epsilon=20.0, delta=0.1, tau_x=3.0, tau_e=3.0,
                       step_size=0.2)

@@ -56,7 +56,8 @@ def scalar_fit():
     groups = np.repeat([0, 1, 2], 20)
     y = (np.sin(6 * X[:, 0]) + np.where(groups == 2, np.sin(30 * X[:, 0]), 0)
          + 0.05 * rng.normal(size=60))
-    m = PFedHGPRegressor(optimizer="cavi", n_inducing_global=8, n_inducing_local=6, n_rounds=4,
+    m = PFedHGPRegressor(inference="variational",
+                         optimizer="cavi", n_inducing_global=8, n_inducing_local=6, n_rounds=4,
                          init_lengthscale_global=0.3, init_lengthscale_local=0.1, random_state=0,
                          normalize_y=False, normalize_X=False)
     return m.fit(X, y, groups=groups), X, groups
@@ -102,7 +103,8 @@ def test_dissimilarity_bad_options(scalar_fit):
                                   client_dissimilarity(m, X, groups))
     with pytest.raises(ValueError, match="no rows"):
         client_dissimilarity(m, X[:40], groups[:40])
-    no_dev = PFedHGPRegressor(("global", "local"), optimizer="cavi", n_inducing_global=8,
+    no_dev = PFedHGPRegressor(("global", "local"), inference="variational", optimizer="cavi",
+                              n_inducing_global=8,
                               n_inducing_local=6, n_rounds=1, random_state=0)
     no_dev.fit(X, np.sin(6 * X[:, 0]), groups=groups)
     with pytest.raises(ValueError, match="deviation"):
@@ -140,7 +142,8 @@ def ilmm_fit():
         out[:, block[i]] += np.sin(25 * t + rng.uniform(0, 6))
         Y.append(out + 0.05 * rng.normal(size=(n, 2)))
     X, groups = np.tile(t, T)[:, None], np.repeat(np.arange(T), n)
-    m = PFedHGPRegressor(optimizer="cavi", n_latents=2, n_inducing_global=8, n_inducing_local=6,
+    m = PFedHGPRegressor(inference="variational",
+                         optimizer="cavi", n_latents=2, n_inducing_global=8, n_inducing_local=6,
                          n_rounds=5, init_lengthscale_global=0.3, init_lengthscale_local=0.1,
                          random_state=0, normalize_y=False, normalize_X=False)
     return m.fit(X, np.vstack(Y), groups=groups), X, groups, block

@@ -10,8 +10,14 @@ from skfed import PFedHGPRegressor
 from skfed.datasets import make_hierarchical_gp
 
 # the old defaults (raw inputs and targets): the pinned behaviour of these tests
-SMALL = dict(n_inducing_global=8, n_inducing_local=5, random_state=0, normalize_y=False,
+SMALL = dict(inference="variational",
+             n_inducing_global=8, n_inducing_local=5, random_state=0, normalize_y=False,
              normalize_X=False)
+
+
+def variational(**params):
+    """``PFedHGPRegressor(inference="variational", **params)``: the fit these tests pin."""
+    return PFedHGPRegressor(inference="variational", **params)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +51,8 @@ def test_single_client_global_only_matches_exact_gp():
     X = rng.uniform(0, 10, (25, 1))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=25)
     gpr = GaussianProcessRegressor(C(1.0) * RBF(2.0) + WhiteKernel(0.01), random_state=0).fit(X, y)
-    model = PFedHGPRegressor(components=("global",), optimizer="cavi", init_inducing_global=X,
+    model = PFedHGPRegressor(inference="variational",
+                             components=("global",), optimizer="cavi", init_inducing_global=X,
                              learn_inducing=False, n_rounds=50, jitter=1e-8, normalize_y=False,
                              normalize_X=False).fit(X, y)
     Xt = np.linspace(0, 10, 50)[:, None]
@@ -65,7 +72,8 @@ def known_hierarchy():
 
 
 # the paper's model: raw units and a zero prior mean (the hierarchy has no linear trend)
-HIERARCHY_FIT = dict(optimizer="cavi", n_inducing_global=20, n_inducing_local=15, n_rounds=30,
+HIERARCHY_FIT = dict(inference="variational",
+                     optimizer="cavi", n_inducing_global=20, n_inducing_local=15, n_rounds=30,
                      random_state=0, normalize_y=False, normalize_X=False,
                      mean_function="constant")
 
@@ -203,7 +211,8 @@ def test_duplicate_inputs_and_tiny_noise_do_not_crash():
     y = np.sin(X[:, 0]) + 1e-8 * rng.normal(size=40)
     groups = np.tile([0, 1], 20)
     for opt in ("cavi", "paper"):
-        m = PFedHGPRegressor(optimizer=opt, n_inducing_global=10, n_inducing_local=4,
+        m = PFedHGPRegressor(inference="variational",
+                             optimizer=opt, n_inducing_global=10, n_inducing_local=4,
                              init_noise=1e-10, n_rounds=3, local_steps=5, random_state=0)
         m.fit(X, y, groups=groups)
         assert np.all(np.isfinite(m.predict(X, groups=groups)))
@@ -219,32 +228,33 @@ def test_bad_input_errors():
     # small clients are fitted with fewer local inducing inputs, with one warning
     with pytest.warns(UserWarning,
                       match=r"n_inducing_local=12 .* 3 client.*\{0: 10, 1: 10, 2: 10\}"):
-        PFedHGPRegressor(n_inducing_local=12, n_rounds=1).fit(X, y, groups=groups)
+        variational(n_inducing_local=12, n_rounds=1).fit(X, y, groups=groups)
     Xn = X.copy()
     Xn[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        PFedHGPRegressor(n_inducing_local=3).fit(Xn, y, groups=groups)
+        PFedHGPRegressor(inference="variational", n_inducing_local=3).fit(Xn, y, groups=groups)
     for name in ("init_lengthscale_global", "init_noise", "init_phi", "init_variance_local"):
         with pytest.raises(ValueError, match=name):
-            PFedHGPRegressor(n_inducing_local=3, **{name: 0.0}).fit(X, y, groups=groups)
+            variational(n_inducing_local=3, **{name: 0.0}).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="components"):
-        PFedHGPRegressor(components=("global", "bogus")).fit(X, y, groups=groups)
+        variational(components=("global", "bogus")).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="components"):
-        PFedHGPRegressor(components=("deviation",)).fit(X, y, groups=groups)
+        variational(components=("deviation",)).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="optimizer"):
-        PFedHGPRegressor(optimizer="sgd", n_inducing_local=3).fit(X, y, groups=groups)
+        variational(optimizer="sgd", n_inducing_local=3).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="mean_update"):
-        PFedHGPRegressor(mean_update="exact", n_inducing_local=3).fit(X, y, groups=groups)
+        variational(mean_update="exact", n_inducing_local=3).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="kernel"):
-        PFedHGPRegressor(kernel="linear", n_inducing_local=3).fit(X, y, groups=groups)
+        variational(kernel="linear", n_inducing_local=3).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="init_inducing_global"):
-        PFedHGPRegressor(init_inducing_global=np.zeros((3, 2)),
+        PFedHGPRegressor(inference="variational", init_inducing_global=np.zeros((3, 2)),
                          n_inducing_local=3).fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="y must be"):
-        PFedHGPRegressor(n_inducing_local=3).fit(X, np.ones((30, 3, 2)), groups=groups)
+        variational(n_inducing_local=3).fit(X, np.ones((30, 3, 2)), groups=groups)
     with pytest.raises(ValueError, match="y must have"):
-        PFedHGPRegressor(n_inducing_local=3).fit(X, np.ones((30, 0)), groups=groups)
-    model = PFedHGPRegressor(n_inducing_local=3, n_inducing_global=5, n_rounds=1, local_steps=1)
+        variational(n_inducing_local=3).fit(X, np.ones((30, 0)), groups=groups)
+    model = PFedHGPRegressor(inference="variational",
+                             n_inducing_local=3, n_inducing_global=5, n_rounds=1, local_steps=1)
     model.fit(X, y, groups=groups)
     with pytest.raises(ValueError, match="features"):
         model.predict(np.zeros((2, 3)))
@@ -253,11 +263,11 @@ def test_bad_input_errors():
 def test_site_checks_of_the_federated_contract():
     """What a site checks on its own rows, and the set-up summary (see also the Flower tests)."""
     X = np.repeat(np.arange(4.0)[:, None], 3, axis=0)  # 4 distinct rows
-    model = PFedHGPRegressor(n_inducing_local=5)
+    model = PFedHGPRegressor(inference="variational", n_inducing_local=5)
     model._check_params()  # fit runs it first (FederatedEstimator)
     with pytest.warns(UserWarning, match="n_inducing_local=5 is more than the 4 distinct rows"):
         model._validate_site_data(X, np.zeros(12), reset=True)
-    model = PFedHGPRegressor(n_inducing_local=4)
+    model = PFedHGPRegressor(inference="variational", n_inducing_local=4)
     model._check_params()
     X_ok, y_ok = model._validate_site_data(X, np.zeros((12, 1)), reset=True)
     assert y_ok.shape == (12,)  # a single column is the scalar model
@@ -265,7 +275,7 @@ def test_site_checks_of_the_federated_contract():
     with pytest.raises(ValueError, match="disagree on the number of outputs"):
         model._combine_site_summaries(["a", "b"], summaries)
     with pytest.raises(ValueError, match="population_local"):
-        PFedHGPRegressor(population_local="mean", n_inducing_local=4).fit(X, np.zeros(12))
+        variational(population_local="mean", n_inducing_local=4).fit(X, np.zeros(12))
 
 
 def test_single_client_population_is_that_client(data):
@@ -325,7 +335,8 @@ def test_basis_cache_reuses_only_for_equal_parameters_and_is_not_pickled():
 def test_broadcast_globals_are_unpacked_once_per_broadcast_and_read_only():
     import pickle
 
-    model = PFedHGPRegressor(n_inducing_global=4, n_inducing_local=3, normalize_X=False)
+    model = PFedHGPRegressor(inference="variational",
+                             n_inducing_global=4, n_inducing_local=3, normalize_X=False)
     model._check_params()
     steps = model._steps_algorithm(1)
     _, broadcast = steps.server_step(
@@ -363,11 +374,11 @@ def test_cavi_clients_send_the_kernel_gradient_only_when_the_server_uses_it(monk
 
     module = ilmm_steps if multioutput else steps
     monkeypatch.setattr(module, "wants_kernel_grad", spy)
-    skipping = PFedHGPRegressor(**kw).fit(X, y, groups=groups)
+    skipping = PFedHGPRegressor(inference="variational", **kw).fit(X, y, groups=groups)
     # rounds 1..6 (3 clients each): the kernel moves after rounds 2 and 4 only
     assert sent == [False] * 3 + [True] * 3 + [False] * 3 + [True] * 3 + [False] * 6
     monkeypatch.setattr(module, "wants_kernel_grad", lambda broadcast: True)
-    always = PFedHGPRegressor(**kw).fit(X, y, groups=groups)
+    always = PFedHGPRegressor(inference="variational", **kw).fit(X, y, groups=groups)
     np.testing.assert_array_equal(skipping.elbo_, always.elbo_)
     np.testing.assert_array_equal(skipping.predict(X, groups=groups),
                                   always.predict(X, groups=groups))
@@ -380,7 +391,7 @@ def test_defaults_fit_small_clients_with_one_warning():
     y = 100 + np.sin(X[:, 0]) + 0.05 * rng.normal(size=63)
     groups = np.r_[np.repeat([0, 1], 30), 10, 11, 11]
     with pytest.warns(UserWarning, match=r"2 client.*\{10: 1, 11: 2\}") as record:
-        m = PFedHGPRegressor(random_state=0).fit(X, y, groups=groups)
+        m = PFedHGPRegressor(inference="variational", random_state=0).fit(X, y, groups=groups)
     assert len([w for w in record if "n_inducing_local" in str(w.message)]) == 1
     assert [Z.shape[0] for Z in m.inducing_local_] == [25, 25, 1, 2]
     mean, std = m.predict(X[-3:], groups=groups[-3:], return_std=True)
@@ -394,9 +405,9 @@ def test_normalize_X_is_affine_equivariant_and_sends_no_range():
     X = rng.uniform(0, 10, (60, 2))
     y = np.sin(X[:, 0]) + 0.1 * X[:, 1] + 0.05 * rng.normal(size=60)
     g = np.repeat([0, 1, 2], 20)
-    a = PFedHGPRegressor(n_rounds=4, random_state=0).fit(X, y, groups=g)
+    a = PFedHGPRegressor(inference="variational", n_rounds=4, random_state=0).fit(X, y, groups=g)
     shift, scale = np.array([1e3, -5.0]), np.array([100.0, 0.01])
-    b = PFedHGPRegressor(n_rounds=4, random_state=0).fit(X * scale + shift, y, groups=g)
+    b = variational(n_rounds=4, random_state=0).fit(X * scale + shift, y, groups=g)
     np.testing.assert_allclose(b.predict(X * scale + shift, groups=g), a.predict(X, groups=g),
                                rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(b.inducing_global_, a.inducing_global_ * scale + shift,
@@ -410,9 +421,9 @@ def test_input_scaling_ignores_one_clients_outlier():
                              random_state=0)
     X = d.X_train.copy()
     X[0, 0] = 1e6  # one row of client 0
-    clean = PFedHGPRegressor(n_rounds=5, random_state=0).fit(d.X_train, d.y_train,
+    clean = variational(n_rounds=5, random_state=0).fit(d.X_train, d.y_train,
                                                                groups=d.groups_train)
-    dirty = PFedHGPRegressor(n_rounds=5, random_state=0).fit(X, d.y_train,
+    dirty = PFedHGPRegressor(inference="variational", n_rounds=5, random_state=0).fit(X, d.y_train,
                                                                groups=d.groups_train)
     assert dirty.x_std_[0] < 2 * clean.x_std_[0]
 

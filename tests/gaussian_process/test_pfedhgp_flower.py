@@ -20,7 +20,8 @@ from skfed.federated import Ledger  # noqa: E402
 from skfed.federated.flower import FlowerFederation, InMemoryGrid  # noqa: E402
 from skfed.gaussian_process import PFedGPRegressor  # noqa: E402
 
-SMALL = dict(n_inducing_global=6, n_inducing_local=4, n_rounds=3, local_steps=3, random_state=0,
+SMALL = dict(inference="variational",
+             n_inducing_global=6, n_inducing_local=4, n_rounds=3, local_steps=3, random_state=0,
              normalize_X=False)
 GLOBAL_ATTRS = ("phi_", "noise_variance_", "lengthscale_global_", "variance_global_",
                 "inducing_global_", "loadings_global_", "y_mean_", "y_std_", "elbo_")

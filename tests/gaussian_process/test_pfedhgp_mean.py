@@ -10,6 +10,11 @@ from skfed.gaussian_process._steps import (
 )
 
 
+def variational(**params):
+    """``PFedHGPRegressor(inference="variational", **params)``: the fit these tests pin."""
+    return PFedHGPRegressor(inference="variational", **params)
+
+
 def _data(n_outputs=None, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0, 10, (90, 2))
@@ -68,7 +73,8 @@ def test_a_product_of_one_row_is_never_sent():
 def test_the_linear_mean_leaves_out_the_clients_that_withhold():
     X, y, groups = _data()
     X = np.column_stack([X, (np.arange(90) % 30 == 0).astype(float)])  # one row per client
-    model = PFedHGPRegressor(n_inducing_global=6, n_inducing_local=3, n_rounds=2,
+    model = PFedHGPRegressor(inference="variational",
+                             n_inducing_global=6, n_inducing_local=3, n_rounds=2,
                              random_state=0).fit(X, y, groups=groups)
     up = [r for r in model.communication_.records if r.direction == "up"]
     assert up and not any("xty" in r.names for r in up)
@@ -79,8 +85,8 @@ def test_the_linear_mean_leaves_out_the_clients_that_withhold():
 def test_new_sites_follow_the_pooled_trend(n_outputs):
     X, y, groups = _data(n_outputs)
     kw = dict(n_inducing_global=8, n_inducing_local=4, n_rounds=6, random_state=0)
-    lin = PFedHGPRegressor(mean_function="linear", **kw).fit(X, y, groups=groups)
-    const = PFedHGPRegressor(mean_function="constant", **kw).fit(X, y, groups=groups)
+    lin = variational(mean_function="linear", **kw).fit(X, y, groups=groups)
+    const = variational(mean_function="constant", **kw).fit(X, y, groups=groups)
     far = np.array([[30.0, 5.0]])  # far outside the inputs' range [0, 10]
     truth = 3.0 * 30.0 - 0.5 * 5.0 + np.sin(5.0) + 0.5
     if n_outputs:
@@ -101,7 +107,7 @@ def test_the_cross_products_are_in_the_ledger_only_with_the_linear_mean():
     X, y, groups = _data()
     kw = dict(n_inducing_global=6, n_inducing_local=3, n_rounds=2, random_state=0)
     for mean_function, sent in (("linear", True), ("constant", False)):
-        model = PFedHGPRegressor(mean_function=mean_function, **kw).fit(X, y, groups=groups)
+        model = variational(mean_function=mean_function, **kw).fit(X, y, groups=groups)
         setup = [r for r in model.communication_.records if r.direction == "up" and r.round == 0]
         assert setup and all(({"xtx", "xty"} <= set(r.names)) == sent for r in setup)
         down = [r for r in model.communication_.records if r.direction == "down" and r.round > 0]
@@ -111,4 +117,4 @@ def test_the_cross_products_are_in_the_ledger_only_with_the_linear_mean():
 def test_bad_mean_function_is_refused():
     X, y, groups = _data()
     with pytest.raises(ValueError, match="'mean_function' parameter"):
-        PFedHGPRegressor(mean_function="quadratic").fit(X, y, groups=groups)
+        variational(mean_function="quadratic").fit(X, y, groups=groups)

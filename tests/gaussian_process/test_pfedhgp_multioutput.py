@@ -8,7 +8,8 @@ from skfed.datasets import make_hierarchical_gp
 from skfed.gaussian_process import PFedGPRegressor
 
 # the old defaults (raw inputs and targets): the pinned behaviour of these tests
-SMALL = dict(n_inducing_global=8, n_inducing_local=5, random_state=0, normalize_y=False,
+SMALL = dict(inference="variational",
+             n_inducing_global=8, n_inducing_local=5, random_state=0, normalize_y=False,
              normalize_X=False)
 
 

@@ -7,7 +7,8 @@ from skfed import PFedHGPRegressor
 from skfed.gaussian_process._elbo import CholeskyError
 from skfed.gaussian_process._steps import _PFedHGPSteps, _scaled_sum_of_squares
 
-SMALL = dict(n_inducing_global=6, n_inducing_local=2, n_rounds=4, random_state=0)
+SMALL = dict(inference="variational",
+             n_inducing_global=6, n_inducing_local=2, n_rounds=4, random_state=0)
 
 
 @pytest.fixture(scope="module")

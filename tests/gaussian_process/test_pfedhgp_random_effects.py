@@ -8,7 +8,8 @@ from skfed.gaussian_process._random_effects import (
     effects_design, effects_moments, effects_q, effects_update, sqrt_psd,
 )
 
-SMALL = dict(n_inducing_global=8, n_inducing_local=4, n_rounds=8, random_state=0)
+SMALL = dict(inference="variational",
+             n_inducing_global=8, n_inducing_local=4, n_rounds=8, random_state=0)
 
 
 def _q_reference(Z, r, Sigma, s2):
@@ -121,7 +122,8 @@ def test_global_gp_with_random_intercepts_is_the_linear_mixed_model():
     groups = np.repeat(np.arange(n_sites), n)
     y = 1 + 0.5 * X[:, 0] + rng.normal(0, 1.0, n_sites)[groups] + 0.5 * rng.normal(size=X.shape[0])
     lmm = FedMixedLMRegressor(reml=False).fit(X, y, groups=groups)
-    gp = PFedHGPRegressor(components=("global",), random_effects="intercept",
+    gp = PFedHGPRegressor(inference="variational",
+                          components=("global",), random_effects="intercept",
                           random_state=0).fit(X, y, groups=groups)
     assert gp.random_effects_cov_[0, 0] == pytest.approx(lmm.random_effects_cov_[0, 0], rel=0.05)
     assert gp.noise_variance_ == pytest.approx(lmm.noise_variance_, rel=0.03)

@@ -9,7 +9,8 @@ from skfed.gaussian_process._steps import (
     SITE_TREND_ALPHA, site_trend_design, site_trend_fit, site_trend_moments,
 )
 
-SMALL = dict(n_inducing_global=6, n_inducing_local=4, n_rounds=4, random_state=0)
+SMALL = dict(inference="variational",
+             n_inducing_global=6, n_inducing_local=4, n_rounds=4, random_state=0)
 
 
 def _data(seed=0):
