@@ -1,4 +1,5 @@
-"""Every ```python block of README.md runs on its own, as a reader would paste it.
+"""Every ```python block of README.md (and of the home page, doc/index.md) runs on its
+own, as a reader would paste it.
 
 Each block runs in a fresh namespace: a block that uses a name defined only in
 another block fails here. A block that switches on scikit-learn's metadata
@@ -12,23 +13,25 @@ import pytest
 import sklearn
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"^```python\n(.*?)^```", README, flags=re.S | re.M)
-
-
-def _line_of(block):
-    return README[:README.index(block)].count("\n") + 1
+PAGES = ("README.md", "doc/index.md")
+TEXT = {page: (ROOT / page).read_text() for page in PAGES}
+BLOCKS = [(page, TEXT[page][:match.start(1)].count("\n") + 1, match.group(1))
+          for page in PAGES
+          for match in re.finditer(r"^```python\n(.*?)^```", TEXT[page], flags=re.S | re.M)]
 
 
 def test_readme_has_the_quickstart_blocks():
-    assert len(BLOCKS) >= 3
-    quickstart = BLOCKS[0]
+    readme = [code for page, _, code in BLOCKS if page == "README.md"]
+    assert len(readme) >= 3
+    quickstart = readme[0]
     assert 'load_multilevel("sleepstudy")' in quickstart
     assert "PFedHGPRegressor(" in quickstart and "return_std=True" in quickstart
+    assert any(page == "doc/index.md" for page, _, _ in BLOCKS)
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{_line_of(b)}" for b in BLOCKS])
-def test_readme_block_runs_standalone(block):
-    code = compile("\n" * (_line_of(block) - 1) + block, str(ROOT / "README.md"), "exec")
+@pytest.mark.parametrize("page, line, code", BLOCKS,
+                         ids=[f"{page}:{line}" for page, line, _ in BLOCKS])
+def test_python_block_runs_standalone(page, line, code):
+    compiled = compile("\n" * (line - 1) + code, str(ROOT / page), "exec")
     with sklearn.config_context():  # restores the configuration a block changes
-        exec(code, {"__name__": "__main__"})
+        exec(compiled, {"__name__": "__main__"})
