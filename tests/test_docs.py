@@ -1,28 +1,12 @@
-"""The README's code and the examples run as written."""
+"""The examples run as written (the README's code: tests/test_readme.py)."""
 
 import importlib.util
-import re
 import runpy
 from pathlib import Path
 
 import pytest
-import sklearn
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_readme_python_blocks_run():
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) >= 2
-    namespace = {}
-    try:
-        for block in blocks:
-            exec(compile(block, "README.md", "exec"), namespace)
-    finally:
-        sklearn.set_config(enable_metadata_routing=False)
-
-
 SITE_BUILT = importlib.util.find_spec("sphinx_gallery") is not None
 
 
