@@ -138,9 +138,9 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     out exactly and the shared hyperparameters maximize the restricted
     marginal likelihood (see ``inference``), so the model nests the linear
     mixed model. With ``inference="variational"`` (and for multi-output
-    ``y``) inference is the paper's. That inference is sparse variational (whitened full-covariance Gaussian blocks,
-    mean-field across blocks) and trained by the paper's federated
-    block-coordinate rounds (Alg. 1) on :mod:`skfed.federated`: each client
+    ``y``) inference is the paper's: sparse variational (whitened
+    full-covariance Gaussian blocks, mean-field across blocks), trained by
+    the paper's federated block-coordinate rounds (Alg. 1) on :mod:`skfed.federated`: each client
     optimizes its deviation and local blocks and local kernel with the
     global block fixed and sends only its gradient summary (or the equivalent
     sufficient statistics in ``optimizer="cavi"``); the server updates
