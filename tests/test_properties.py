@@ -28,6 +28,7 @@ Profiles (environment variable ``HYPOTHESIS_PROFILE``):
   ``HYPOTHESIS_PROFILE=thorough python -m pytest tests/test_properties.py -q``.
 """
 
+import importlib.util
 import math
 import os
 import re
@@ -42,7 +43,14 @@ from hypothesis import strategies as st
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression, Ridge
 
-from skfed.baselines import FedAvgRegressor, LocalEstimator, MixedLMRegressor, PooledEstimator
+from skfed.baselines import (
+    FedAvgRegressor,
+    GPBoostRegressor,
+    LocalEstimator,
+    MERFRegressor,
+    MixedLMRegressor,
+    PooledEstimator,
+)
 from skfed.gaussian_process import PFedGPRegressor, PFedHGPClassifier, PFedHGPRegressor
 from skfed.linear_model import (
     CentralizedDROClassifier,
@@ -110,6 +118,7 @@ class Spec:
     privacy: tuple = ()  # privacy parameters (keys of _PRIVACY)
     privacy_needs: dict = field(default_factory=dict)  # extra params to make them matter
     cost: float = 1.0  # relative fit time: fewer examples for slow estimators
+    requires: str = ""  # an optional package the estimator needs (skipped without it)
 
     def default(self):
         if self.cls in (LocalEstimator, PooledEstimator):
@@ -173,10 +182,23 @@ SPECS = {s.name: s for s in [
          MixedLMRegressor, cost=2),
     Spec("FedMixedLMRegressor", lambda: FedMixedLMRegressor(random_slopes=[0]), "regressor",
          FedMixedLMRegressor),
+    Spec("GPBoostRegressor[trees]", lambda: GPBoostRegressor(
+        random_slopes=[0], param_grid={"learning_rate": [0.1], "max_depth": [2]},
+        n_estimators=20, early_stopping_rounds=5, random_state=0), "regressor",
+        GPBoostRegressor, requires="gpboost", cost=2),
+    Spec("GPBoostRegressor[linear]", lambda: GPBoostRegressor(kind="linear", random_slopes=[0]),
+         "regressor", GPBoostRegressor, requires="gpboost"),
+    Spec("MERFRegressor", lambda: MERFRegressor(
+        random_slopes=[0], n_estimators=5, param_grid={"min_samples_leaf": [1, 3]},
+        max_iterations=3, random_state=0), "regressor", MERFRegressor, requires="merf", cost=2),
     Spec("NormClipper", NormClipper, "transformer", NormClipper, groups=False,
          privacy=("max_norm",)),
 ]}
 PRIVATE = [name for name, s in SPECS.items() if s.privacy]
+# the names to parametrize over: an estimator whose optional package is missing is skipped
+NAMES = [pytest.param(name, marks=pytest.mark.skipif(
+    bool(s.requires) and importlib.util.find_spec(s.requires) is None,
+    reason=f"{s.requires} is not installed (the bench extra)")) for name, s in SPECS.items()]
 
 
 def test_every_public_estimator_is_covered():
@@ -489,7 +511,7 @@ def run(spec, test, examples=None):
 # The properties
 # ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("name", NAMES)
 def test_valid_and_edge_inputs(name):
     """Valid data (with edge cases) fits; outputs are finite; edge cases may be refused by name."""
     spec = SPECS[name]
@@ -501,7 +523,7 @@ def test_valid_and_edge_inputs(name):
     run(spec, test, 2 * PROFILE.max_examples)
 
 
-@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("name", NAMES)
 def test_plain_inputs_fit(name):
     """Data without edge cases always fits, with finite outputs (fast and default instance)."""
     spec = SPECS[name]
@@ -519,7 +541,7 @@ def test_plain_inputs_fit(name):
     assert fit_or_refuse(spec, default, Case(X=X, y=y, groups=groups, what=["default"]))
 
 
-@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("name", NAMES)
 def test_corrupted_inputs(name):
     """Corrupted inputs end in a finite fit or an error naming the corrupted argument."""
     spec = SPECS[name]
@@ -572,7 +594,7 @@ PREDICT_CORRUPTIONS = {
 }
 
 
-@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("name", NAMES)
 def test_predict_inputs(name):
     """At predict: wrong shapes, feature counts and client ids are refused by name."""
     spec = SPECS[name]
@@ -660,7 +682,7 @@ def test_invalid_privacy_parameters(name):
     run(spec, test, 3 * PROFILE.max_examples)
 
 
-@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("name", NAMES)
 def test_failed_fit_leaves_fitted_estimator_unchanged(name):
     """A refused fit leaves every attribute of a fitted estimator as it was."""
     spec = SPECS[name]

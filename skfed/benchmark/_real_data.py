@@ -12,9 +12,14 @@ repetition (seed) runs two 5-fold protocols:
   and predicted by the population model.
 
 Every method runs at its defaults (the baselines around scikit-learn's
-defaults), on the data in raw units; nothing is tuned here.
+defaults), on the data in raw units; nothing is tuned here, but for the
+mixed-effects anchors of ``--full`` runs (GPBoost, MERF: centralized, from
+the ``bench`` extra), which tune themselves by an inner cross-validation on
+each training fold only, of the protocol's kind (within-client folds for
+seen-site, client-level folds for new-site).
 """
 
+import logging
 import warnings
 
 import numpy as np
@@ -29,7 +34,7 @@ from ..model_selection import WithinClientKFold
 from ._registry import Experiment, register, report_step
 from ._timing import timed
 
-__all__ = ["REGRESSION_SETS", "CLASSIFICATION_SETS", "regression_methods",
+__all__ = ["REGRESSION_SETS", "CLASSIFICATION_SETS", "regression_methods", "anchor_methods",
            "classification_methods", "evaluate"]
 
 N_SPLITS = 5
@@ -53,6 +58,54 @@ CLASSIFICATION_SETS = ("wvs", "chile")
 QUICK_SETS = ("sleepstudy", "wvs")
 # pooled exact GPs are O(n^3): only where the pooled data are small
 POOLED_GP_MAX_ROWS = 1000
+# folds of the anchors' inner CV (inside each outer training fold): MERF's cost is
+# (grid size x folds + 1) forest fits of max_iterations EM steps each
+ANCHOR_INNER_FOLDS = 3
+
+_log = logging.getLogger(__name__)
+_NOTED = set()  # optional packages already reported missing in this process
+
+
+def _importable(package):
+    """Whether the anchor's package imports; if not, one logged note per process."""
+    from ..baselines._gpboost import _gpboost
+    from ..baselines._merf import _merf
+
+    try:
+        {"gpboost": _gpboost, "merf": _merf}[package]()
+        return True
+    except (ImportError, OSError) as exc:  # OSError: a compiled library that fails to load
+        if package not in _NOTED:
+            _NOTED.add(package)
+            _log.warning("skfed benchmark: the %s anchor is left out of the real-data "
+                         "regression tables: %s", package, exc)
+        return False
+
+
+def anchor_methods(slope_cols, setting, seed):
+    """The mixed-effects anchors (GPBoost, MERF) whose packages import: ``[(label, est, False)]``.
+
+    Their inner CV is of the outer protocol's kind, on the training fold only:
+    within-client folds for ``"seen-site"`` (tuned for held-out rows of seen
+    sites), ``GroupKFold`` for ``"new-site"`` (tuned for the population
+    prediction of held-out sites). They get the data set's textbook random
+    slopes, as MixedLM does.
+    """
+    from ..baselines import GPBoostRegressor, MERFRegressor
+
+    cv = (ANCHOR_INNER_FOLDS if setting == "seen-site"
+          else GroupKFold(ANCHOR_INNER_FOLDS, shuffle=True, random_state=seed))
+    methods = []
+    if _importable("gpboost"):
+        methods += [
+            ("GPBoost (trees)",
+             GPBoostRegressor(random_slopes=slope_cols, cv=cv, random_state=seed), False),
+            ("GPBoost (linear)", GPBoostRegressor("linear", random_slopes=slope_cols), False),
+        ]
+    if _importable("merf"):
+        methods.append(("MERF", MERFRegressor(random_slopes=slope_cols, cv=cv,
+                                              random_state=seed), False))
+    return methods
 
 
 def _gpr(n_features):
@@ -61,8 +114,13 @@ def _gpr(n_features):
     return GaussianProcessRegressor(kernel=kernel, normalize_y=True)
 
 
-def regression_methods(name, n_samples, n_features, feature_names, seed):
-    """``[(label, estimator, is_gp)]`` compared on a regression data set."""
+def regression_methods(name, n_samples, n_features, feature_names, seed, setting="seen-site",
+                       anchors=False):
+    """``[(label, estimator, is_gp)]`` compared on a regression data set.
+
+    With ``anchors``, the mixed-effects anchors of :func:`anchor_methods` follow
+    (tuned for ``setting``'s protocol), those whose packages import.
+    """
     from ..baselines import LocalEstimator, MixedLMRegressor, PooledEstimator
     from ..gaussian_process import PFedHGPRegressor
     from ..linear_model import FedMixedLMRegressor
@@ -81,6 +139,8 @@ def regression_methods(name, n_samples, n_features, feature_names, seed):
     ]
     if n_samples <= POOLED_GP_MAX_ROWS:
         methods.append(("Pooled GPR", PooledEstimator(_gpr(n_features)), True))
+    if anchors:
+        methods += anchor_methods(slope_cols, setting, seed)
     return methods
 
 
@@ -156,8 +216,13 @@ def _classification_fold(model, X, y, groups, train, test, setting):
     return row
 
 
-def evaluate(name, seed):
-    """All methods on data set ``name``, both protocols, one seed: result dicts."""
+def evaluate(name, seed, anchors=False):
+    """All methods on data set ``name``, both protocols, one seed: result dicts.
+
+    ``anchors`` adds the mixed-effects anchors to the regression methods (the
+    ``--full`` runs: they tune by an inner CV, which costs minutes on the
+    larger data sets).
+    """
     from ..datasets import load_multilevel
 
     data = load_multilevel(name)
@@ -167,7 +232,8 @@ def evaluate(name, seed):
     for setting, folds in _splits(X, y, groups, seed).items():
         if data.task == "regression":
             methods = regression_methods(name, len(y) * (N_SPLITS - 1) // N_SPLITS,
-                                         X.shape[1], list(data.feature_names), seed)
+                                         X.shape[1], list(data.feature_names), seed,
+                                         setting=setting, anchors=anchors)
             for label, model, is_gp in methods:
                 parts = [_regression_fold(label, model, is_gp, X, y, groups, tr, te, setting)
                          for tr, te in folds]
@@ -205,7 +271,12 @@ _DESCRIPTIONS = {
         "REML, random intercept plus the data set's textbook random slopes) is the "
         "centralized, non-private reference; FedMixedLM is the same model fitted exactly from "
         "the statistics the sites send once (sites whose statistics would give rows back "
-        "are left out of the estimate)."
+        "are left out of the estimate). With --full, the mixed-effects anchors (centralized, "
+        "from the bench extra; left out with a logged note when gpboost or merf does not "
+        "import): GPBoost (trees: tree boosting with the same random effects, independent of "
+        "each other; linear: its linear mixed model, ML) and MERF (a random forest with them, "
+        "by EM), tuned by a 3-fold inner cross-validation on each training fold only "
+        "(within-client folds for seen-site, GroupKFold for new-site)."
     ),
     "classification": (
         "Macro-F1, accuracy and log loss of every method at its defaults on the raw "
@@ -225,7 +296,7 @@ def _register(name, task):
     register(Experiment(
         name=f"real_{name}",
         title=f"Real grouped data: {name}",
-        run=lambda seed, mode, _name=name: evaluate(_name, seed),
+        run=lambda seed, mode, _name=name: evaluate(_name, seed, anchors=mode == "full"),
         metrics=metrics,
         n_seeds={"quick": 1, "full": 3},
         description=_DESCRIPTIONS[task],

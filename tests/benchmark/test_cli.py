@@ -132,6 +132,37 @@ def test_real_data_splits_hold_out_sites_and_rows():
     assert len(_splits(X, y, four, seed=100)["new-site"]) == 4
 
 
+def test_real_data_anchors_run_in_full_mode_tuned_per_protocol(monkeypatch, caplog):
+    import logging
+
+    from sklearn.model_selection import GroupKFold
+
+    from skfed.benchmark import _real_data as rd
+
+    calls = []
+    monkeypatch.setattr(rd, "evaluate", lambda name, seed, anchors=False: calls.append(anchors))
+    (exp,) = get_experiments(["real_sleepstudy"])
+    exp.run(0, "quick")
+    exp.run(0, "full")
+    assert calls == [False, True]
+    labels = [m[0] for m in rd.regression_methods("sleepstudy", 144, 1, ["Days"], 100)]
+    assert not any(label.startswith(("GPBoost", "MERF")) for label in labels)
+    # a missing package: left out, with one logged note per process
+    monkeypatch.setitem(sys.modules, "merf", None)
+    monkeypatch.setattr(rd, "_NOTED", set())
+    with caplog.at_level(logging.WARNING, logger=rd.__name__):
+        for setting in ("seen-site", "new-site", "seen-site"):
+            methods = {m[0]: m[1] for m in rd.regression_methods(
+                "sleepstudy", 144, 1, ["Days"], 100, setting=setting, anchors=True)}
+            assert "MERF" not in methods and "MixedLM" in methods
+            if "GPBoost (trees)" in methods:  # gpboost installed: tuned for the protocol
+                cv = methods["GPBoost (trees)"].cv
+                assert cv == 3 if setting == "seen-site" else isinstance(cv, GroupKFold)
+                assert methods["GPBoost (linear)"].random_slopes == [0]
+    notes = [r.getMessage() for r in caplog.records if "merf" in r.getMessage()]
+    assert len(notes) == 1 and 'pip install "skfed[bench]"' in notes[0]
+
+
 def _fake_summary(experiment, settings=("A", "B"), methods=("m1", "m2", "m3")):
     rows = []
     for st in settings:

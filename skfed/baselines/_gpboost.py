@@ -1,0 +1,446 @@
+"""GPBoost: grouped random effects with tree boosting, or its linear mixed model (centralized)."""
+
+import contextlib
+import io
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils import check_random_state
+
+from ..base import FederatedEstimatorMixin, transactional_fit
+from ..utils._validation import (
+    check_groups,
+    check_positive_int,
+    check_scale,
+    check_unknown_client,
+    user_stacklevel,
+    validate_data,
+)
+from ._mixedlm import resolve_random_slopes
+from ._mixedlm_core import independent_columns
+from ._random_effects import (
+    RandomEffectsPredictMixin,
+    check_cv,
+    check_param_grid,
+    import_optional,
+    inner_folds,
+    location_scale,
+    warn_untuned,
+)
+
+__all__ = ["GPBoostRegressor"]
+
+_KINDS = ("trees", "linear")
+#: boosting parameters the inner CV chooses from (with the number of rounds)
+DEFAULT_GPBOOST_GRID = {"learning_rate": (0.05, 0.1), "max_depth": (2, 4, 6),
+                        "min_data_in_leaf": (5, 20)}
+# rounds of an untuned fit (too few rows for the inner CV): gpboost's own default
+_UNTUNED_ROUNDS = 100
+# residual variance below this fraction of Var(y): an exact fit, no noise left
+# (gpboost's likelihood is NaN there: it refuses the data)
+_EXACT_FIT_TOL = 1e-12
+
+
+def _gpboost():
+    return import_optional("gpboost", "GPBoostRegressor", "gpboost>=1.6.1")
+
+
+@contextlib.contextmanager
+def _gpboost_messages():
+    """Collect gpboost's printed warnings (the list yielded); drop its notes.
+
+    gpboost writes the messages of its native library with ``print``: a fit
+    should not print, but a warning (an optimizer that stopped early) should
+    still reach the user, as a Python warning that can be filtered.
+    """
+    buffer, found = io.StringIO(), []
+    try:
+        with contextlib.redirect_stdout(buffer):
+            yield found
+    finally:
+        found += [line.split("[Warning]", 1)[1].strip()
+                  for line in buffer.getvalue().splitlines() if "[Warning]" in line]
+
+
+def _as_python(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, RegressorMixin,
+                       BaseEstimator):
+    """GPBoost: a random intercept (and slopes) per client with a boosted or linear fixed part.
+
+    A centralized, non-federated anchor of the benchmark, fitted on the
+    pooled rows like :class:`MixedLMRegressor`. For the rows of client ``g``
+
+    .. math:: y = F(x) + u_{g0} + x_S^\\top u_{gS} + \\varepsilon,
+       \\quad u_{g0} \\sim N(0, \\sigma_0^2),\\ u_{gj} \\sim N(0, \\sigma_j^2),\\
+       \\varepsilon \\sim N(0, \\sigma^2),
+
+    with independent random effects (no covariance between the intercept
+    and the slopes, unlike :class:`MixedLMRegressor`), where ``S`` are the
+    ``random_slopes`` features. ``kind="trees"`` learns ``F`` by gradient
+    tree boosting jointly with the variances (the GPBoost algorithm of
+    Sigrist, 2022); ``kind="linear"`` is the linear mixed model
+    ``F(x) = beta_0 + x' beta``, whose variances gpboost estimates by maximum
+    likelihood (it has no REML).
+
+    ``kind="trees"`` tunes its boosting by an inner cross-validation on the
+    training rows only: every combination of ``param_grid`` is scored by
+    gpboost's ``grid_search_tune_parameters`` (the mean squared error on the
+    held-out rows, predicted with the random effects of seen clients), each
+    run stopped early after ``early_stopping_rounds`` rounds without
+    improvement; the best combination is refitted on all rows with its best
+    number of rounds. ``kind="linear"`` has nothing to tune.
+
+    ``predict(X, groups)`` adds each seen client's posterior mean random
+    effects to ``F(x)``; rows with ``groups=None`` or a client not seen in
+    ``fit`` (with ``unknown_client="global"``) get ``F(x)``, the population
+    prediction (gpboost's own prediction for a new group level).
+
+    Requires gpboost (``pip install "skfed[bench]"``).
+
+    Parameters
+    ----------
+    kind : {"trees", "linear"}, default="trees"
+        The fixed part: boosted trees, or a linear function with an intercept.
+    random_slopes : None, "all" or list of int or str, default=None
+        Features with a random slope next to the random intercept: ``None``
+        for a random intercept only, ``"all"``, or column indices or feature
+        names (names need ``X`` with column names).
+    param_grid : dict or None, default=None
+        ``kind="trees"``: gpboost boosting parameters and the values the inner
+        CV tries (every combination); ``None`` for
+        ``{"learning_rate": [0.05, 0.1], "max_depth": [2, 4, 6],
+        "min_data_in_leaf": [5, 20]}``.
+    n_estimators : int, default=1000
+        ``kind="trees"``: most boosting rounds; the inner CV stops each run
+        early, and the refit uses the best run's number of rounds.
+    early_stopping_rounds : int, default=20
+        ``kind="trees"``: rounds without a lower held-out error after which a
+        run of the inner CV stops.
+    cv : int or cross-validation splitter, default=3
+        ``kind="trees"``: the inner CV. An int is the number of folds of
+        :class:`~skfed.model_selection.WithinClientKFold` (held-out rows of
+        every client with at least ``cv`` rows, shuffled by ``random_state``);
+        a splitter (e.g. ``GroupKFold(3)``, which holds out whole clients) is
+        called as ``cv.split(X, y, client_index)``. When the rows cannot be
+        split (no client with ``cv`` rows, fewer clients than folds), the fit
+        warns and uses the first value of each grid entry with 100 rounds.
+    unknown_client : {"global", "error"}, default="global"
+        Prediction for clients not seen in ``fit``: the population
+        prediction, or a ``ValueError``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the inner CV's shuffle and gpboost's ``seed`` (of the booster
+        and of the ``GPModel``).
+    n_jobs : int or None, default=None
+        Threads of gpboost (``num_threads`` of the booster and
+        ``num_parallel_threads`` of the ``GPModel``); ``None`` means 1, as in
+        scikit-learn (gpboost's own default is every core, which on a shared
+        machine makes its many small steps wait on each other).
+
+    Attributes
+    ----------
+    booster_ : gpboost.Booster
+        ``kind="trees"``: the refitted booster (its trees are ``F``).
+    best_params_ : dict
+        ``kind="trees"``: the grid's combination chosen by the inner CV (the
+        first one when it could not run).
+    n_estimators_ : int
+        ``kind="trees"``: boosting rounds of the refit.
+    cv_score_ : float
+        ``kind="trees"``: the inner CV's mean squared error of the best
+        combination, in the units of ``y`` squared (NaN when it could not run).
+    coef_ : ndarray of shape (n_features,)
+        ``kind="linear"``: fixed-effect coefficients (0 for constant or
+        collinear columns, which are dropped before fitting).
+    intercept_ : float
+        ``kind="linear"``: fixed intercept.
+    random_slopes_ : ndarray of shape (n_slopes,)
+        Features with a random slope in the fitted model (requested slopes on
+        constant or collinear columns are dropped with a warning).
+    random_effects_ : ndarray of shape (n_clients, 1 + n_slopes)
+        Posterior mean random effects of each client: the intercept, then the
+        slopes of ``random_slopes_``; rows follow ``clients_``.
+    random_effects_var_ : ndarray of shape (1 + n_slopes,)
+        Estimated variances of the random intercept and slopes.
+    noise_variance_ : float
+        Estimated residual variance.
+    clients_ : ndarray of shape (n_clients,)
+        Sorted unique client labels seen in ``fit``.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in ``fit``, when ``X`` has string column names.
+
+    See Also
+    --------
+    MixedLMRegressor : The linear mixed model by REML (statsmodels), correlated effects.
+    MERFRegressor : Mixed-effects random forest.
+
+    Notes
+    -----
+    ``y`` is standardized before gpboost sees it and every estimate is
+    mapped back: gpboost's boosting steps are in units of the inverse
+    variance, so on raw units with a large variance (sleepstudy's is about
+    3,000) the trees barely move from the mean in hundreds of rounds. The
+    random-slope columns are divided by their standard deviation (not
+    centred: with independent effects, centring would change the model).
+    ``y`` that the fixed part fits exactly (a constant ``y`` for the trees,
+    a linear one for the linear model) is fitted without gpboost, whose
+    likelihood is undefined there, with zero random effects and noise.
+
+    References
+    ----------
+    F. Sigrist, "Gaussian process boosting", Journal of Machine Learning
+    Research 23(232), 2022.
+
+    Examples
+    --------
+    >>> from skfed.baselines import GPBoostRegressor
+    >>> from skfed.datasets import make_federated_regression
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
+    ...                                          random_state=0)
+    >>> model = GPBoostRegressor(kind="linear").fit(X, y, groups=groups)
+    >>> model.random_effects_.shape
+    (5, 1)
+    >>> model.predict(X[:3], groups=groups[:3]).shape
+    (3,)
+    """
+
+    def __init__(self, kind="trees", random_slopes=None, *, param_grid=None,
+                 n_estimators=1000, early_stopping_rounds=20, cv=3,
+                 unknown_client="global", random_state=None, n_jobs=None):
+        self.kind = kind
+        self.random_slopes = random_slopes
+        self.param_grid = param_grid
+        self.n_estimators = n_estimators
+        self.early_stopping_rounds = early_stopping_rounds
+        self.cv = cv
+        self.unknown_client = unknown_client
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    @classmethod
+    def _test_instances(cls):
+        """Instances for the common checks: small trees grid, and the linear model."""
+        return [cls(param_grid={"learning_rate": [0.1], "max_depth": [2, 4]}, n_estimators=200),
+                cls(kind="linear", random_slopes="all")]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        tags.input_tags.allow_nan = False
+        return tags
+
+    def _check_params(self):
+        if not isinstance(self.kind, str) or self.kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}, got {self.kind!r}.")
+        check_unknown_client(self.unknown_client)
+        grid = check_param_grid(self.param_grid, DEFAULT_GPBOOST_GRID)
+        for reserved in ("num_boost_round", "num_iterations", "n_estimators",
+                         "early_stopping_round", "early_stopping_rounds", "metric"):
+            if reserved in grid:
+                raise ValueError(
+                    f"param_grid may not set {reserved!r}: the number of rounds is chosen by "
+                    "early stopping (n_estimators, early_stopping_rounds), on the squared error."
+                )
+        check_positive_int(self.n_estimators, "n_estimators")
+        check_positive_int(self.early_stopping_rounds, "early_stopping_rounds")
+        check_cv(self.cv)
+        if self.n_jobs is not None:
+            check_positive_int(self.n_jobs, "n_jobs")
+        return grid
+
+    @transactional_fit
+    def fit(self, X, y, groups=None):
+        """Fit the fixed part and the random effects on the rows of all clients.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training rows of all clients.
+        y : array-like of shape (n_samples,)
+            Targets.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` means one client.
+
+        Returns
+        -------
+        self : GPBoostRegressor
+            The fitted estimator.
+        """
+        grid = self._check_params()
+        gpb = _gpboost()
+        X, y = validate_data(self, X, y, reset=True, y_numeric=True, dtype=np.float64)
+        check_scale(X, "X")
+        check_scale(y, "y")
+        clients, client_index = check_groups(groups, X.shape[0])
+        slopes = resolve_random_slopes(self.random_slopes, X.shape[1],
+                                       getattr(self, "feature_names_in_", None))
+        # a random slope on a constant column (or a combination of the others) is the
+        # random intercept again: gpboost cannot separate their variances
+        kept = slopes[independent_columns(X[:, slopes], first=np.ones(X.shape[0]))]
+        if kept.size < slopes.size:
+            warnings.warn(
+                f"random slopes on features {sorted(set(slopes.tolist()) - set(kept.tolist()))} "
+                "were dropped: those columns are constant or linear combinations of the "
+                "intercept and the other random-slope columns.",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
+        rng = check_random_state(self.random_state)
+        cv_seed, seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
+        y_center, y_scale = location_scale(y)
+        z_scale = location_scale(X[:, kept])[1]
+        problem = _Problem(
+            gpb=gpb, X=X, y=(y - y_center) / y_scale, client_index=client_index,
+            n_clients=clients.size, Z=X[:, kept] / z_scale, seed=seed,
+            threads=1 if self.n_jobs is None else int(self.n_jobs))
+        with _gpboost_messages() as messages:
+            if self.kind == "linear":
+                effects, variances = self._fit_linear(problem)
+            else:
+                effects, variances = self._fit_trees(problem, grid, cv_seed)
+        for message in dict.fromkeys(messages):  # once each: the inner CV repeats them
+            warnings.warn(f"gpboost: {message}", UserWarning, stacklevel=user_stacklevel())
+        if self.kind == "linear":
+            self.coef_ = y_scale * self.coef_
+            self.intercept_ = float(y_center + y_scale * self.intercept_)
+        else:
+            self.cv_score_ = float(self.cv_score_ * y_scale**2)
+        # back to the units of y and of the random-slope columns
+        unit = np.concatenate([[1.0], z_scale])
+        self._y_center, self._y_scale = float(y_center), float(y_scale)
+        self.random_slopes_ = kept
+        self.random_effects_ = y_scale * effects / unit
+        self.random_effects_var_ = y_scale**2 * variances[1:] / unit**2
+        self.noise_variance_ = float(y_scale**2 * variances[0])
+        self.clients_ = clients
+        return self
+
+    def _fit_linear(self, pb):
+        """The linear mixed model on standardized columns.
+
+        Sets ``coef_`` and ``intercept_`` in units of the standardized ``y`` (``fit``
+        rescales them); returns the random effects and the variances (noise first).
+        """
+        n, p = pb.X.shape
+        x_center, x_scale = location_scale(pb.X)
+        Xs = (pb.X - x_center) / x_scale
+        # gpboost needs a full-rank design: constant and collinear columns get 0, as in R
+        keep = independent_columns(Xs, first=np.ones(n))
+        design = np.column_stack([np.ones(n), Xs[:, keep]])
+        beta, *_ = np.linalg.lstsq(design, pb.y, rcond=None)
+        if np.mean((pb.y - design @ beta) ** 2) <= _EXACT_FIT_TOL:
+            effects, variances = pb.zero_effects()
+        else:
+            model = pb.gp_model()
+            model.fit(y=pb.y, X=design, params={"trace": False})
+            beta = np.asarray(model.get_coef(), dtype=float).ravel()[:design.shape[1]]
+            variances = pb.variances(model)
+            effects = pb.posterior_effects(lambda groups, Z: model.predict(
+                X_pred=np.zeros((groups.size, design.shape[1])), group_data_pred=groups,
+                group_rand_coef_data_pred=Z, predict_var=False)["mu"])
+        coef = np.zeros(p)
+        coef[keep] = beta[1:] / x_scale[keep]
+        self.coef_ = coef
+        self.intercept_ = float(beta[0] - coef @ x_center)
+        return effects, variances
+
+    def _fit_trees(self, pb, grid, cv_seed):
+        """Tune by the inner CV, refit with the best number of rounds.
+
+        Sets ``booster_``, ``best_params_``, ``n_estimators_`` and ``cv_score_`` (in
+        standardized units); returns the random effects and the variances (noise first).
+        """
+        gpb = pb.gpb
+        first = {key: _as_python(values[0]) for key, values in grid.items()}
+        params = {"verbose": -1, "seed": pb.seed, "num_threads": pb.threads}
+        if np.all(pb.y == pb.y[0]):  # constant y: the trees are that constant
+            self.booster_, self.best_params_, self.n_estimators_ = None, first, 0
+            self.cv_score_ = float("nan")
+            return pb.zero_effects()
+        folds, reason = inner_folds(self.cv, pb.X, pb.y, pb.client_index, cv_seed)
+        if folds is None:
+            warn_untuned("GPBoostRegressor", reason,
+                         f"with the first value of each param_grid entry and "
+                         f"{_UNTUNED_ROUNDS} rounds")
+            best, rounds = first, min(_UNTUNED_ROUNDS, int(self.n_estimators))
+            score = float("nan")
+        else:
+            found = gpb.grid_search_tune_parameters(
+                param_grid=grid, train_set=pb.dataset(), gp_model=pb.gp_model(),
+                params=params, folds=folds, num_boost_round=int(self.n_estimators),
+                early_stopping_rounds=int(self.early_stopping_rounds), metric="mse",
+                verbose_eval=0, seed=cv_seed)
+            best = {key: _as_python(value) for key, value in found["best_params"].items()}
+            rounds, score = int(found["best_iter"]), float(found["best_score"])
+        model = pb.gp_model()
+        booster = gpb.train(params={**params, **best}, train_set=pb.dataset(),
+                            gp_model=model, num_boost_round=rounds)
+        self.booster_, self.best_params_, self.n_estimators_ = booster, best, rounds
+        self.cv_score_ = score
+        effects = pb.posterior_effects(lambda groups, Z: booster.predict(
+            data=np.zeros((groups.size, pb.X.shape[1])), group_data_pred=groups,
+            group_rand_coef_data_pred=Z, predict_var=False,
+            pred_latent=True)["random_effect_mean"])
+        return effects, pb.variances(model)
+
+    def _fixed_part(self, X):
+        if self.kind == "linear":
+            return X @ self.coef_ + self.intercept_
+        if self.booster_ is None:  # fitted on a constant y
+            return np.full(X.shape[0], self._y_center)
+        trees = self.booster_.predict(data=X, ignore_gp_model=True, pred_latent=True)
+        return self._y_center + self._y_scale * np.asarray(trees, dtype=np.float64)
+
+
+class _Problem:
+    """One standardized fit: the data gpboost sees and how to build its pieces."""
+
+    def __init__(self, gpb, X, y, client_index, n_clients, Z, seed, threads):
+        self.gpb, self.X, self.y, self.client_index = gpb, X, y, client_index
+        self.n_clients, self.Z, self.seed, self.threads = n_clients, Z, seed, threads
+
+    @property
+    def n_effects(self):
+        return 1 + self.Z.shape[1]
+
+    def gp_model(self):
+        slopes = {}
+        if self.Z.shape[1]:
+            slopes = {"group_rand_coef_data": self.Z,
+                      "ind_effect_group_rand_coef": [1] * self.Z.shape[1]}
+        # Cholesky: exact. gpboost's default for random slopes is its iterative (stochastic)
+        # solvers, whose predictions change from one call to the next (by 1% on 100 rows)
+        return self.gpb.GPModel(group_data=self.client_index, likelihood="gaussian",
+                                matrix_inversion_method="cholesky",
+                                num_parallel_threads=self.threads, seed=self.seed, **slopes)
+
+    def dataset(self):
+        return self.gpb.Dataset(self.X, self.y, free_raw_data=False, params={"verbose": -1})
+
+    def zero_effects(self):
+        """An exact fit: no random effects, no noise."""
+        return np.zeros((self.n_clients, self.n_effects)), np.zeros(1 + self.n_effects)
+
+    def variances(self, model):
+        """Noise, random intercept and random slope variances of a fitted ``GPModel``."""
+        return np.asarray(model.get_cov_pars(), dtype=float).ravel()[:1 + self.n_effects]
+
+    def posterior_effects(self, predict_effect):
+        """Each client's posterior mean effects from gpboost's prediction of the random part.
+
+        ``predict_effect(groups, Z)`` is the predicted random part at client labels
+        ``groups`` and random-slope columns ``Z``: at ``Z = 0`` the intercept, at the
+        unit vector ``e_j`` the intercept plus slope ``j``.
+        """
+        q, s = self.n_effects, self.Z.shape[1]
+        groups = np.repeat(np.arange(self.n_clients), q)
+        Z = np.tile(np.vstack([np.zeros((1, s)), np.eye(s)]), (self.n_clients, 1))
+        values = np.asarray(predict_effect(groups, Z if s else None), dtype=float)
+        effects = values.reshape(self.n_clients, q)
+        effects[:, 1:] -= effects[:, :1]
+        return effects

@@ -1,0 +1,166 @@
+"""What the benchmark's mixed-effects anchors (GPBoost, MERF) share.
+
+Both are centralized models ``y = f(x) + u_g0 + x_S' u_gS + noise`` with a
+fixed part ``f`` (trees, a forest or a line) and per-client random effects.
+This module holds their common pieces: the lazy import of the optional
+package, the standardization around it, the inner cross-validation folds of
+their tuning, and ``predict`` (fixed part plus each seen client's effects).
+"""
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from ..utils._validation import user_stacklevel, validate_data
+
+__all__ = ["RandomEffectsPredictMixin", "check_cv", "check_param_grid", "grid_points",
+           "import_optional", "inner_folds", "location_scale", "warn_untuned"]
+
+
+def import_optional(module, estimator, requirement):
+    """Import ``module`` (a package of the ``bench`` extra) or say how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(
+            f'{estimator} needs {requirement}: pip install "skfed[bench]" '
+            f'(or pip install "{requirement}").'
+        ) from None
+
+
+def location_scale(A):
+    """Column means and root-mean-square deviations of ``A`` (a scale of 0 becomes 1).
+
+    The deviations are divided by their largest absolute value before they
+    are squared, so that tiny values (1e-300) do not underflow to a zero scale.
+    """
+    A = np.asarray(A, dtype=float)
+    center = A.mean(axis=0)
+    dev = A - center
+    peak = np.max(np.abs(dev), axis=0) if dev.size else np.zeros(np.shape(center))
+    safe = np.where(peak > 0, peak, 1.0)
+    scale = peak * np.sqrt(np.mean((dev / safe) ** 2, axis=0))
+    scale = np.where(scale > 0, scale, 1.0)
+    return center, scale
+
+
+def check_cv(cv):
+    """``cv`` is an int >= 2 (within-client folds) or a splitter with ``split``."""
+    if isinstance(cv, numbers.Integral) and not isinstance(cv, (bool, np.bool_)):
+        if cv < 2:
+            raise ValueError(f"cv must be an integer >= 2 or a splitter, got {cv!r}.")
+        return
+    if isinstance(cv, str) or not hasattr(cv, "split"):  # a str has a split method too
+        raise ValueError(
+            f"cv must be an integer >= 2 or a cross-validation splitter with a split "
+            f"method (e.g. GroupKFold), got {cv!r}."
+        )
+
+
+def check_param_grid(param_grid, default, name="param_grid"):
+    """``{parameter: non-empty list of values}`` (``None``: ``default``), as a dict of lists."""
+    if param_grid is None:
+        return {key: list(values) for key, values in default.items()}
+    if not isinstance(param_grid, dict):
+        raise ValueError(f"{name} must be a dict of parameter name to a list of values, "
+                         f"got {param_grid!r}.")
+    grid = {}
+    for key, values in param_grid.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{name} keys must be parameter names, got {key!r}.")
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise ValueError(f"{name}[{key!r}] must be a list of values, got {values!r}.")
+        values = list(values)
+        if not values:
+            raise ValueError(f"{name}[{key!r}] is empty.")
+        grid[key] = values
+    return grid
+
+
+def grid_points(grid):
+    """Every combination of a ``{name: values}`` grid, the first values first."""
+    import itertools
+
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*grid.values())]
+
+
+def inner_folds(cv, X, y, client_index, seed):
+    """The inner-CV folds of the training rows, or ``None`` with the reason.
+
+    An int ``cv`` splits within each client
+    (:class:`~skfed.model_selection.WithinClientKFold`, shuffled by ``seed``):
+    held-out rows of seen clients, as the seen-site protocol predicts them. A
+    splitter is called as ``cv.split(X, y, client_index)``; ``GroupKFold``
+    holds out whole clients, as the new-site protocol does. A split that
+    raises ``ValueError`` (no client with ``cv`` rows, fewer clients than
+    folds) or gives fewer than two folds with training and test rows is no
+    split: the caller fits without tuning.
+    """
+    from ..model_selection import WithinClientKFold
+
+    if isinstance(cv, numbers.Integral):
+        cv = WithinClientKFold(int(cv), small_clients="train", shuffle=True, random_state=seed)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            folds = [(np.sort(np.asarray(tr)), np.sort(np.asarray(te)))
+                     for tr, te in cv.split(X, y, client_index)]
+    except ValueError as exc:
+        return None, str(exc)
+    folds = [(tr, te) for tr, te in folds if tr.size and te.size]
+    if len(folds) < 2:
+        return None, "fewer than two folds with both training and test rows"
+    return folds, ""
+
+
+def warn_untuned(estimator, reason, fallback):
+    """Say that ``fit`` could not tune (``reason``) and what it fitted instead."""
+    warnings.warn(
+        f"{estimator}: the training rows cannot be split for the inner cross-validation "
+        f"({reason}); fitted without tuning, {fallback}.",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
+
+
+class RandomEffectsPredictMixin:
+    """``predict``: the fixed part plus each seen client's random intercept and slopes.
+
+    Reads ``random_slopes_``, ``random_effects_`` (one row per client of
+    ``clients_``: the intercept, then the slopes) and calls
+    ``self._fixed_part(X)``.
+    """
+
+    def predict(self, X, groups=None):
+        """Predict with the fixed part plus each seen client's random effects.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to predict.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row; ``None`` asks for the population
+            prediction (the fixed part only), as do clients not seen in
+            ``fit`` (with ``unknown_client="global"``).
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Predictions.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        index = self._client_index(groups, X.shape[0])
+        y_pred = np.asarray(self._fixed_part(X), dtype=np.float64).copy()
+        seen = np.flatnonzero(index >= 0)
+        if seen.size:
+            u = self.random_effects_[index[seen]]
+            y_pred[seen] += u[:, 0] + np.einsum(
+                "ij,ij->i", X[np.ix_(seen, self.random_slopes_)], u[:, 1:]
+            )
+        return y_pred
