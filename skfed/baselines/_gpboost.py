@@ -10,14 +10,10 @@ from sklearn.utils import check_random_state
 
 from ..base import FederatedEstimatorMixin, transactional_fit
 from ..utils._validation import (
-    check_groups,
     check_positive_int,
-    check_scale,
     check_unknown_client,
     user_stacklevel,
-    validate_data,
 )
-from ._mixedlm import resolve_random_slopes
 from ._mixedlm_core import independent_columns
 from ._random_effects import (
     RandomEffectsPredictMixin,
@@ -26,6 +22,7 @@ from ._random_effects import (
     import_optional,
     inner_folds,
     location_scale,
+    standardized_problem,
     warn_untuned,
 )
 
@@ -273,27 +270,10 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
         """
         grid = self._check_params()
         gpb = _gpboost()
-        X, y = validate_data(self, X, y, reset=True, y_numeric=True, dtype=np.float64)
-        check_scale(X, "X")
-        check_scale(y, "y")
-        clients, client_index = check_groups(groups, X.shape[0])
-        slopes = resolve_random_slopes(self.random_slopes, X.shape[1],
-                                       getattr(self, "feature_names_in_", None))
-        # a random slope on a constant column (or a combination of the others) is the
-        # random intercept again: gpboost cannot separate their variances
-        kept = slopes[independent_columns(X[:, slopes], first=np.ones(X.shape[0]))]
-        if kept.size < slopes.size:
-            warnings.warn(
-                f"random slopes on features {sorted(set(slopes.tolist()) - set(kept.tolist()))} "
-                "were dropped: those columns are constant or linear combinations of the "
-                "intercept and the other random-slope columns.",
-                UserWarning,
-                stacklevel=user_stacklevel(),
-            )
+        X, y, clients, client_index, kept, y_center, y_scale, z_scale = \
+            standardized_problem(self, X, y, groups)
         rng = check_random_state(self.random_state)
         cv_seed, seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
-        y_center, y_scale = location_scale(y)
-        z_scale = location_scale(X[:, kept])[1]
         problem = _Problem(
             gpb=gpb, X=X, y=(y - y_center) / y_scale, client_index=client_index,
             n_clients=clients.size, Z=X[:, kept] / z_scale, seed=seed,

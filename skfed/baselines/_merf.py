@@ -2,23 +2,13 @@
 
 import contextlib
 import logging
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 
 from ..base import FederatedEstimatorMixin, transactional_fit
-from ..utils._validation import (
-    check_groups,
-    check_positive_int,
-    check_scale,
-    check_unknown_client,
-    user_stacklevel,
-    validate_data,
-)
-from ._mixedlm import resolve_random_slopes
-from ._mixedlm_core import independent_columns
+from ..utils._validation import check_positive_int, check_unknown_client
 from ._random_effects import (
     RandomEffectsPredictMixin,
     check_cv,
@@ -26,7 +16,7 @@ from ._random_effects import (
     grid_points,
     import_optional,
     inner_folds,
-    location_scale,
+    standardized_problem,
     warn_untuned,
 )
 
@@ -251,27 +241,11 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
         """
         grid = self._check_params()
         merf = _merf()
-        X, y = validate_data(self, X, y, reset=True, y_numeric=True, dtype=np.float64)
-        check_scale(X, "X")
-        check_scale(y, "y")
-        clients, client_index = check_groups(groups, X.shape[0])
-        slopes = resolve_random_slopes(self.random_slopes, X.shape[1],
-                                       getattr(self, "feature_names_in_", None))
-        # a slope on a constant column is the intercept again: D would be singular
-        kept = slopes[independent_columns(X[:, slopes], first=np.ones(X.shape[0]))]
-        if kept.size < slopes.size:
-            warnings.warn(
-                f"random slopes on features {sorted(set(slopes.tolist()) - set(kept.tolist()))} "
-                "were dropped: those columns are constant or linear combinations of the "
-                "intercept and the other random-slope columns.",
-                UserWarning,
-                stacklevel=user_stacklevel(),
-            )
+        X, y, clients, client_index, kept, y_center, y_scale, z_scale = \
+            standardized_problem(self, X, y, groups)
         rng = check_random_state(self.random_state)
         cv_seed, forest_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
-        y_center, y_scale = location_scale(y)
         ys = (y - y_center) / y_scale
-        z_scale = location_scale(X[:, kept])[1]
         Z = np.column_stack([np.ones(X.shape[0]), X[:, kept] / z_scale])
 
         def fit_one(params, rows):

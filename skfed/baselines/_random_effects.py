@@ -13,10 +13,11 @@ import warnings
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..utils._validation import user_stacklevel, validate_data
+from ..utils._validation import check_groups, check_scale, user_stacklevel, validate_data
 
 __all__ = ["RandomEffectsPredictMixin", "check_cv", "check_param_grid", "grid_points",
-           "import_optional", "inner_folds", "location_scale", "warn_untuned"]
+           "import_optional", "inner_folds", "location_scale", "standardized_problem",
+           "warn_untuned"]
 
 
 def import_optional(module, estimator, requirement):
@@ -46,6 +47,39 @@ def location_scale(A):
     scale = peak * np.sqrt(np.mean((dev / safe) ** 2, axis=0))
     scale = np.where(scale > 0, scale, 1.0)
     return center, scale
+
+
+def standardized_problem(estimator, X, y, groups):
+    """What both anchors' ``fit`` starts with: the checked rows, the clients, the kept
+    random-slope columns and the scalings.
+
+    Returns ``(X, y, clients, client_index, kept, y_center, y_scale, z_scale)``:
+    ``kept`` are the ``random_slopes`` columns that are not the intercept again (a
+    constant column, or a combination of the intercept and the other slope columns,
+    whose variance neither package can separate; a warning names the dropped ones),
+    ``z_scale`` their scales (:func:`location_scale`).
+    """
+    from ._mixedlm import resolve_random_slopes
+    from ._mixedlm_core import independent_columns
+
+    X, y = validate_data(estimator, X, y, reset=True, y_numeric=True, dtype=np.float64)
+    check_scale(X, "X")
+    check_scale(y, "y")
+    clients, client_index = check_groups(groups, X.shape[0])
+    slopes = resolve_random_slopes(estimator.random_slopes, X.shape[1],
+                                   getattr(estimator, "feature_names_in_", None))
+    kept = slopes[independent_columns(X[:, slopes], first=np.ones(X.shape[0]))]
+    if kept.size < slopes.size:
+        warnings.warn(
+            f"random slopes on features {sorted(set(slopes.tolist()) - set(kept.tolist()))} "
+            "were dropped: those columns are constant or linear combinations of the "
+            "intercept and the other random-slope columns.",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+    y_center, y_scale = location_scale(y)
+    z_scale = location_scale(X[:, kept])[1]
+    return X, y, clients, client_index, kept, y_center, y_scale, z_scale
 
 
 def check_cv(cv):
