@@ -98,7 +98,7 @@ def section_svc(args, X, y, groups):
         tic = time.perf_counter()
         est.fit(Xtr, ytr, groups=gtr)
         rows.append((f"DPFedDROClassifier eps={eps}/round, T=50 "
-                     f"(eps_bar={est.privacy_spent_["epsilon"]:.1f})",
+                     f"(eps_bar={est.privacy_spent_['epsilon']:.1f})",
                      time.perf_counter() - tic, est.score(Xte, yte)))
     print("| method | fit time (s) | test accuracy |\n|---|---|---|")
     for name, t, acc in rows:

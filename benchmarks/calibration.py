@@ -73,7 +73,7 @@ def run_dro(skip_fit):
             t0 = time.perf_counter()
             clf.fit(X, y, groups=groups)
             line += (f", fit {time.perf_counter() - t0:.2f} s, spent "
-                     f"{clf.privacy_spent_["epsilon"]:.5f}")
+                     f"{clf.privacy_spent_['epsilon']:.5f}")
         print(line, flush=True)
 
 
