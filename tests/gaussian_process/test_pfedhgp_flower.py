@@ -201,3 +201,26 @@ def test_site_model_predicts_like_the_in_process_fit(kind, scalar_data, multi_da
             np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
         k = int(np.searchsorted(labels, c))
         np.testing.assert_allclose(mine.lengthscales_local_[0], local.lengthscales_local_[k])
+
+
+def test_default_collapsed_fit_on_flower_equals_in_process(scalar_data):
+    # the default for 1-D y (inference="auto": the collapsed fit), two Flower rounds per
+    # likelihood evaluation: the same optimum and predictions as in process
+    d = scalar_data
+    est = PFedHGPRegressor(components=("global", "deviation"), n_inducing_global=4,
+                           random_state=0)
+    local = clone(est).fit(d.X_train, d.y_train, groups=d.groups_train)
+    remote = flower_fit(est, d.X_train, d.y_train, d.groups_train)
+    assert local.inference_ == remote.inference_ == "collapsed"
+    np.testing.assert_allclose(remote.log_marginal_likelihood_value_,
+                               local.log_marginal_likelihood_value_, rtol=1e-10)
+    for name in ("lengthscale_global_", "variance_global_", "noise_variance_", "mean_coef_"):
+        np.testing.assert_allclose(getattr(remote, name), getattr(local, name), rtol=1e-6,
+                                   err_msg=name)
+    mean_r, std_r = remote.predict(d.X_test, return_std=True)
+    mean_l, std_l = local.predict(d.X_test, return_std=True)
+    np.testing.assert_allclose(mean_r, mean_l, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(std_r, std_l, rtol=1e-8, atol=1e-8)
+    for name in LEDGER_ATTRS:
+        np.testing.assert_array_equal(getattr(remote.communication_, name),
+                                      getattr(local.communication_, name), err_msg=name)
