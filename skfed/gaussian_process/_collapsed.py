@@ -55,6 +55,9 @@ JITTER = 1e-6
 BETA_PRECISION = 1e-8
 #: accepted optimizer steps per start, at most
 MAX_ITER = 500
+#: accepted optimizer steps of each start when there are several (the best is then
+#: continued to ``MAX_ITER``)
+RESTART_ITER = 60
 #: bounds of every log-scale hyperparameter (lengthscales, variances, phi, noise)
 LOG_BOUNDS = (-7.0, 7.0)
 #: bounds of the random-effect covariance's factor: log diagonal, off-diagonal entries
@@ -524,9 +527,10 @@ class CollapsedProtocol(FederatedAlgorithm):
     :func:`site_statistics` at ``theta``; ``1`` sends the server's ``w`` and
     ``Lam^{-1}`` at that ``theta`` and asks for the sites' :func:`site_gradient`;
     the server's :class:`~skfed.utils._optimize.AskTellLBFGS` then proposes
-    the next ``theta``. Each start of ``theta0`` is run in turn; once the last
-    stops, one more statistics round at the start's optimum of the lowest
-    NLL gives the final ``w`` and ``Lam^{-1}``, which reach every site
+    the next ``theta``. With one start the optimizer runs to convergence;
+    with several, each runs ``restart_iter`` steps in turn and the one of the
+    lowest NLL is continued to convergence. Then one more statistics round at
+    the optimum gives the final ``w`` and ``Lam^{-1}``, which reach every site
     (stage ``2``, :meth:`client_finalize`): a site's posterior needs only
     those and its own rows, which stay with it (:func:`site_posterior`). A
     site whose block is not positive definite at a trial point says so
@@ -543,33 +547,39 @@ class CollapsedProtocol(FederatedAlgorithm):
     theta0 : ndarray of shape (layout.size,) or (n_starts, layout.size)
         Start(s).
     max_iter : int, default=500
-        Accepted optimizer steps at most, per start.
+        Accepted optimizer steps at most, of the fit (the continued start).
     ftol : float, default=1e-10
         Relative decrease below which a start stops (``AskTellLBFGS``).
+    restart_iter : int, default=20
+        Accepted steps of each start when there are several.
     """
 
     client_step_draws = False
     finalize_clients = True
 
-    def __init__(self, layout, Z, theta0, max_iter=MAX_ITER, ftol=1e-10):
+    def __init__(self, layout, Z, theta0, max_iter=MAX_ITER, ftol=1e-10,
+                 restart_iter=RESTART_ITER):
         self.layout = layout
         self.Z = None if Z is None else np.asarray(Z, dtype=float)
         self.theta0 = None if theta0 is None else np.atleast_2d(np.asarray(theta0, dtype=float))
         self.max_iter = int(max_iter)
         self.ftol = float(ftol)
+        self.restart_iter = int(restart_iter)
 
     def asks_every_client(self, server_state):
         return True
 
-    def _optimizer(self, theta):
-        return AskTellLBFGS(theta, np.array(self.layout.bounds()), max_iter=self.max_iter,
+    def _optimizer(self, theta, short=False):
+        return AskTellLBFGS(theta, np.array(self.layout.bounds()),
+                            max_iter=self.restart_iter if short else self.max_iter,
                             ftol=self.ftol)
 
     def _begin(self, Z, starts, extra=None):
         """The first state and broadcast of the optimization from ``starts``."""
-        opt = self._optimizer(starts[0])
+        short = len(starts) > 1  # several starts: a short run each, the best continued
+        opt = self._optimizer(starts[0], short)
         state = {"opt": opt, "stage": 0, "Z": Z, "zz": Pairs(Z, Z), "starts": starts,
-                 "start": 0, "finished": [], "n_eval": 0, **(extra or {})}
+                 "start": 0, "finished": [], "n_eval": 0, "short": short, **(extra or {})}
         return state, self._ask(state, 0, opt.ask())
 
     def _ask(self, state, stage, theta, **more):
@@ -656,11 +666,15 @@ class CollapsedProtocol(FederatedAlgorithm):
             return {**state, "stage": 0}, self._ask(state, 0, opt.ask())
         finished = state["finished"] + [(opt.f if opt.f is not None else np.inf, opt.x)]
         k = state["start"] + 1
-        if k < len(state["starts"]):  # the next start
-            nxt = self._optimizer(state["starts"][k])
+        if k < len(state["starts"]) and state["short"]:  # the next start
+            nxt = self._optimizer(state["starts"][k], short=True)
             new = {**state, "opt": nxt, "stage": 0, "start": k, "finished": finished}
             return new, self._ask(new, 0, nxt.ask())
         f_best, best = min(finished, key=lambda t: t[0] if np.isfinite(t[0]) else np.inf)
+        if state["short"]:  # the best start, continued to convergence
+            nxt = self._optimizer(best)
+            new = {**state, "opt": nxt, "stage": 0, "short": False, "finished": []}
+            return new, self._ask(new, 0, nxt.ask())
         # the final statistics round, at the best start's optimum
         new = {**state, "stage": 2, "best": best, "finished": finished}
         return new, self._ask(new, 0, best)
@@ -673,7 +687,8 @@ class CollapsedProtocol(FederatedAlgorithm):
         the optimizer's steps and backtracks, and the final statistics round."""
         n_starts = len(self.theta0) if n_starts is None else int(n_starts)
         per_step = 2 * (AskTellLBFGS.MAX_BACKTRACKS + 2)
-        return n_starts * 2 * per_step * (self.max_iter + 1) + 3
+        steps = self.max_iter + 1 + (n_starts * (self.restart_iter + 1) if n_starts > 1 else 0)
+        return 2 * per_step * steps + 3
 
 
 class PFedHGPCollapsed(CollapsedProtocol):
@@ -684,7 +699,9 @@ class PFedHGPCollapsed(CollapsedProtocol):
     standardizes with the pooled moments, places the ``n_inducing`` global
     inducing inputs in the box (:func:`~._steps.input_setup`: a grid for one
     feature, scrambled Halton otherwise; never a site's rows) and draws
-    ``n_restarts`` starts about ``theta0`` (:func:`scattered_starts`). Every
+    ``n_restarts`` starts about ``restart_center`` (``theta0`` if None;
+    :func:`scattered_starts`), so that with a fixed center the starts tried
+    besides ``theta0`` do not depend on it. Every
     later broadcast carries the scaling; sites apply it to their own rows.
 
     Parameters
@@ -694,6 +711,7 @@ class PFedHGPCollapsed(CollapsedProtocol):
         The first start, standardized units.
     n_inducing : int
     n_restarts : int
+    restart_center : ndarray of shape (layout.size,) or None
     max_iter, ftol : see :class:`CollapsedProtocol`
     normalize_X, normalize_y : bool
     input_bounds : tuple of two arrays or None
@@ -702,12 +720,14 @@ class PFedHGPCollapsed(CollapsedProtocol):
 
     SCALING = ("x_shift", "x_scale", "y_shift", "y_scale")
 
-    def __init__(self, layout, theta0, *, n_inducing=25, n_restarts=0, max_iter=MAX_ITER,
+    def __init__(self, layout, theta0, *, n_inducing=25, n_restarts=0, restart_center=None,
+                 max_iter=MAX_ITER,
                  ftol=1e-10, normalize_X=True, normalize_y=True, input_bounds=None,
                  init_inducing_global=None):
         super().__init__(layout, None, theta0, max_iter=max_iter, ftol=ftol)
         self.n_inducing = int(n_inducing)
         self.n_restarts = int(n_restarts)
+        self.restart_center = restart_center
         self.normalize_X = bool(normalize_X)
         self.normalize_y = bool(normalize_y)
         self.input_bounds = input_bounds
@@ -744,7 +764,9 @@ class PFedHGPCollapsed(CollapsedProtocol):
         if not self.layout.global_gp:  # the deviation GP alone is exact within each site
             Z = Z[:0]
         y_shift, y_scale = target_scaling(msgs, self.normalize_y)
-        starts = scattered_starts(self.theta0[0], self.layout, self.n_restarts, rng)
+        center = self.theta0[0] if self.restart_center is None else self.restart_center
+        starts = scattered_starts(center, self.layout, self.n_restarts, rng)
+        starts[0] = self.theta0[0]
         return self._begin(Z, starts, {"x_shift": x_shift, "x_scale": x_scale,
                                        "y_shift": y_shift, "y_scale": y_scale})
 

@@ -201,7 +201,9 @@ def test_estimator_restarts_are_reproducible_and_keep_the_best():
     a = _collapsed_model(random_effects="none", n_restarts=2).fit(X, y, groups=groups)
     b = _collapsed_model(random_effects="none", n_restarts=2).fit(X, y, groups=groups)
     np.testing.assert_array_equal(a.predict(X, groups=groups), b.predict(X, groups=groups))
-    assert a.log_marginal_likelihood_value_ >= one.log_marginal_likelihood_value_ - 1e-9
+    # the best start is continued to convergence: the same optimum up to the stopping rule
+    best = one.log_marginal_likelihood_value_
+    assert a.log_marginal_likelihood_value_ >= best - 1e-6 * abs(best)
 
 
 @pytest.mark.parametrize("params, match", [
