@@ -18,6 +18,7 @@ __all__ = [
     "FederationResult",
     "InProcessTransport",
     "Stream",
+    "client_round",
     "drive_rounds",
     "round_rng",
     "run_federation",
@@ -123,13 +124,51 @@ def _sample_clients(n_clients, client_fraction, entropy, rnd):
     return np.sort(rng.choice(n_clients, size=m, replace=False))
 
 
-def _run_client(algorithm, data, state, broadcast, rng, final=False):
+def client_round(algorithm, data, state, broadcast, entropy, rnd, final=False):
+    """One client's step of round ``rnd``, on every engine: ``(new_state, message)``.
+
+    The in-process transport and a distributed site (:mod:`skfed.federated.flower`)
+    both call this, so a client's randomness and checks are the same wherever it runs.
+
+    Parameters
+    ----------
+    algorithm : FederatedAlgorithm
+        The client steps.
+    data : ClientData
+        The client's prepared rows; ``data.index`` names its random streams.
+    state : object
+        The client's local state before the step.
+    broadcast : mapping
+        The server's message of this round.
+    entropy : int
+        Seed of the random streams (see :func:`round_rng`).
+    rnd : int
+        The round (the final broadcast's round with ``final=True``).
+    final : bool, default=False
+        Run ``client_finalize`` (the reply is empty) instead of ``client_step``.
+
+    Returns
+    -------
+    state : object
+        The client's new local state.
+    message : mapping
+        The checked reply (``{}`` after ``client_finalize``).
+    """
+    if final:
+        rng = round_rng(entropy, Stream.CLIENT_FINAL, data.index, rnd)
+        return algorithm.client_finalize(data, state, broadcast, rng), {}
+    # no stream for a client step that never draws (FederatedAlgorithm.client_step_draws)
+    rng = (round_rng(entropy, Stream.CLIENT_STEP, data.index, rnd)
+           if algorithm.client_step_draws else None)
+    state, message = algorithm.client_step(data, state, broadcast, rng)
+    return state, check_message(message, sender=f"client {data.label!r}")
+
+
+def _run_client(algorithm, data, state, broadcast, entropy, rnd, final):
     """Plain-Python wrapper so joblib never has to pickle a numba dispatcher."""
     try:
-        if final:
-            return True, algorithm.client_finalize(data, state, broadcast, rng), {}
-        new_state, message = algorithm.client_step(data, state, broadcast, rng)
-        return True, new_state, check_message(message, sender=f"client {data.label!r}")
+        state, message = client_round(algorithm, data, state, broadcast, entropy, rnd, final)
+        return True, state, message
     except Exception as exc:  # reported to the engine's failure policy
         return False, state, exc
 
@@ -181,18 +220,8 @@ class InProcessTransport:
         With ``final=True`` run ``client_finalize`` instead (empty replies).
         """
         clients = self.clients
-        key = Stream.CLIENT_FINAL if final else Stream.CLIENT_STEP
-        # no stream for a client step that never draws (FederatedAlgorithm.client_step_draws)
-        draws = final or self.algorithm.client_step_draws
         args = [
-            (
-                self.algorithm,
-                clients[k],
-                self.states[k],
-                broadcast,
-                round_rng(self.entropy, key, clients[k].index, rnd) if draws else None,
-                final,
-            )
+            (self.algorithm, clients[k], self.states[k], broadcast, self.entropy, rnd, final)
             for k in asked
         ]
         if self.n_jobs in (None, 1) or len(args) == 1:

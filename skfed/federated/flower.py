@@ -61,7 +61,9 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from ..utils._validation import check_fraction
-from ._engine import ClientDropout, FederationResult, Stream, drive_rounds, round_rng, seed_entropy
+from ._engine import (
+    ClientDropout, FederationResult, Stream, client_round, drive_rounds, round_rng, seed_entropy,
+)
 from ._fit import FederatedFit, client_summary, setup_exchange
 from ._flower_local import LocalFederation, make_certificates, write_app
 from ._flower_memory import InMemoryGrid
@@ -691,14 +693,7 @@ class FlowerFederation:
         with _stage("reading the broadcast"):
             broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
         with _stage(f"the client step of round {rnd}"):
-            if final:
-                rng = round_rng(entropy, Stream.CLIENT_FINAL, index, rnd)
-                state = algorithm.client_finalize(data, state, broadcast, rng)
-                message = {}
-            else:
-                rng = round_rng(entropy, Stream.CLIENT_STEP, index, rnd)
-                state, message = algorithm.client_step(data, state, broadcast, rng)
-                message = check_message(message, sender=f"client {label!r}")
+            state, message = client_round(algorithm, data, state, broadcast, entropy, rnd, final)
         self._save_state(context, state, index, entropy, algorithm, rnd, final)
         path = context.node_config.get(self.site_model_key)
         if path:
