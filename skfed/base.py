@@ -8,7 +8,7 @@ from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from .federated import fit_federated
-from .utils._validation import map_clients
+from .utils._validation import check_params, map_clients
 
 __all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "transactional_fit"]
 
@@ -142,7 +142,7 @@ class FederatedEstimator(FederatedEstimatorMixin):
         self : object
             The fitted estimator.
         """
-        self._check_params()
+        check_params(self)  # the constraints were checked by _fit_context, once
         X, y = self._validate_site_data(X, y, reset=True, groups=groups)
         self._set_fitted(self._run_federation(X, y, groups))
         return self

@@ -22,6 +22,7 @@ __all__ = [
     "drive_rounds",
     "round_rng",
     "run_federation",
+    "run_rounds",
     "seed_entropy",
 ]
 
@@ -310,13 +311,7 @@ def run_federation(
         raise TypeError(
             f"algorithm must be a FederatedAlgorithm, got {type(algorithm).__name__}."
         )
-    if on_client_error not in ON_CLIENT_ERROR:
-        raise ValueError(
-            f"on_client_error must be one of {ON_CLIENT_ERROR}, got {on_client_error!r}."
-        )
-    if isinstance(n_rounds, bool) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
-        raise ValueError(f"n_rounds must be a positive integer, got {n_rounds!r}.")
-    client_fraction = check_fraction(client_fraction, "client_fraction")
+    _check_options(n_rounds, client_fraction, on_client_error)
     entropy = seed_entropy(random_state)
     ledger = Ledger() if ledger is None else ledger
     too_small = [
@@ -331,13 +326,59 @@ def run_federation(
 
     transport = InProcessTransport(algorithm, federation, entropy, n_jobs)
     transport.init()
+    return run_rounds(algorithm, transport, entropy, n_rounds=n_rounds,
+                      client_fraction=client_fraction, on_client_error=on_client_error,
+                      ledger=ledger, verbose=verbose)
+
+
+def _check_options(n_rounds, client_fraction, on_client_error):
+    """The engine's options, checked; returns ``client_fraction`` as a float."""
+    if on_client_error not in ON_CLIENT_ERROR:
+        raise ValueError(
+            f"on_client_error must be one of {ON_CLIENT_ERROR}, got {on_client_error!r}."
+        )
+    if isinstance(n_rounds, bool) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
+        raise ValueError(f"n_rounds must be a positive integer, got {n_rounds!r}.")
+    return check_fraction(client_fraction, "client_fraction")
+
+
+def run_rounds(algorithm, transport, entropy, *, n_rounds, client_fraction=1.0,
+               on_client_error="raise", ledger=None, verbose=0):
+    """Run the rounds of ``algorithm`` over a started transport: the tail of every engine.
+
+    :func:`run_federation` calls it with its in-process transport; a
+    distributed engine (:mod:`skfed.federated.flower`) with its own, so both
+    share the round semantics of :func:`drive_rounds`.
+
+    Parameters
+    ----------
+    algorithm : FederatedAlgorithm
+        The client and server steps.
+    transport : object
+        Has ``labels`` (client labels in index order) and
+        ``round(rnd, asked, broadcast, final=False)``; its clients are set up.
+        Its ``states``, if it has them, are the result's client states.
+    entropy : int
+        Seed of the random streams (:func:`seed_entropy` of the ``random_state``).
+    n_rounds, client_fraction, on_client_error, verbose
+        As in :func:`run_federation`.
+    ledger : Ledger or None, default=None
+        Where to record messages; a new one if ``None``.
+
+    Returns
+    -------
+    result : FederationResult
+        ``client_states`` is ``None`` for a transport that keeps no states here.
+    """
+    client_fraction = _check_options(n_rounds, client_fraction, on_client_error)
+    ledger = Ledger() if ledger is None else ledger
     server_state, participation = drive_rounds(
         algorithm, transport, n_rounds, client_fraction, on_client_error, entropy, ledger,
         verbose,
     )
     return FederationResult(
         server_state=server_state,
-        client_states=transport.states,
+        client_states=getattr(transport, "states", None),
         ledger=ledger,
         n_rounds=len(participation),
         participation=participation,

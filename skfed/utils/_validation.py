@@ -49,6 +49,33 @@ def check_unknown_client(unknown_client):
     return unknown_client
 
 
+def check_params(estimator):
+    """Check an estimator's hyperparameters as its ``fit`` does; return it.
+
+    First scikit-learn's ``_parameter_constraints`` (unless parameter
+    validation is switched off, as in ``sklearn.config_context(
+    skip_parameter_validation=True)``), then the estimator's own
+    ``_check_params`` (checks that tie several parameters together). Inside
+    ``FederatedEstimator.fit`` scikit-learn's fit context has checked the
+    constraints already and switched validation off, so there only
+    ``_check_params`` runs; a Flower node calls this outside any fit.
+
+    Parameters
+    ----------
+    estimator : skfed estimator
+        Unfitted or fitted; only its parameters are read.
+
+    Returns
+    -------
+    estimator : skfed estimator
+        The same object.
+    """
+    if not sklearn.get_config()["skip_parameter_validation"]:
+        estimator._validate_params()  # the one call of scikit-learn's private check
+    estimator._check_params()
+    return estimator
+
+
 def check_groups(groups, n_samples):
     """Validate client labels and map them to client indices.
 
