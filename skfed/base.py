@@ -8,7 +8,7 @@ from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from .federated import fit_federated
-from .utils._validation import map_clients
+from .utils._validation import check_params, map_clients, split_groups
 
 __all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "transactional_fit"]
 
@@ -142,7 +142,9 @@ class FederatedEstimator(FederatedEstimatorMixin):
         self : object
             The fitted estimator.
         """
-        self._check_params()
+        check_params(self)  # the constraints were checked by _fit_context, once
+        # split once: site validation and the federation take the split as it is
+        groups = split_groups(groups)
         X, y = self._validate_site_data(X, y, reset=True, groups=groups)
         self._set_fitted(self._run_federation(X, y, groups))
         return self
@@ -162,6 +164,8 @@ class FederatedEstimator(FederatedEstimatorMixin):
         In-process ``fit`` passes the pooled rows with their client labels
         ``groups``, so that checks per client (and their warnings) name the
         clients; a site of a distributed run passes its own rows alone.
+        ``groups`` is split once by ``fit``: :func:`skfed.utils.check_groups`
+        returns that split (labels, each row's client index) without splitting again.
         """
         raise NotImplementedError
 

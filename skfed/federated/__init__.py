@@ -8,9 +8,13 @@ in a :class:`Ledger`. A :class:`PhasedAlgorithm` runs several algorithms one
 after the other in one run.
 """
 
-from ._engine import ClientDropout, FederationResult, round_rng, run_federation, seed_entropy
+from ._engine import (
+    ClientDropout, FederationResult, Stream, client_round, round_rng, run_federation, run_rounds,
+    seed_entropy,
+)
 from ._fit import (
     FederatedContract, FederatedFit, client_summary, combine_summaries, fit_federated,
+    setup_exchange,
 )
 from ._ledger import Ledger, LedgerRecord
 from ._phased import PhasedAlgorithm, PhaseState
@@ -28,11 +32,15 @@ __all__ = [
     "LedgerRecord",
     "PhaseState",
     "PhasedAlgorithm",
+    "Stream",
     "check_message",
+    "client_round",
     "client_summary",
     "combine_summaries",
     "fit_federated",
     "round_rng",
     "run_federation",
+    "run_rounds",
     "seed_entropy",
+    "setup_exchange",
 ]

@@ -18,9 +18,11 @@ __all__ = [
     "FederationResult",
     "InProcessTransport",
     "Stream",
+    "client_round",
     "drive_rounds",
     "round_rng",
     "run_federation",
+    "run_rounds",
     "seed_entropy",
 ]
 
@@ -123,13 +125,51 @@ def _sample_clients(n_clients, client_fraction, entropy, rnd):
     return np.sort(rng.choice(n_clients, size=m, replace=False))
 
 
-def _run_client(algorithm, data, state, broadcast, rng, final=False):
+def client_round(algorithm, data, state, broadcast, entropy, rnd, final=False):
+    """One client's step of round ``rnd``, on every engine: ``(new_state, message)``.
+
+    The in-process transport and a distributed site (:mod:`skfed.federated.flower`)
+    both call this, so a client's randomness and checks are the same wherever it runs.
+
+    Parameters
+    ----------
+    algorithm : FederatedAlgorithm
+        The client steps.
+    data : ClientData
+        The client's prepared rows; ``data.index`` names its random streams.
+    state : object
+        The client's local state before the step.
+    broadcast : mapping
+        The server's message of this round.
+    entropy : int
+        Seed of the random streams (see :func:`round_rng`).
+    rnd : int
+        The round (the final broadcast's round with ``final=True``).
+    final : bool, default=False
+        Run ``client_finalize`` (the reply is empty) instead of ``client_step``.
+
+    Returns
+    -------
+    state : object
+        The client's new local state.
+    message : mapping
+        The checked reply (``{}`` after ``client_finalize``).
+    """
+    if final:
+        rng = round_rng(entropy, Stream.CLIENT_FINAL, data.index, rnd)
+        return algorithm.client_finalize(data, state, broadcast, rng), {}
+    # no stream for a client step that never draws (FederatedAlgorithm.client_step_draws)
+    rng = (round_rng(entropy, Stream.CLIENT_STEP, data.index, rnd)
+           if algorithm.client_step_draws else None)
+    state, message = algorithm.client_step(data, state, broadcast, rng)
+    return state, check_message(message, sender=f"client {data.label!r}")
+
+
+def _run_client(algorithm, data, state, broadcast, entropy, rnd, final):
     """Plain-Python wrapper so joblib never has to pickle a numba dispatcher."""
     try:
-        if final:
-            return True, algorithm.client_finalize(data, state, broadcast, rng), {}
-        new_state, message = algorithm.client_step(data, state, broadcast, rng)
-        return True, new_state, check_message(message, sender=f"client {data.label!r}")
+        state, message = client_round(algorithm, data, state, broadcast, entropy, rnd, final)
+        return True, state, message
     except Exception as exc:  # reported to the engine's failure policy
         return False, state, exc
 
@@ -181,18 +221,8 @@ class InProcessTransport:
         With ``final=True`` run ``client_finalize`` instead (empty replies).
         """
         clients = self.clients
-        key = Stream.CLIENT_FINAL if final else Stream.CLIENT_STEP
-        # no stream for a client step that never draws (FederatedAlgorithm.client_step_draws)
-        draws = final or self.algorithm.client_step_draws
         args = [
-            (
-                self.algorithm,
-                clients[k],
-                self.states[k],
-                broadcast,
-                round_rng(self.entropy, key, clients[k].index, rnd) if draws else None,
-                final,
-            )
+            (self.algorithm, clients[k], self.states[k], broadcast, self.entropy, rnd, final)
             for k in asked
         ]
         if self.n_jobs in (None, 1) or len(args) == 1:
@@ -281,13 +311,7 @@ def run_federation(
         raise TypeError(
             f"algorithm must be a FederatedAlgorithm, got {type(algorithm).__name__}."
         )
-    if on_client_error not in ON_CLIENT_ERROR:
-        raise ValueError(
-            f"on_client_error must be one of {ON_CLIENT_ERROR}, got {on_client_error!r}."
-        )
-    if isinstance(n_rounds, bool) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
-        raise ValueError(f"n_rounds must be a positive integer, got {n_rounds!r}.")
-    client_fraction = check_fraction(client_fraction, "client_fraction")
+    _check_options(n_rounds, client_fraction, on_client_error)
     entropy = seed_entropy(random_state)
     ledger = Ledger() if ledger is None else ledger
     too_small = [
@@ -302,13 +326,59 @@ def run_federation(
 
     transport = InProcessTransport(algorithm, federation, entropy, n_jobs)
     transport.init()
+    return run_rounds(algorithm, transport, entropy, n_rounds=n_rounds,
+                      client_fraction=client_fraction, on_client_error=on_client_error,
+                      ledger=ledger, verbose=verbose)
+
+
+def _check_options(n_rounds, client_fraction, on_client_error):
+    """The engine's options, checked; returns ``client_fraction`` as a float."""
+    if on_client_error not in ON_CLIENT_ERROR:
+        raise ValueError(
+            f"on_client_error must be one of {ON_CLIENT_ERROR}, got {on_client_error!r}."
+        )
+    if isinstance(n_rounds, bool) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
+        raise ValueError(f"n_rounds must be a positive integer, got {n_rounds!r}.")
+    return check_fraction(client_fraction, "client_fraction")
+
+
+def run_rounds(algorithm, transport, entropy, *, n_rounds, client_fraction=1.0,
+               on_client_error="raise", ledger=None, verbose=0):
+    """Run the rounds of ``algorithm`` over a started transport: the tail of every engine.
+
+    :func:`run_federation` calls it with its in-process transport; a
+    distributed engine (:mod:`skfed.federated.flower`) with its own, so both
+    share the round semantics of :func:`drive_rounds`.
+
+    Parameters
+    ----------
+    algorithm : FederatedAlgorithm
+        The client and server steps.
+    transport : object
+        Has ``labels`` (client labels in index order) and
+        ``round(rnd, asked, broadcast, final=False)``; its clients are set up.
+        Its ``states``, if it has them, are the result's client states.
+    entropy : int
+        Seed of the random streams (:func:`seed_entropy` of the ``random_state``).
+    n_rounds, client_fraction, on_client_error, verbose
+        As in :func:`run_federation`.
+    ledger : Ledger or None, default=None
+        Where to record messages; a new one if ``None``.
+
+    Returns
+    -------
+    result : FederationResult
+        ``client_states`` is ``None`` for a transport that keeps no states here.
+    """
+    client_fraction = _check_options(n_rounds, client_fraction, on_client_error)
+    ledger = Ledger() if ledger is None else ledger
     server_state, participation = drive_rounds(
         algorithm, transport, n_rounds, client_fraction, on_client_error, entropy, ledger,
         verbose,
     )
     return FederationResult(
         server_state=server_state,
-        client_states=transport.states,
+        client_states=getattr(transport, "states", None),
         ledger=ledger,
         n_rounds=len(participation),
         participation=participation,

@@ -34,7 +34,9 @@ class FederatedContract(Protocol):
        hooks read.
     2. ``_validate_site_data(X, y, reset, groups)`` (each site, on its own
        rows; in-process on the pooled rows with their client labels
-       ``groups``, for checks per client): returns the validated ``(X, y)``.
+       ``groups``, for checks per client, split once by ``fit``: read them with
+       ``skfed.utils.check_groups(groups, len(X))``, which does not split
+       again): returns the validated ``(X, y)``.
     3. ``_site_summary(X, y)`` (each site): extra entries of the site's
        set-up message (aggregates only: see ``skfed.federated._release``).
     4. ``_combine_site_summaries(labels, summaries)`` (server): extra

@@ -60,12 +60,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from ..utils._validation import check_fraction
-from ._engine import ClientDropout, FederationResult, Stream, drive_rounds, round_rng, seed_entropy
-from ._fit import FederatedFit, client_summary, setup_exchange
+from ..utils import check_params
+from . import (
+    ClientData, ClientDropout, FederatedContract, FederatedFit, Stream, check_message,
+    client_round, client_summary, round_rng, run_rounds, seed_entropy, setup_exchange,
+)
 from ._flower_local import LocalFederation, make_certificates, write_app
 from ._flower_memory import InMemoryGrid
-from ._protocol import ClientData, check_message
 
 __all__ = ["FlowerFederation", "FlowerTransport", "InMemoryGrid", "LocalFederation", "SiteError",
            "TRUSTED_TYPES", "exchange", "load_fitted", "make_certificates", "save_fitted",
@@ -73,8 +74,9 @@ __all__ = ["FlowerFederation", "FlowerTransport", "InMemoryGrid", "LocalFederati
 
 _log = logging.getLogger(__name__)
 
-_CONTRACT = ("_check_params", "_validate_site_data", "_federated_algorithm",
-             "_engine_params", "_set_fitted")
+# the hooks of the protocol, read from it (for the error naming the missing ones)
+_CONTRACT = tuple(name for name, value in vars(FederatedContract).items()
+                  if callable(value) and not name.startswith("__"))
 _STATE_KEY = "skfed"
 SITE_NOISE = ("secret", "shared")
 #: Node-config keys of a site's privacy limits (see :class:`FlowerFederation`).
@@ -150,20 +152,13 @@ def _n_positional(func):
     return sum(p.kind in kinds for p in params)
 
 
-def _checked(estimator):
-    """``estimator`` with its hyperparameters checked as ``fit`` checks them, on any node."""
-    estimator._validate_params()  # scikit-learn's _parameter_constraints
-    estimator._check_params()
-    return estimator
-
-
 def supports_federation(estimator):
     """Whether ``estimator`` provides the hooks of :class:`skfed.federated.FederatedContract`.
 
     Estimators that pool the rows (a centralized reference) set
     ``_pools_rows = True`` and are refused even if they share the hooks.
     """
-    return (all(hasattr(estimator, name) for name in _CONTRACT)
+    return (isinstance(estimator, FederatedContract)
             and not getattr(estimator, "_pools_rows", False))
 
 
@@ -564,7 +559,8 @@ class FlowerFederation:
         if not supports_federation(probe):
             raise TypeError(
                 f"{type(probe).__name__} does not support federation: it needs "
-                f"{', '.join(_CONTRACT)} (see skfed.federated.FederatedContract)."
+                f"{', '.join(n for n in _CONTRACT if not hasattr(probe, n))} "
+                "(see skfed.federated.FederatedContract)."
             )
         if site_noise not in SITE_NOISE:
             raise ValueError(f"site_noise must be one of {SITE_NOISE}, got {site_noise!r}.")
@@ -612,7 +608,7 @@ class FlowerFederation:
         config = dict(context.node_config)
         label = self._label(config)
         with _stage("building the estimator"):
-            estimator = _checked(self.make_estimator(dict(context.run_config)))
+            estimator = check_params(self.make_estimator(dict(context.run_config)))
         if check_limits:
             with _stage("checking the privacy limits"):
                 _check_limits(estimator, config)
@@ -691,14 +687,7 @@ class FlowerFederation:
         with _stage("reading the broadcast"):
             broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
         with _stage(f"the client step of round {rnd}"):
-            if final:
-                rng = round_rng(entropy, Stream.CLIENT_FINAL, index, rnd)
-                state = algorithm.client_finalize(data, state, broadcast, rng)
-                message = {}
-            else:
-                rng = round_rng(entropy, Stream.CLIENT_STEP, index, rnd)
-                state, message = algorithm.client_step(data, state, broadcast, rng)
-                message = check_message(message, sender=f"client {label!r}")
+            state, message = client_round(algorithm, data, state, broadcast, entropy, rnd, final)
         self._save_state(context, state, index, entropy, algorithm, rnd, final)
         path = context.node_config.get(self.site_model_key)
         if path:
@@ -779,7 +768,7 @@ class FlowerFederation:
 
     def _server_main(self, grid: Grid, context: Context):
         run_config = dict(context.run_config)
-        estimator = _checked(self.make_estimator(run_config))
+        estimator = check_params(self.make_estimator(run_config))
         params = estimator._engine_params()
         allow = self.sites
         if allow is None and run_config.get("sites"):
@@ -821,14 +810,13 @@ class FlowerFederation:
         transport = FlowerTransport(grid, [s[1] for s in sites], labels, self.round_timeout,
                                     wire=wire, offline_grace=self.offline_grace, setup=setup,
                                     entropy=entropy)
-        server_state, participation = drive_rounds(
-            algorithm, transport, params["n_rounds"],
-            check_fraction(params.get("client_fraction", 1.0), "client_fraction"),
-            params.get("on_client_error", "raise"), entropy, ledger, params.get("verbose", 0),
+        result = run_rounds(
+            algorithm, transport, entropy, n_rounds=params["n_rounds"],
+            client_fraction=params.get("client_fraction", 1.0),
+            on_client_error=params.get("on_client_error", "raise"), ledger=ledger,
+            verbose=params.get("verbose", 0),
         )
         ledger.wire_bytes = dict(wire)
-        result = FederationResult(server_state=server_state, client_states=None, ledger=ledger,
-                                  n_rounds=len(participation), participation=participation)
         estimator._set_fitted(FederatedFit(result, setup, np.array(labels), algorithm))
         self._note_noise_source(estimator)
         self.fitted_ = estimator

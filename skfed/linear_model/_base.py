@@ -15,7 +15,9 @@ from ..base import FederatedEstimator
 from ..federated import ClientData
 from ..privacy import check_epsilon
 from ..utils._param_validation import FEDERATION_CONSTRAINTS
-from ..utils._validation import check_scale, map_clients, user_stacklevel, validate_data
+from ..utils._validation import (
+    check_groups, check_scale, map_clients, user_stacklevel, validate_data,
+)
 from ._checks import _label_array, check_known_classes, check_norm_bound, client_weights
 from ._privacy_plan import classical_multiplier, privacy_plan, privacy_report
 
@@ -220,8 +222,10 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
         else:
             unknown = ~np.isin(y, known)
         if unknown.any():
-            where = "" if groups is None else (
-                f" (client {np.asarray(groups)[np.flatnonzero(unknown)[0]].tolist()!r})")
+            where = ""
+            if groups is not None:  # fit's split (or raw labels): name the first row's client
+                labels, index = check_groups(groups, y.shape[0])
+                where = f" (client {labels[index[np.flatnonzero(unknown)[0]]].tolist()!r})"
             raise ValueError(
                 f"y holds class labels {np.unique(y[unknown]).tolist()} not in classes="
                 f"{known.tolist()}{where}: every site's labels must be among the public "

@@ -1,5 +1,5 @@
 """Utilities: client-label validation and array checks."""
 
-from ._validation import check_groups, label_kind, map_clients
+from ._validation import check_groups, check_params, label_kind, map_clients
 
-__all__ = ["check_groups", "label_kind", "map_clients"]
+__all__ = ["check_groups", "check_params", "label_kind", "map_clients"]

@@ -5,6 +5,7 @@ import numbers
 import re
 import sys
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import sklearn
@@ -49,6 +50,56 @@ def check_unknown_client(unknown_client):
     return unknown_client
 
 
+def check_params(estimator):
+    """Check an estimator's hyperparameters as its ``fit`` does; return it.
+
+    First scikit-learn's ``_parameter_constraints`` (unless parameter
+    validation is switched off, as in ``sklearn.config_context(
+    skip_parameter_validation=True)``), then the estimator's own
+    ``_check_params`` (checks that tie several parameters together). Inside
+    ``FederatedEstimator.fit`` scikit-learn's fit context has checked the
+    constraints already and switched validation off, so there only
+    ``_check_params`` runs; a Flower node calls this outside any fit.
+
+    Parameters
+    ----------
+    estimator : skfed estimator
+        Unfitted or fitted; only its parameters are read.
+
+    Returns
+    -------
+    estimator : skfed estimator
+        The same object.
+    """
+    if not sklearn.get_config()["skip_parameter_validation"]:
+        estimator._validate_params()  # the one call of scikit-learn's private check
+    estimator._check_params()
+    return estimator
+
+
+class ClientSplit(NamedTuple):
+    """Client labels split once (by :func:`split_groups`); :func:`check_groups` takes it as is.
+
+    ``FederatedEstimator.fit`` splits ``groups`` once and hands this to site
+    validation and to the federation, so no step of a fit splits the labels again.
+    """
+
+    labels: np.ndarray
+    index: np.ndarray
+
+
+def split_groups(groups):
+    """``groups`` validated and split into a :class:`ClientSplit` (``None`` stays ``None``).
+
+    The row count is checked later, against the validated rows, by
+    :func:`check_groups`.
+    """
+    if groups is None or isinstance(groups, ClientSplit):
+        return groups
+    labels = _as_label_array(groups, "groups")
+    return ClientSplit(*check_groups(labels, labels.shape[0]))
+
+
 def check_groups(groups, n_samples):
     """Validate client labels and map them to client indices.
 
@@ -58,7 +109,8 @@ def check_groups(groups, n_samples):
         Client label of every row, all of one kind (see :func:`label_kind`):
         numbers (ints or floats), strings (``str``, ``numpy.str_``, object
         arrays of them, a pandas categorical of them) or bools. ``None`` means
-        that every row belongs to a single client.
+        that every row belongs to a single client. A :class:`ClientSplit`
+        (``fit``'s one split) is returned as it is, its row count checked.
     n_samples : int
         Number of rows of ``X``.
 
@@ -87,6 +139,13 @@ def check_groups(groups, n_samples):
     if groups is None:
         _warn_if_groups_not_routed()
         return np.array([0]), np.zeros(n_samples, dtype=np.intp)
+    if isinstance(groups, ClientSplit):  # split already: only the row count is checked
+        if groups.index.shape[0] != n_samples:
+            raise ValueError(
+                f"groups has {groups.index.shape[0]} labels but X has {n_samples} rows; "
+                "pass one client label per row."
+            )
+        return groups.labels, groups.index
     groups = _as_label_array(groups, "groups")
     if groups.shape[0] != n_samples:
         raise ValueError(
