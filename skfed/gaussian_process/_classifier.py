@@ -109,8 +109,8 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
             # tol, server_lr and init_variance_local as before the real-data defaults
             # (not measured here)
             # the variational fit: client_dissimilarity needs each client's own kernels
-            est = PFedHGPRegressor(inference="variational", optimizer="cavi", n_rounds=10, tol=None, server_lr=0.1,
-                                   init_variance_local=1.0,
+            est = PFedHGPRegressor(inference="variational", optimizer="cavi", n_rounds=10,
+                                   tol=None, server_lr=0.1, init_variance_local=1.0,
                                    normalize_y=True, mean_function="constant", ard=False,
                                    n_inducing_global=min(40, m), n_inducing_local=min(20, m),
                                    init_lengthscale_global=0.1 * span,
