@@ -214,7 +214,7 @@ _SKLEARN_ROLE = re.compile(r":(?:ref|term):`([^`<]*?)\s*(?:<([^>]*)>)?`")
 def _unlink_sklearn_roles(app, what, name, obj, options, lines):
     """Methods inherited from scikit-learn (``score``, ``set_fit_request``, ...)
     cite labels of scikit-learn's own site; show their text instead."""
-    if getattr(obj, "__module__", "").startswith("sklearn"):
+    if (getattr(obj, "__module__", None) or "").startswith("sklearn"):
         lines[:] = [_SKLEARN_ROLE.sub(lambda m: m.group(1) or m.group(2), line)
                     for line in lines]
 
