@@ -21,7 +21,9 @@ and ``b = sum_i H_i^T C_i^{-1} y_i``, the negative log marginal likelihood is
 
     NLL = 1/2 [sum_i log|C_i| + log|Lam| - log|K| + sum_i y_i^T C_i^{-1} y_i - b^T Lam^{-1} b]
 
-(up to a constant): sums of what each site computes from its own rows, plus
+(up to a constant; with a Gaussian prior ``N(0, tau2 I)`` on the slopes,
+``Lam``'s slope block adds ``I / tau2`` and ``-log|K|`` becomes
+``-log|K| + p_s log tau2``): sums of what each site computes from its own rows, plus
 the server's ``m + p``-square terms. Its gradient splits the same way once the
 server broadcasts ``w = Lam^{-1} b`` and ``Lam^{-1}`` (:func:`site_gradient`).
 With the GP parts switched off it is exactly the linear mixed model's REML
@@ -179,10 +181,14 @@ class Layout:
         Whether the deviation, local and global GPs are in the model (without
         any of them it is the linear mixed model; without the global GP, pass
         ``Z`` with no rows).
+    slope_prior : bool
+        The linear fixed effects' slopes ``beta_s ~ N(0, tau2 I)`` with
+        ``log tau2`` the last entry (a linear kernel beside the global GP),
+        instead of a flat prior; the intercept stays flat.
     """
 
     def __init__(self, n_features, random_effects="linear", fixed_effects="linear",
-                 deviation=True, local=True, global_gp=True):
+                 deviation=True, local=True, global_gp=True, slope_prior=False):
         self.d = int(n_features)
         self.global_gp = bool(global_gp)
         self.random_effects = random_effects
@@ -193,7 +199,12 @@ class Layout:
         self.q = design(one, random_effects).shape[1]
         self.f = design(one, fixed_effects).shape[1]
         self.tril = np.tril_indices(self.q)
-        self.size = 2 * self.d + 4 + self.tril[0].size
+        # a learned Gaussian prior on the slopes (the linear fixed effects but the
+        # intercept): its log variance is the last entry
+        self.slope_prior = bool(slope_prior) and self.f > 1
+        self.n_slopes = self.f - 1 if self.slope_prior else 0
+        self.re_end = 2 * self.d + 4 + self.tril[0].size
+        self.size = self.re_end + int(self.slope_prior)
 
     def unpack(self, theta):
         """Hyperparameters as a dict of arrays and floats."""
@@ -204,9 +215,10 @@ class Layout:
              "var_l": float(np.exp(theta[2 * d + 2])) if self.local else 0.0,
              "s2": float(np.exp(theta[2 * d + 3]))}
         L = np.zeros((self.q, self.q))
-        L[self.tril] = theta[2 * d + 4:]
+        L[self.tril] = theta[2 * d + 4:self.re_end]
         L.flat[::self.q + 1] = np.exp(L.diagonal())
         p["L"] = L
+        p["tau2"] = float(np.exp(theta[-1])) if self.slope_prior else np.inf
         return p
 
     def pack(self, p):
@@ -216,13 +228,15 @@ class Layout:
         return np.concatenate([
             np.log(np.broadcast_to(p["ls_g"], self.d)), [np.log(p["var_g"]), np.log(p["phi"])],
             np.log(np.broadcast_to(p["ls_l"], self.d)), [np.log(p["var_l"]), np.log(p["s2"])],
-            L[self.tril]])
+            L[self.tril], [np.log(p.get("tau2", 1.0))] if self.slope_prior else []])
 
     def bounds(self):
         """Box bounds of the optimizer (switched-off parts pinned at their start)."""
         out = [LOG_BOUNDS] * (2 * self.d + 4)
         for i, j in zip(*self.tril):
             out.append(LOG_DIAG_BOUNDS if i == j else OFFDIAG_BOUNDS)
+        if self.slope_prior:
+            out.append(LOG_BOUNDS)
         return out
 
     def mask(self):
@@ -367,7 +381,7 @@ def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
         R = geom.R
         G_L = 2.0 * (R.T @ Gc @ R) @ p["L"]
         G_L.flat[::layout.q + 1] *= p["L"].diagonal()
-        g[2 * d + 4:] = G_L[layout.tril]
+        g[2 * d + 4:layout.re_end] = G_L[layout.tril]
     return g * layout.mask()
 
 
@@ -387,6 +401,9 @@ def server_objective(p, layout, Z, messages, pairs=None):
     Lam = np.zeros((f + Z.shape[0],) * 2)
     Lam[f:, f:] = _kzz(p, Z, pairs)
     Lam[:f, :f] += BETA_PRECISION * np.eye(f)
+    if layout.slope_prior:  # beta_s ~ N(0, tau2 I): its precision, and -log|prior precision|
+        Lam[1:f, 1:f] += np.eye(f - 1) / p["tau2"]
+        logdet_K -= layout.n_slopes * np.log(p["tau2"])
     Lam += sum(m["HCH"] for m in messages)
     b = sum(m["HCy"] for m in messages)
     lf = cho_factor(Lam, lower=True)
@@ -405,6 +422,9 @@ def server_gradient(p, layout, Z, w, Lam_inv, K_inv, site_grads):
     g = sum(site_grads)
     g[layout.d] += glob[0]
     g[:layout.d] += glob[1:]
+    if layout.slope_prior:
+        s = slice(1, f)
+        g[-1] = 0.5 * (layout.n_slopes - (np.trace(Lam_inv[s, s]) + w[s] @ w[s]) / p["tau2"])
     return g * layout.mask()
 
 
@@ -513,7 +533,8 @@ def scattered_starts(theta0, layout, n, rng):
     starts = [np.asarray(theta0, dtype=float)]
     logs = np.zeros(layout.size, dtype=bool)
     logs[:2 * layout.d + 4] = True
-    logs[2 * layout.d + 4:] = [i == j for i, j in zip(*layout.tril)]
+    logs[2 * layout.d + 4:layout.re_end] = [i == j for i, j in zip(*layout.tril)]
+    logs[layout.re_end:] = True
     for _ in range(int(n)):
         shift = rng.uniform(-1.0, 1.0, size=layout.size) * np.log(10.0)
         starts.append(starts[0] + np.where(logs, shift, 0.0))

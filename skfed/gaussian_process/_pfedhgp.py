@@ -43,6 +43,7 @@ DEFAULT_LOCAL_STEPS = {"paper": 80, "cavi": 10}
 DEFAULT_SERVER_LR = {"paper": 0.1, "cavi": 0.3}
 POPULATION_LOCAL = ("median", "none")
 MEAN_FUNCTIONS = ("constant", "linear")
+SLOPE_PRIORS = ("auto", "flat", "learned")
 INFERENCES = ("auto", "variational", "collapsed")
 SITE_TRENDS = ("none", "linear")
 # init_variance_local=None for 1-D y (benchmarks/pfedhgp_start.py)
@@ -135,10 +136,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
 
     At the defaults (``inference="auto"``, 1-D ``y``) the fit is the
     collapsed one: each client's blocks, a random intercept
-    (``random_effects="auto"``) and the linear fixed effects are integrated
-    out exactly and the shared hyperparameters maximize the restricted
-    marginal likelihood (see ``inference``), so the model nests the linear
-    mixed model. With ``inference="variational"`` (and for multi-output
+    (``random_effects="auto"``) and the linear fixed effects (``slope_prior``)
+    are integrated out exactly and the shared hyperparameters maximize the
+    restricted marginal likelihood (see ``inference``), so the model nests
+    the linear mixed model. With ``inference="variational"`` (and for multi-output
     ``y``) inference is the paper's: sparse variational (whitened
     full-covariance Gaussian blocks, mean-field across blocks), trained by
     the paper's federated block-coordinate rounds (Alg. 1) on :mod:`skfed.federated`: each client
@@ -376,6 +377,22 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         prediction adds ``z(x)^T E[b_i]`` and its variance; a new client's
         adds the prior variance ``z(x)^T Sigma z(x)``. Under the variational
         inference ``optimizer="cavi"`` and 1-D ``y`` only; not with ``site_trend``.
+    slope_prior : {"auto", "flat", "learned"}, default="auto"
+        The prior of the linear ``mean_function``'s slopes under the collapsed
+        inference (the intercept's is flat). ``"flat"``: the linear mixed
+        model's fixed effects, integrated out under a flat prior (REML).
+        ``"learned"``: ``beta ~ N(0, tau^2 I)`` on the standardized inputs,
+        ``tau^2`` learned with the other hyperparameters (a linear kernel
+        ``tau^2 x^T x'`` added to the global GP; Rasmussen & Williams 2006,
+        Sec. 2.7): where the data show no linear trend the slopes shrink
+        towards 0 instead of extrapolating a trend the global GP does not
+        need, and as ``tau^2`` grows it becomes the flat prior. ``"auto"``:
+        ``"learned"`` under the collapsed inference; the variational fit
+        fits the linear mean by ridge regression (``mean_function``) and
+        accepts only ``"auto"``. Chosen by measurement (split seeds 0-2 of
+        the five regression sets and the windowed hierarchy,
+        ``benchmarks/pfedhgp_collapsed.py``, see
+        ``doc/results/pfedhgp_start.md``).
     input_bounds : array-like of shape (2,) or (2, n_features), default=None
         The box, in raw input units, where ``Z_g`` starts (an even grid for
         one feature, a scrambled Halton set otherwise): ``(lower, upper)`` for
@@ -451,8 +468,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         statistics (``H^T C^-1 H``, ``H^T C^-1 y``, ``log|C|``, ``y^T C^-1
         y``, ``M + p`` numbers or matrices of that size), then, given the
         broadcast fixed effects and global posterior, its gradient. With
-        ``components=("global",)`` and no GP it is the linear mixed model's
-        REML fit. Clients with fewer than 3 rows send nothing and are left
+        ``components=("global",)``, no GP and ``slope_prior="flat"`` it is the
+        linear mixed model's REML fit. Clients with fewer than 3 rows send nothing and are left
         out. 1-D ``y``, ``kernel="rbf"``, ``site_trend="none"`` and
         ``client_fraction=1.0`` only (the likelihood needs every client);
         ``optimizer``, ``n_rounds``, ``local_steps`` and the local inducing
@@ -505,6 +522,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     random_effects_cov_ : ndarray of shape (q, q) or None
         The learned ``Sigma`` of the random effects (``random_effects``), in
         units of ``y`` squared per standardized input (``None`` without them).
+    slope_prior_variance_ : float or None
+        The learned ``tau^2`` of ``slope_prior="learned"``, in units of ``y``
+        squared per standardized input (``inf`` with ``"flat"``; ``None``
+        without slopes or under the variational inference).
     mean_coef_ : ndarray of shape (n_features,) or (n_features, Q)
         Slopes of the prior mean per unit of ``X`` (zeros with
         ``mean_function="constant"``); ``y_mean_`` is the prior mean at
@@ -605,6 +626,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         mean_function="linear",
         site_trend="none",
         random_effects="auto",
+        slope_prior="auto",
         input_bounds=None,
         jitter=1e-6,
         client_fraction=1.0,
@@ -643,6 +665,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.mean_function = mean_function
         self.site_trend = site_trend
         self.random_effects = random_effects
+        self.slope_prior = slope_prior
         self.input_bounds = input_bounds
         self.jitter = jitter
         self.client_fraction = client_fraction
@@ -679,6 +702,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         "mean_function": [StrOptions(set(MEAN_FUNCTIONS))],
         "site_trend": [StrOptions(set(SITE_TRENDS))],
         "random_effects": [StrOptions(set(RANDOM_EFFECTS) | {"auto"})],
+        "slope_prior": [StrOptions(set(SLOPE_PRIORS))],
         "input_bounds": "no_validation",  # checked at set-up, against n_features
         "population_local": [StrOptions(set(POPULATION_LOCAL))],
         "inference": [StrOptions(set(INFERENCES))],
@@ -730,6 +754,11 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
 
     def _check_variational_params(self):
         """The checks of ``inference="variational"`` (for ``"auto"``, once resolved)."""
+        if self.slope_prior != "auto":
+            raise ValueError(
+                f"slope_prior={self.slope_prior!r} applies to the collapsed fit (the variational "
+                "one fits the linear mean by ridge regression); use slope_prior='auto' or "
+                "inference='collapsed'.")
         effects = self._effects_for("variational")
         if effects != "none" and self.optimizer != "cavi":
             raise ValueError(
@@ -832,6 +861,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         comps = self._components
         layout = Layout(n_features, random_effects=self._effects_for("collapsed"),
                         fixed_effects="linear" if self.mean_function == "linear" else "intercept",
+                        slope_prior=self.slope_prior != "flat",
                         deviation="deviation" in comps, local="local" in comps,
                         global_gp="global" in comps)
 
@@ -1032,6 +1062,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.mean_coef_ = np.zeros(shape) if coef is None else (
             np.asarray(coef, dtype=float) / self.x_std_.reshape((-1,) + (1,) * (len(shape) - 1)))
         effects = self._effects_cov
+        self.slope_prior_variance_ = None
         self.random_effects_cov_ = None if effects is None else (
             np.asarray(effects, dtype=float) * np.asarray(self.y_std_, dtype=float) ** 2)
         self._set_client_attributes()
@@ -1069,6 +1100,9 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.mean_coef_ = (beta[1:] * y_std / self.x_std_ if layout.f > 1
                            else np.zeros(self.n_features_in_))
         self._effects_cov = p["L"] @ p["L"].T if layout.q else None
+        # the slopes' prior variance, in units of y per standardized input
+        self.slope_prior_variance_ = (p["tau2"] * y_std**2 if layout.slope_prior
+                                      else None if layout.f == 1 else np.inf)
         self.random_effects_cov_ = None if self._effects_cov is None \
             else self._effects_cov * y_std**2
         self._set_client_attributes()

@@ -45,18 +45,22 @@ def _dense_reml(theta, sites, layout, Z):
             + R @ p["L"] @ p["L"].T @ R.T)
     V = Q + same * site + p["s2"] * np.eye(len(y))
     F = col.design(X, layout.fixed_effects)
+    if layout.slope_prior:  # the slopes' prior is a linear kernel; the intercept stays flat
+        V += p["tau2"] * F[:, 1:] @ F[:, 1:].T
+        F = F[:, :1]
     Vi = np.linalg.inv(V)
     A = F.T @ Vi @ F
     P = Vi - Vi @ F @ np.linalg.solve(A, F.T @ Vi)
     return 0.5 * (np.linalg.slogdet(V)[1] + np.linalg.slogdet(A)[1] + y @ P @ y)
 
 
-@pytest.mark.parametrize("random_effects, deviation, local",
-                         [("linear", True, True), ("intercept", False, True),
-                          ("none", True, False)])
-def test_likelihood_and_gradient_match_dense_references(random_effects, deviation, local):
+@pytest.mark.parametrize("random_effects, deviation, local, slope_prior",
+                         [("linear", True, True, False), ("intercept", False, True, False),
+                          ("none", True, False, False), ("intercept", True, True, True)])
+def test_likelihood_and_gradient_match_dense_references(random_effects, deviation, local,
+                                                        slope_prior):
     sites = _sites(0)
-    layout = col.Layout(2, random_effects, "linear", deviation, local)
+    layout = col.Layout(2, random_effects, "linear", deviation, local, slope_prior=slope_prior)
     Z = np.random.default_rng(1).normal(size=(5, 2))
     theta = np.random.default_rng(2).normal(scale=0.4, size=layout.size)
     nll, grad = _nll_and_grad(theta, sites, layout, Z)
@@ -204,6 +208,37 @@ def test_estimator_restarts_are_reproducible_and_keep_the_best():
     # the best start is continued to convergence: the same optimum up to the stopping rule
     best = one.log_marginal_likelihood_value_
     assert a.log_marginal_likelihood_value_ >= best - 1e-6 * abs(best)
+
+
+def test_learned_slope_prior_shrinks_an_absent_trend_and_keeps_a_strong_one():
+    rng = np.random.default_rng(6)
+    X = rng.uniform(-2, 2, size=(60, 1))
+    groups = np.repeat(np.arange(6), 10)
+    noise = 0.2 * rng.normal(size=60) + rng.normal(size=6)[groups]
+    flat = _collapsed_model(slope_prior="flat")
+    learned = _collapsed_model()
+    # a strong linear trend: tau^2 grows and the slope is the flat prior's
+    y = 3.0 * X[:, 0] + noise
+    a, b = flat.fit(X, y, groups=groups), learned.fit(X, y, groups=groups)
+    assert a.slope_prior_variance_ == np.inf and b.slope_prior_variance_ > 1.0
+    np.testing.assert_allclose(b.mean_coef_, a.mean_coef_, rtol=0.05)
+    # no trend (a bump the global GP models): the learned prior shrinks the slope
+    y = np.exp(-X[:, 0] ** 2) + noise
+    a, b = flat.fit(X, y, groups=groups), learned.fit(X, y, groups=groups)
+    assert abs(b.mean_coef_[0]) < abs(a.mean_coef_[0])
+
+
+def test_slope_prior_is_the_collapsed_fits():
+    X, y, groups = _pooled()
+    from skfed.gaussian_process import PFedHGPRegressor
+
+    for prior in ("flat", "learned"):
+        with pytest.raises(ValueError, match="slope_prior="):
+            PFedHGPRegressor(inference="variational", slope_prior=prior).fit(X, y,
+                                                                             groups=groups)
+    model = PFedHGPRegressor(inference="variational", n_rounds=2, n_inducing_local=4).fit(
+        X, y, groups=groups)
+    assert model.slope_prior_variance_ is None
 
 
 @pytest.mark.parametrize("params, match", [
