@@ -217,10 +217,13 @@ def test_default_collapsed_fit_on_flower_equals_in_process(scalar_data):
     for name in ("lengthscale_global_", "variance_global_", "noise_variance_", "mean_coef_"):
         np.testing.assert_allclose(getattr(remote, name), getattr(local, name), rtol=1e-6,
                                    err_msg=name)
+    # the optimizer's stopping point, not the model, limits the agreement: here phi and
+    # var_g trade along a near-flat ridge (phi * var_g is what the data fix), where the
+    # engines' rounding moves the last step by about 1e-7 of the hyperparameters
     mean_r, std_r = remote.predict(d.X_test, return_std=True)
     mean_l, std_l = local.predict(d.X_test, return_std=True)
-    np.testing.assert_allclose(mean_r, mean_l, rtol=1e-8, atol=1e-8)
-    np.testing.assert_allclose(std_r, std_l, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(mean_r, mean_l, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(std_r, std_l, rtol=1e-6, atol=1e-7)
     for name in LEDGER_ATTRS:
         np.testing.assert_array_equal(getattr(remote.communication_, name),
                                       getattr(local.communication_, name), err_msg=name)
