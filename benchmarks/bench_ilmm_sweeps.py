@@ -24,7 +24,7 @@ import numpy as np
 from bench_pfedhgp import make, paired_round_ratios
 from skfed import PFedHGPRegressor
 from skfed.gaussian_process._ilmm_steps import _IlmmSteps
-from skfed.gaussian_process._kernels import kernel_matrix
+from skfed.gaussian_process._covariance import kernel_matrix
 
 SETTINGS = [(3, 1), (2, 1), (1, 1), (1, 0)]
 

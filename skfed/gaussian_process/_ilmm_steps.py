@@ -28,12 +28,8 @@ and the outer products ``b b^T`` of its loading columns to its last message
 
 import numpy as np
 
-from ._elbo import (
-    kl_whitened,
-    stacked_gram,
-    tril_pack,
-    tril_unpack,
-)
+from ._elbo import kl_whitened, stacked_gram
+from ._linalg import tril_pack, tril_unpack
 from ._ilmm import (
     IlmmClientGram,
     IlmmConfig,
@@ -44,15 +40,8 @@ from ._ilmm import (
     solve_local_ilmm,
 )
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
-from ._steps import (
-    _PFedHGPSteps,
-    check_pooled_scale,
-    adam_ascent,
-    adam_init,
-    message_total,
-    row_shift,
-    wants_kernel_grad,
-)
+from ._adam import adam_ascent, adam_init
+from ._steps import _PFedHGPSteps, check_pooled_scale, message_total, row_shift, wants_kernel_grad
 
 
 def pca_loadings(C, R, n_components, prior_var, rng, perturb=0.1):

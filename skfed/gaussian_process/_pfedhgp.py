@@ -23,7 +23,7 @@ from ._ilmm import IlmmConfig
 from ._predict import gaussian_draws, ilmm_moments, scalar_moments
 from ._ilmm_steps import _IlmmSteps
 from ._random_effects import RANDOM_EFFECTS
-from ._kernels import KERNEL_KINDS
+from ._covariance import KERNEL_KINDS
 from ._collapsed import Layout, PFedHGPCollapsed, posterior_moments
 from ._random_effects import INITIAL_VARIANCE
 from ._steps import InitialValues, _PFedHGPSteps

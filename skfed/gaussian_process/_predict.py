@@ -33,8 +33,10 @@ round (the server state's ``released``); without them (``population_local=
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ._elbo import chol_jitter, kernel_args, softplus, tril_unpack
-from ._kernels import kernel_matrix
+from ._covariance import kernel_args
+from ._elbo import softplus
+from ._linalg import chol_jitter, tril_unpack
+from ._covariance import kernel_matrix
 from ._random_effects import effects_design, effects_moments
 from ._site_trend import site_trend_moments
 

@@ -45,13 +45,12 @@ from ..federated import FederatedAlgorithm
 from ..federated._release import (
     MIN_ROWS_MOMENTS, sends_gram, sends_moments, sends_products, too_few_rows_warning,
 )
+from ._adam import adam_ascent, adam_init
 from ._closed_form import (
     ClosedFormClient, fused_local_basis, global_basis_small, latent_q, loading_stats,
     ridge_loadings_gram, round_fusable, small_round,
 )
 from ._elbo import (
-    cho_solve,
-    cholesky,
     client_terms,
     deviation_kl,
     expected_log_lik,
@@ -61,10 +60,8 @@ from ._elbo import (
     server_kl,
     softplus,
     softplus_inv,
-    tril_pack,
-    tril_unpack,
 )
-from ._kernels import adam_update
+from ._linalg import cho_solve, cholesky, tril_pack, tril_unpack
 from ._random_effects import (
     INITIAL_VARIANCE, effects_design, effects_q, effects_update, n_effects,
 )
@@ -273,45 +270,7 @@ def reported_client_failures(step):
 
 
 # ----------------------------------------------------------------------------
-# Adam (ascent), state kept by each party across rounds
-# ----------------------------------------------------------------------------
-_UNIT_STEP = np.ones(1)  # no step scaling (read only by adam_update)
-
-
-def adam_init(params, keys):
-    return {"t": 0, "m": {k: np.zeros_like(params[k], dtype=float) for k in keys},
-            "v": {k: np.zeros_like(params[k], dtype=float) for k in keys}}
-
-
-def adam_ascent(params, grads, state, lr, keys, b1=0.9, b2=0.999, eps=1e-8, scale=None):
-    """One Adam ascent step on ``params[keys]``; returns new params and state.
-
-    ``scale`` maps keys to a multiplier of their step, a scalar or one value
-    per entry of the parameter's last axis: inducing inputs move in units of
-    the feature range. The arithmetic is :func:`._kernels.adam_update`.
-    """
-    t = state["t"] + 1
-    c1, c2 = 1 - b1**t, 1 - b2**t
-    out = dict(params)
-    m_new, v_new = dict(state["m"]), dict(state["v"])
-    for k in keys:
-        p = np.asarray(params[k], dtype=float)
-        unit = _UNIT_STEP
-        if scale is not None and k in scale:
-            unit = np.array(scale[k], dtype=float).ravel()  # writable, as _UNIT_STEP
-            if unit.size > 1 and p.shape[-1:] != unit.shape:
-                raise ValueError(f"step scale of {k!r} must match its last axis, "
-                                 f"got {unit.shape} for {p.shape}")
-        flat = adam_update(p.ravel(), np.asarray(grads[k], dtype=float).ravel(),
-                           np.asarray(state["m"][k], dtype=float).ravel(),
-                           np.asarray(state["v"][k], dtype=float).ravel(),
-                           float(lr), b1, b2, eps, c1, c2, unit)
-        out[k], m_new[k], v_new[k] = (a.reshape(p.shape) for a in flat)
-    return out, {"t": t, "m": m_new, "v": v_new}
-
-
-# ----------------------------------------------------------------------------
-# initialisation helpers
+# the paper's server step and the closed-form round's messages
 # ----------------------------------------------------------------------------
 def adam_server_update(state, messages, keys, kl, kl_grads, unpack, lr):
     """The paper's server step: one Adam ascent step on the global block.

@@ -7,7 +7,7 @@ import pytest
 from skfed.gaussian_process import _closed_form
 from skfed.gaussian_process._closed_form import ClosedFormClient
 from skfed.gaussian_process._elbo import ModelConfig, global_basis, local_basis
-from skfed.gaussian_process._steps import adam_ascent, adam_init
+from skfed.gaussian_process._adam import adam_ascent, adam_init
 
 COMPONENTS = [(True, True, True), (True, False, True), (False, True, True),
               (False, False, True)]

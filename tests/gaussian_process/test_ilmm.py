@@ -14,7 +14,8 @@ from skfed.gaussian_process._ilmm import (
     local_bases,
     solve_local_ilmm,
 )
-from skfed.gaussian_process._kernels import latent_sweeps, kernel_matrix
+from skfed.gaussian_process._closed_form_kernels import latent_sweeps
+from skfed.gaussian_process._covariance import kernel_matrix
 
 TRIL = ("Lg", "Ld", "Lu")
 

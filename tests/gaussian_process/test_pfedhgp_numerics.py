@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from skfed import PFedHGPRegressor
-from skfed.gaussian_process._elbo import CholeskyError
+from skfed.gaussian_process._linalg import CholeskyError
 from skfed.gaussian_process._steps import _PFedHGPSteps, _scaled_sum_of_squares
 
 SMALL = dict(inference="variational",

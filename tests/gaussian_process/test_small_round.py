@@ -5,7 +5,7 @@ they replace."""
 import numpy as np
 import pytest
 
-from skfed.gaussian_process import _kernels as kn
+from skfed.gaussian_process import _closed_form_kernels as kn
 from skfed.gaussian_process._closed_form import (
     ClosedFormClient,
     round_fusable,
@@ -17,9 +17,9 @@ from skfed.gaussian_process._elbo import (
     basis_forward,
     global_basis,
     local_basis,
-    tril_pack,
 )
-from skfed.gaussian_process._steps import adam_ascent, adam_init
+from skfed.gaussian_process._linalg import tril_pack
+from skfed.gaussian_process._adam import adam_ascent, adam_init
 
 
 def make_client(rng, cfg, d, M=6, Mi=4, n=30):
