@@ -146,7 +146,7 @@ def small_round(X, y, g, loc, gb, adam, cfg, n_steps, lr, z_scale, lb, want_grad
     """A small client's closed-form round in one numba call
     (:func:`._closed_form_kernels.cavi_round_small`).
 
-    The same operations as ``_steps._cavi_local`` on the fused path (first
+    The same operations as ``_optimizers.ClosedForm.local_steps`` on the fused path (first
     solve, :meth:`ClosedFormClient.fused_local_steps`), then
     :meth:`ClosedFormClient.message` with the packed ``Phi``,
     :meth:`ClosedFormClient.global_kernel_grad` (if ``want_grad``) and
@@ -357,7 +357,7 @@ class ClosedFormClient:
         """``n_steps`` local steps (gradient, Adam step on the local kernel, new
         basis, closed-form solve) in one call of :func:`._closed_form_kernels.cavi_local_steps`.
 
-        The same steps as ``_steps._cavi_local``'s loop of :meth:`local_hyper_grad`,
+        The same steps as ``_optimizers.ClosedForm.local_steps``'s loop of :meth:`local_hyper_grad`,
         ``adam_ascent``, a new local basis, :meth:`set_local` and :meth:`solve`
         (tested against it), without their per-call overhead. Call after the
         round's first :meth:`solve` with a basis of :func:`fused_local_basis` set

@@ -524,7 +524,8 @@ def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
 def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw, adam_m0,
                      adam_v0, c1s, c2s, lr, b1, b2, eps, z_scale, s2, inv_prior, kind, jitter,
                      ard, learn_inducing, L0, K0, Vt0, Gv0, C0, vy0):
-    """The local steps of a closed-form client round, fused (``_steps._cavi_local``).
+    """The local steps of a closed-form client round, fused
+    (``_optimizers.ClosedForm.local_steps``).
 
     Each step: the gradient of the client's ELBO terms with respect to the
     local kernel (``Z``, raw lengthscales, raw variance), one Adam ascent step
@@ -797,7 +798,7 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
                      adam_m, adam_v, z_scale, L0, K0, Vt0, sc, ints):
     """A small client's closed-form round with all three components, in one call.
 
-    The round of ``_steps._cavi_local`` and ``_cavi_message`` (plus
+    The round of ``_optimizers.ClosedForm.local_steps`` and ``ClosedForm.message`` (plus
     ``ClosedFormClient.marginal_global_stats``) when the client fuses its
     local steps: the products of the local basis with the round's shared
     basis (:func:`local_products_rows`), the joint solve of ``q(delta_i)``,

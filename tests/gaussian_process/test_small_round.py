@@ -133,8 +133,8 @@ def test_row_major_copies():
 
 
 def reference_round(X, y, g, loc, cfg, steps, lr, zscale, adam, want_grad):
-    """The round as ``_steps._cavi_local``'s step-by-step loop and ``_cavi_message``
-    form it: numpy and LAPACK, one call at a time."""
+    """The round as ``_optimizers.ClosedForm.local_steps``'s step-by-step loop and
+    ``ClosedForm.message`` form it: numpy and LAPACK, one call at a time."""
     hyper = ["ls_l", "var_l"] + (["Zl"] if cfg.learn_inducing else [])
     gb = global_basis(X, g, cfg)
     cf = ClosedFormClient(y, g, cfg, gb)
