@@ -270,9 +270,8 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
 
     Returns
     -------
-    g_variance : float
-    g_lengthscale : ndarray of shape (d,)
-    g_Z : ndarray of shape (m, d)
+    g_variance, g_lengthscale, g_Z
+        As :func:`kernel_adjoint_sym`.
     """
     n, d = X.shape
     m = Z.shape[0]

@@ -80,8 +80,8 @@ def adam_server_update(state, messages, keys, kl, kl_grads, unpack, lr):
     return state
 
 
-class PaperAdam:
-    """``optimizer="paper"``: Adam on the client's blocks, Adam on the global block.
+class _Optimizer:
+    """An optimizer's training round, for the steps it serves.
 
     Parameters
     ----------
@@ -91,6 +91,10 @@ class PaperAdam:
 
     def __init__(self, steps):
         self.steps = steps
+
+
+class PaperAdam(_Optimizer):
+    """``optimizer="paper"``: Adam on the client's blocks, Adam on the global block."""
 
     def fuses_round(self, X, loc, g):
         """Whether the client's round is one compiled call (never here)."""
@@ -145,7 +149,7 @@ class PaperAdam:
                                   steps.server_lr)
 
 
-class ClosedForm:
+class ClosedForm(_Optimizer):
     """``optimizer="cavi"``: closed-form blocks on both sides, Adam on the kernels.
 
     The client sets ``q(delta_i)``, ``q(u_i)`` to their closed-form optimum
@@ -161,15 +165,7 @@ class ClosedForm:
     (:meth:`ClosedFormClient.marginal_global_stats`); the server then updates
     ``S_g``, ``phi`` and ``sigma^2`` at the broadcast ``m_g`` and sets ``m_g``
     to the joint optimum of all the means, except in the last round.
-
-    Parameters
-    ----------
-    steps : _PFedHGPSteps
-        The fit's steps (settings and model hooks).
     """
-
-    def __init__(self, steps):
-        self.steps = steps
 
     def __getstate__(self):
         state = dict(self.__dict__)

@@ -116,19 +116,13 @@ def scalar_moments(Xs, index, cfg, g, locs, jitter, phi, full, latent=False, rel
 
     Parameters
     ----------
-    Xs : ndarray of shape (n, d)
-        Rows in the model's units.
-    index : ndarray of shape (n,)
-        Client index of each row (-1: population).
+    Xs, index, g, locs, jitter, latent
+        As :func:`ilmm_moments` (``Xs`` in the model's units).
     cfg : ModelConfig
-    g, locs : dict, list of dict or None
-        Raw global and client parameters (``locs`` is only read for rows of
-        seen clients).
-    jitter, phi : float
+    phi : float
+        The deviation's scale.
     full : bool
         The joint ``(n, n)`` covariance, else its diagonal.
-    latent : bool
-        Leave out the observation noise.
     released : dict or None
         The clients' last-round release (:func:`population_local`).
     random_effects : str or None
