@@ -81,7 +81,6 @@ class _IlmmSteps(_PFedHGPSteps):
         if not isinstance(cfg, IlmmConfig):
             raise TypeError("cfg must be an IlmmConfig")
         super().__init__(cfg, **kwargs)
-        self.joint_mean = False  # the joint global mean step is the scalar model's only
 
     # the kernel variances are fixed (the loadings carry the scale); every block
     # has loadings B (global_keys, local_keys)

@@ -89,6 +89,10 @@ class _Optimizer:
         The fit's steps (settings and model hooks).
     """
 
+    #: whether the server can set ``m_g`` jointly with the clients' means
+    #: (the estimator's ``mean_update="joint"``)
+    joint_mean = False
+
     def __init__(self, steps):
         self.steps = steps
 
@@ -166,6 +170,8 @@ class ClosedForm(_Optimizer):
     ``S_g``, ``phi`` and ``sigma^2`` at the broadcast ``m_g`` and sets ``m_g``
     to the joint optimum of all the means, except in the last round.
     """
+
+    joint_mean = True
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -419,6 +425,8 @@ class IlmmClosedForm(ClosedForm):
     ``sigma^2`` and ``phi`` (:meth:`ClosedForm.server_round`), and takes an Adam
     step on the global lengthscales and ``Z_g``.
     """
+
+    joint_mean = False  # the joint global mean step is the scalar model's only
 
     #: coordinate-ascent sweeps of the client's closed form (:func:`._ilmm.solve_local_ilmm`)
     #: at the round's start and after each local step

@@ -533,9 +533,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         # in the last round each client adds the summaries a new client's prior needs
         # (population_release); the server keeps them (state["released"])
         self.release_population = release_population
-        # optimizer="cavi": set m_g jointly with the clients' means (ClosedForm.server_round)
-        # (it differs from the blockwise step only if there are client blocks)
-        self.joint_mean = (bool(joint_mean) and optimizer == "cavi" and cfg.use_global
+        # set m_g jointly with the clients' means, where the optimizer can
+        # (ClosedForm.server_round; it differs from the blockwise step only if there are
+        # client blocks)
+        self.joint_mean = (bool(joint_mean) and self.strategy.joint_mean and cfg.use_global
                            and (cfg.use_deviation or cfg.use_local))
         # a client with fewer distinct rows than n_inducing_local gets fewer local
         # inducing inputs (client_inducing_count)
