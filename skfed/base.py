@@ -1,6 +1,7 @@
 """Behaviour shared by every skfed estimator."""
 
 import functools
+import inspect
 
 import numpy as np
 from sklearn.base import _fit_context
@@ -8,9 +9,83 @@ from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from .federated import fit_federated
+from .utils._docstrings import fill_doc
 from .utils._validation import check_params, map_clients, split_groups
 
-__all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "transactional_fit"]
+__all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "init_defaults", "keyword_init",
+           "transactional_fit"]
+
+
+def init_defaults(estimator_class):
+    """The ``__init__`` parameters of an estimator class and their defaults, in order.
+
+    Parameters
+    ----------
+    estimator_class : type
+        A scikit-learn estimator class (its parameters are keyword or
+        positional-or-keyword arguments with defaults).
+
+    Returns
+    -------
+    defaults : dict
+        Parameter name to default value.
+    """
+    params = inspect.signature(estimator_class.__init__).parameters.values()
+    return {p.name: p.default for p in params
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def keyword_init(*defaults, **more):
+    """An estimator's ``__init__`` built from its parameters' defaults.
+
+    For an estimator whose parameters are those of another one (or of a
+    shared table) plus a few: the ``__init__`` takes every parameter as a
+    keyword argument and stores it unchanged under its name, as
+    scikit-learn asks of an estimator. Its signature (``__signature__``)
+    lists them all, keyword-only with their defaults, so ``get_params``,
+    ``clone``, ``repr``, ``help()`` and Sphinx see them as if written out.
+
+    Parameters
+    ----------
+    *defaults : mapping
+        Parameter name to default value (e.g. :func:`init_defaults` of a
+        parent class), merged in order.
+    **more
+        Further parameters and their defaults; a name given before keeps
+        its place and takes the new default.
+
+    Returns
+    -------
+    __init__ : function
+        Assign it in the class body: ``__init__ = keyword_init(...)``.
+
+    Examples
+    --------
+    >>> from sklearn.base import BaseEstimator
+    >>> from skfed.base import keyword_init
+    >>> class Model(BaseEstimator):
+    ...     __init__ = keyword_init({"alpha": 1.0}, n_iter=10)
+    >>> Model(n_iter=5)
+    Model(n_iter=5)
+    """
+    table = {}
+    for mapping in defaults:
+        table.update(mapping)
+    table.update(more)
+
+    def __init__(self, **params):
+        unknown = sorted(set(params) - set(table))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
+                            f"argument {unknown[0]!r}")
+        for name, default in table.items():
+            setattr(self, name, params.get(name, default))
+
+    __init__.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+           for name, default in table.items()])
+    return __init__
 
 
 def transactional_fit(fit):
@@ -98,6 +173,7 @@ class FederatedEstimatorMixin:
         return r2_score(y, y_pred, sample_weight=sample_weight)
 
 
+@fill_doc
 class FederatedEstimator(FederatedEstimatorMixin):
     """Base class of the estimators trained by federated rounds; it owns ``fit``.
 
@@ -130,12 +206,9 @@ class FederatedEstimator(FederatedEstimatorMixin):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means a single client.
+        %(X_fit)s
+        %(y_fit_multi)s
+        %(groups_fit)s
 
         Returns
         -------

@@ -10,6 +10,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from ..base import FederatedEstimator, check_on_site, scatter_rows
 from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, gram_gated, too_few_rows_warning
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import (
     FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
 )
@@ -134,6 +135,7 @@ class _FedAvg(FederatedAlgorithm):
                          self.fine_tune_epochs, rng)
 
 
+@fill_doc
 class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     """Federated averaging of linear least-squares models, optionally fine-tuned per client.
 
@@ -206,8 +208,7 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         fine-tuned models stay on the sites (``skfed.federated.flower.site_model``).
     client_intercepts_ : ndarray of shape (n_clients,) or None
         Fine-tuned intercepts per client (``None`` as ``client_coefs_``).
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
+    %(clients_)s
     fallback_clients_ : ndarray of shape (n_fallback,)
         Clients whose fine-tuning step failed under ``on_client_error="skip"``
         (the failure is in ``communication_.failures``): their rows are
@@ -216,10 +217,8 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         one and the coordinator sees the failure in ``communication_.failures``).
     n_iter_ : int
         Rounds run.
-    communication_ : Ledger
-        Messages exchanged during ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
+    %(communication_)s
+    %(n_features_in_)s
 
     Examples
     --------
@@ -338,8 +337,7 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
+        %(X_predict)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` uses the global model.
 

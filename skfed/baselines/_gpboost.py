@@ -6,9 +6,9 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils import check_random_state
 
-from ..base import FederatedEstimatorMixin, transactional_fit
+from ..base import FederatedEstimatorMixin
+from ..utils._docstrings import fill_doc
 from ..utils._validation import (
     check_positive_int,
     check_unknown_client,
@@ -16,13 +16,12 @@ from ..utils._validation import (
 )
 from ._mixedlm_core import independent_columns
 from ._random_effects import (
-    RandomEffectsPredictMixin,
+    RandomEffectsMixin,
     check_cv,
     check_param_grid,
     import_optional,
     inner_folds,
     location_scale,
-    standardized_problem,
     warn_untuned,
 )
 
@@ -64,7 +63,8 @@ def _as_python(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, RegressorMixin,
+@fill_doc
+class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
                        BaseEstimator):
     """GPBoost: a random intercept (and slopes) per client with a boosted or linear fixed part.
 
@@ -164,12 +164,8 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
         Estimated variances of the random intercept and slopes.
     noise_variance_ : float
         Estimated residual variance.
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    %(clients_)s
+    %(features_in_)s
 
     See Also
     --------
@@ -250,34 +246,11 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
             check_positive_int(self.n_jobs, "n_jobs")
         return grid
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Fit the fixed part and the random effects on the rows of all clients.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : GPBoostRegressor
-            The fitted estimator.
-        """
-        grid = self._check_params()
-        gpb = _gpboost()
-        X, y, clients, client_index, kept, y_center, y_scale, z_scale = \
-            standardized_problem(self, X, y, groups)
-        rng = check_random_state(self.random_state)
-        cv_seed, seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
+    def _fit_standardized(self, X, y, Z, client_index, n_clients, grid, cv_seed, seed):
+        """The fit on standardized ``y`` and ``Z`` (see ``RandomEffectsMixin``)."""
         problem = _Problem(
-            gpb=gpb, X=X, y=(y - y_center) / y_scale, client_index=client_index,
-            n_clients=clients.size, Z=X[:, kept] / z_scale, seed=seed,
-            threads=1 if self.n_jobs is None else int(self.n_jobs))
+            gpb=_gpboost(), X=X, y=y, client_index=client_index, n_clients=n_clients, Z=Z,
+            seed=seed, threads=1 if self.n_jobs is None else int(self.n_jobs))
         with _gpboost_messages() as messages:
             if self.kind == "linear":
                 effects, variances = self._fit_linear(problem)
@@ -285,20 +258,16 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
                 effects, variances = self._fit_trees(problem, grid, cv_seed)
         for message in dict.fromkeys(messages):  # once each: the inner CV repeats them
             warnings.warn(f"gpboost: {message}", UserWarning, stacklevel=user_stacklevel())
+        self.random_effects_var_ = variances[1:]
+        return effects, variances[0]
+
+    def _unscale(self, y_center, y_scale, unit):
         if self.kind == "linear":
             self.coef_ = y_scale * self.coef_
             self.intercept_ = float(y_center + y_scale * self.intercept_)
         else:
             self.cv_score_ = float(self.cv_score_ * y_scale**2)
-        # back to the units of y and of the random-slope columns
-        unit = np.concatenate([[1.0], z_scale])
-        self._y_center, self._y_scale = float(y_center), float(y_scale)
-        self.random_slopes_ = kept
-        self.random_effects_ = y_scale * effects / unit
-        self.random_effects_var_ = y_scale**2 * variances[1:] / unit**2
-        self.noise_variance_ = float(y_scale**2 * variances[0])
-        self.clients_ = clients
-        return self
+        self.random_effects_var_ = y_scale**2 * self.random_effects_var_ / unit**2
 
     def _fit_linear(self, pb):
         """The linear mixed model on standardized columns.

@@ -17,6 +17,7 @@ from sklearn.utils.validation import (
 
 from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, Federation, run_federation
+from ..utils._docstrings import fill_doc
 from ..utils._validation import (
     check_estimator_param, check_groups, check_unknown_client, map_clients, validate_data,
     user_stacklevel,
@@ -159,6 +160,7 @@ class _LocalFit(FederatedAlgorithm):
         return {k: int(m["n_samples"]) for k, m in messages.items()}, {}
 
 
+@fill_doc
 class LocalEstimator(_BaseWrapper):
     """One clone of an estimator per client, each trained only on its own rows.
 
@@ -212,8 +214,7 @@ class LocalEstimator(_BaseWrapper):
     estimators_ : list of estimator or None
         The fitted clone of each client, in the order of ``clients_``;
         ``None`` for a client that fell back to the population model.
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
+    %(clients_)s
     client_weights_ : ndarray of shape (n_clients,)
         Weight of each client's model in the population prediction: its
         share of the training rows of the clients with a model of their own
@@ -223,10 +224,8 @@ class LocalEstimator(_BaseWrapper):
         population prediction.
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
-    communication_ : Ledger
-        Messages exchanged during ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
+    %(communication_)s
+    %(n_features_in_)s
 
     Examples
     --------
@@ -252,12 +251,9 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
+        %(X_fit)s
+        %(y_fit_multi)s
+        %(groups_fit)s
         sample_weight : array-like of shape (n_samples,), default=None
             Passed to each client's ``fit`` (if the estimator accepts it).
 
@@ -320,11 +316,8 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` asks for the population
-            prediction.
+        %(X_predict)s
+        %(groups_population)s
         return_std : bool, default=False
             Also return the predictive standard deviation (estimators whose
             ``predict`` has ``return_std``, such as Gaussian processes).
@@ -412,8 +405,7 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
+        %(X_predict)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row.
 
@@ -441,8 +433,7 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to score.
+        %(X_score)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row.
 
@@ -470,6 +461,29 @@ class LocalEstimator(_BaseWrapper):
         )
 
 
+def _pooled_method(name, summary, returns):
+    """``PooledEstimator.<name>``: the fitted estimator's method of that name on the
+    checked rows (defined when the wrapped estimator has it)."""
+
+    def method(self, X, groups=None):
+        X = self._validate_predict(X, groups)
+        return getattr(self.estimator_, name)(X)
+
+    method.__name__, method.__qualname__ = name, f"PooledEstimator.{name}"
+    method.__doc__ = f"""{summary}
+
+        Parameters
+        ----------
+        %(rows_pooled)s
+
+        Returns
+        -------
+        {returns}
+        """
+    return available_if(_inner_has(name))(method)
+
+
+@fill_doc
 class PooledEstimator(_BaseWrapper):
     """The centralized reference: one estimator fitted on all clients' rows.
 
@@ -488,12 +502,10 @@ class PooledEstimator(_BaseWrapper):
     ----------
     estimator_ : estimator
         The fitted clone.
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
+    %(clients_)s
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
-    n_features_in_ : int
-        Number of features seen in ``fit``.
+    %(n_features_in_)s
 
     Examples
     --------
@@ -511,10 +523,8 @@ class PooledEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets.
+        %(X_fit)s
+        %(y_fit_multi)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row (checked, recorded in ``clients_``).
         sample_weight : array-like of shape (n_samples,), default=None
@@ -552,10 +562,8 @@ class PooledEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored.
+        %(X_predict)s
+        %(groups_ignored)s
         return_std : bool, default=False
             Also return the predictive standard deviation (estimators whose
             ``predict`` has ``return_std``, or a ``Pipeline`` ending in one).
@@ -574,38 +582,9 @@ class PooledEstimator(_BaseWrapper):
         kwargs = {**self._predict_kwargs(self.estimator_, return_std), **predict_params}
         return self.estimator_.predict(X, **kwargs)
 
-    @available_if(_inner_has("predict_proba"))
-    def predict_proba(self, X, groups=None):
-        """Class probabilities of the pooled model.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored.
-
-        Returns
-        -------
-        proba : ndarray of shape (n_samples, n_classes)
-        """
-        X = self._validate_predict(X, groups)
-        return self.estimator_.predict_proba(X)
-
-    @available_if(_inner_has("decision_function"))
-    def decision_function(self, X, groups=None):
-        """Decision function of the pooled model.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to score.
-        groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored.
-
-        Returns
-        -------
-        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
-        """
-        X = self._validate_predict(X, groups)
-        return self.estimator_.decision_function(X)
+    predict_proba = _pooled_method(
+        "predict_proba", "Class probabilities of the pooled model.",
+        "proba : ndarray of shape (n_samples, n_classes)")
+    decision_function = _pooled_method(
+        "decision_function", "Decision function of the pooled model.",
+        "scores : ndarray of shape (n_samples,) or (n_samples, n_classes)")

@@ -5,18 +5,17 @@ import logging
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils import check_random_state
 
-from ..base import FederatedEstimatorMixin, transactional_fit
+from ..base import FederatedEstimatorMixin
+from ..utils._docstrings import fill_doc
 from ..utils._validation import check_positive_int, check_unknown_client
 from ._random_effects import (
-    RandomEffectsPredictMixin,
+    RandomEffectsMixin,
     check_cv,
     check_param_grid,
     grid_points,
     import_optional,
     inner_folds,
-    standardized_problem,
     warn_untuned,
 )
 
@@ -56,7 +55,8 @@ def _quiet_merf():
         logger.setLevel(level)
 
 
-class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, RegressorMixin,
+@fill_doc
+class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
                     BaseEstimator):
     """Mixed-effects random forest: a random forest plus a random intercept (and slopes) per client.
 
@@ -144,12 +144,8 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
         Estimated residual variance ``sigma^2``.
     n_iter_ : int
         EM iterations run.
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    %(clients_)s
+    %(features_in_)s
 
     See Also
     --------
@@ -223,62 +219,36 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
             check_positive_int(self.n_jobs, "n_jobs")
         return grid
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Tune the forest by the inner CV, then fit the mixed-effects forest on all rows.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : MERFRegressor
-            The fitted estimator.
-        """
-        grid = self._check_params()
+    def _fit_standardized(self, X, y, Z, client_index, n_clients, grid, cv_seed, seed):
+        """Tune the forest by the inner CV, then fit it on all rows (``RandomEffectsMixin``)."""
         merf = _merf()
-        X, y, clients, client_index, kept, y_center, y_scale, z_scale = \
-            standardized_problem(self, X, y, groups)
-        rng = check_random_state(self.random_state)
-        cv_seed, forest_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
-        ys = (y - y_center) / y_scale
-        Z = np.column_stack([np.ones(X.shape[0]), X[:, kept] / z_scale])
+        Z = np.column_stack([np.ones(X.shape[0]), Z])
 
         def fit_one(params, rows):
-            return self._fit_merf(merf, params, X[rows], Z[rows], ys[rows],
-                                  client_index[rows], forest_seed)
+            return self._fit_merf(merf, params, X[rows], Z[rows], y[rows],
+                                  client_index[rows], seed)
 
         candidates = grid_points(grid)
         best, score = candidates[0], float("nan")
         if len(candidates) > 1:
-            folds, reason = inner_folds(self.cv, X, ys, client_index, cv_seed)
+            folds, reason = inner_folds(self.cv, X, y, client_index, cv_seed)
             if folds is None:
                 warn_untuned("MERFRegressor", reason,
                              "with the first value of each param_grid entry")
             else:
-                scores = [self._cv_error(fit_one, params, folds, X, Z, ys, client_index)
+                scores = [self._cv_error(fit_one, params, folds, X, Z, y, client_index)
                           for params in candidates]
                 k = int(np.argmin(scores))
                 best, score = candidates[k], scores[k]
-        forest, effects, cov, noise, n_iter = fit_one(best, slice(None))
-        unit = np.concatenate([[1.0], z_scale])
-        self.forest_ = forest
+        self.forest_, effects, self.random_effects_cov_, noise, self.n_iter_ = \
+            fit_one(best, slice(None))
         self.best_params_ = dict(best)
-        self.cv_score_ = float(score * y_scale**2)
-        self.random_slopes_ = kept
-        self.random_effects_ = y_scale * effects / unit
-        self.random_effects_cov_ = y_scale**2 * cov / np.outer(unit, unit)
-        self.noise_variance_ = float(y_scale**2 * noise)
-        self.n_iter_ = n_iter
-        self.clients_ = clients
-        self._y_center, self._y_scale = float(y_center), float(y_scale)
-        return self
+        self.cv_score_ = score
+        return effects, noise
+
+    def _unscale(self, y_center, y_scale, unit):
+        self.cv_score_ = float(self.cv_score_ * y_scale**2)
+        self.random_effects_cov_ = y_scale**2 * self.random_effects_cov_ / np.outer(unit, unit)
 
     def _fit_merf(self, merf, params, X, Z, y, client_index, seed):
         """One merf fit: ``(forest, b per client (all clients; unseen 0), D, sigma^2, n_iter)``."""

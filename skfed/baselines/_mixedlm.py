@@ -9,6 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
+from ..utils._docstrings import fill_doc
 from ..utils._validation import (
     check_groups,
     check_positive_int,
@@ -106,6 +107,7 @@ def resolve_random_slopes(slopes, n_features, feature_names=None):
     return np.asarray(out, dtype=np.intp)
 
 
+@fill_doc
 class MixedPredictMixin:
     """``predict`` of the mixed models: fixed effects plus each seen client's random effects.
 
@@ -118,8 +120,7 @@ class MixedPredictMixin:
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
+        %(X_predict)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` asks for the population
             prediction (fixed effects only).
@@ -143,6 +144,7 @@ class MixedPredictMixin:
         return y_pred
 
 
+@fill_doc
 class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixin,
                        BaseEstimator):
     """Linear mixed model with a random intercept and random slopes per client.
@@ -170,17 +172,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
 
     Parameters
     ----------
-    random_slopes : None, "all" or list of int or str, default=None
-        Features with a random slope next to the random intercept: ``None``
-        for a random intercept only, ``"all"`` for every feature, or column
-        indices or feature names (names need ``X`` with column names, e.g. a
-        pandas DataFrame).
-    fit_intercept : bool, default=True
-        Whether to fit the fixed intercept ``beta_0``. The random intercept is
-        always in the model.
-    reml : bool, default=True
-        Estimate the variance components by restricted maximum likelihood
-        (the default of lme4 and statsmodels); ``False`` for maximum likelihood.
+    %(mixed_model)s
     method : str or list of str, default=("bfgs", "powell")
         scipy optimizers for the variance components, tried in turn until one
         converges (each continues from the best previous estimate; an
@@ -223,12 +215,8 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
         effects fit ``y`` exactly and every variance is 0).
     n_iter_ : int
         Optimizer iterations, summed over the methods run (0 for an exact fit).
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    %(clients_)s
+    %(features_in_)s
 
     See Also
     --------
@@ -311,12 +299,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
+        %(fit_rows)s
 
         Returns
         -------

@@ -4,18 +4,23 @@ Both are centralized models ``y = f(x) + u_g0 + x_S' u_gS + noise`` with a
 fixed part ``f`` (trees, a forest or a line) and per-client random effects.
 This module holds their common pieces: the lazy import of the optional
 package, the standardization around it, the inner cross-validation folds of
-their tuning, and ``predict`` (fixed part plus each seen client's effects).
+their tuning, and :class:`RandomEffectsMixin` (``fit`` around their own fit
+on standardized rows, and ``predict``: the fixed part plus each seen client's
+effects).
 """
 
 import numbers
 import warnings
 
 import numpy as np
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from ..base import transactional_fit
+from ..utils._docstrings import fill_doc
 from ..utils._validation import check_groups, check_scale, user_stacklevel, validate_data
 
-__all__ = ["RandomEffectsPredictMixin", "check_cv", "check_param_grid", "grid_points",
+__all__ = ["RandomEffectsMixin", "check_cv", "check_param_grid", "grid_points",
            "import_optional", "inner_folds", "location_scale", "standardized_problem",
            "warn_untuned"]
 
@@ -162,21 +167,59 @@ def warn_untuned(estimator, reason, fallback):
     )
 
 
-class RandomEffectsPredictMixin:
-    """``predict``: the fixed part plus each seen client's random intercept and slopes.
+@fill_doc
+class RandomEffectsMixin:
+    """``fit`` and ``predict`` of the anchors: a fixed part plus per-client random effects.
 
-    Reads ``random_slopes_``, ``random_effects_`` (one row per client of
-    ``clients_``: the intercept, then the slopes) and calls
+    ``fit`` checks the parameters (``self._check_params()`` returns the
+    tuning grid), standardizes the rows (:func:`standardized_problem`), draws
+    the inner-CV and model seeds from ``random_state`` and calls
+    ``self._fit_standardized(X, y, Z, client_index, n_clients, grid, cv_seed,
+    seed)`` on the standardized ``y`` and random-slope columns ``Z``; that
+    returns the random effects (one row per client: the intercept, then the
+    slopes) and the noise variance, and ``self._unscale(y_center, y_scale,
+    unit)`` maps the estimator's own attributes back to the units of ``y``.
+    ``predict`` reads ``random_slopes_``, ``random_effects_`` and calls
     ``self._fixed_part(X)``.
     """
+
+    @transactional_fit
+    def fit(self, X, y, groups=None):
+        """Fit the fixed part and each client's random effects on the rows of all clients.
+
+        Parameters
+        ----------
+        %(fit_rows)s
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        grid = self._check_params()
+        X, y, clients, client_index, kept, y_center, y_scale, z_scale = \
+            standardized_problem(self, X, y, groups)
+        rng = check_random_state(self.random_state)
+        cv_seed, seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
+        effects, noise = self._fit_standardized(
+            X, (y - y_center) / y_scale, X[:, kept] / z_scale, client_index, clients.size,
+            grid, cv_seed, seed)
+        # back to the units of y and of the random-slope columns
+        unit = np.concatenate([[1.0], z_scale])
+        self._y_center, self._y_scale = float(y_center), float(y_scale)
+        self.random_slopes_ = kept
+        self.random_effects_ = y_scale * effects / unit
+        self.noise_variance_ = float(y_scale**2 * noise)
+        self.clients_ = clients
+        self._unscale(y_center, y_scale, unit)
+        return self
 
     def predict(self, X, groups=None):
         """Predict with the fixed part plus each seen client's random effects.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
+        %(X_predict)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` asks for the population
             prediction (the fixed part only), as do clients not seen in

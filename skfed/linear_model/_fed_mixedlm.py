@@ -13,6 +13,7 @@ from ..baselines._mixedlm import MixedPredictMixin, resolve_random_slopes
 from ..baselines._mixedlm_core import _blups
 from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, gram_gated
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import UNKNOWN_CLIENT, positive_int
 from ..utils._validation import check_scale, user_stacklevel, validate_data
 from ._mixedlm_stats import MixedLMStats, fit_from_stats, site_statistics
@@ -77,6 +78,7 @@ class _FedMixedLM(FederatedAlgorithm):
                       float(broadcast["noise_variance"]))[0]
 
 
+@fill_doc
 class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
                           BaseEstimator):
     """Linear mixed model fitted exactly from statistics each client sends once.
@@ -114,17 +116,7 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
 
     Parameters
     ----------
-    random_slopes : None, "all" or list of int or str, default=None
-        Features with a random slope next to the random intercept: ``None``
-        for a random intercept only, ``"all"`` for every feature, or column
-        indices or feature names (names need ``X`` with column names, e.g. a
-        pandas DataFrame).
-    fit_intercept : bool, default=True
-        Whether to fit the fixed intercept ``beta_0``. The random intercept is
-        always in the model.
-    reml : bool, default=True
-        Estimate the variance components by restricted maximum likelihood
-        (the default of lme4 and statsmodels); ``False`` for maximum likelihood.
+    %(mixed_model)s
     max_iter : int, default=200
         Maximum BFGS iterations of the server's optimizer (a few Newton steps
         follow).
@@ -161,16 +153,11 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
         and every variance is 0.
     n_iter_ : int
         Optimizer iterations (0 for an exact fit).
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
+    %(clients_)s
     excluded_clients_ : ndarray of shape (n_excluded,)
         Clients that sent their row count only (see above).
-    communication_ : Ledger
-        Messages exchanged during ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    %(communication_)s
+    %(features_in_)s
 
     See Also
     --------
