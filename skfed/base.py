@@ -35,21 +35,24 @@ def init_defaults(estimator_class):
             if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
-def keyword_init(*defaults, **more):
+def keyword_init(*defaults, positional=0, **more):
     """An estimator's ``__init__`` built from its parameters' defaults.
 
     For an estimator whose parameters are those of another one (or of a
-    shared table) plus a few: the ``__init__`` takes every parameter as a
-    keyword argument and stores it unchanged under its name, as
-    scikit-learn asks of an estimator. Its signature (``__signature__``)
-    lists them all, keyword-only with their defaults, so ``get_params``,
-    ``clone``, ``repr``, ``help()`` and Sphinx see them as if written out.
+    shared table) plus a few: the ``__init__`` takes every parameter by name
+    and stores it unchanged under that name, as scikit-learn asks of an
+    estimator. Its signature (``__signature__``) lists them all with their
+    defaults, so ``get_params``, ``clone``, ``repr``, ``help()`` and Sphinx
+    see them as if written out.
 
     Parameters
     ----------
     *defaults : mapping
         Parameter name to default value (e.g. :func:`init_defaults` of a
         parent class), merged in order.
+    positional : int, default=0
+        How many of the first parameters may also be passed by position;
+        the others are keyword-only.
     **more
         Further parameters and their defaults; a name given before keeps
         its place and takes the new default.
@@ -72,8 +75,17 @@ def keyword_init(*defaults, **more):
     for mapping in defaults:
         table.update(mapping)
     table.update(more)
+    names = list(table)
 
-    def __init__(self, **params):
+    def __init__(self, *args, **params):
+        if len(args) > positional:
+            raise TypeError(f"{type(self).__name__}.__init__() takes {positional} positional "
+                            f"argument(s) but {len(args)} were given")
+        for name, value in zip(names, args):
+            if name in params:
+                raise TypeError(f"{type(self).__name__}.__init__() got multiple values for "
+                                f"argument {name!r}")
+            params[name] = value
         unknown = sorted(set(params) - set(table))
         if unknown:
             raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
@@ -81,10 +93,12 @@ def keyword_init(*defaults, **more):
         for name, default in table.items():
             setattr(self, name, params.get(name, default))
 
+    Parameter = inspect.Parameter
     __init__.__signature__ = inspect.Signature(
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
-           for name, default in table.items()])
+        [Parameter("self", Parameter.POSITIONAL_OR_KEYWORD)]
+        + [Parameter(name, Parameter.POSITIONAL_OR_KEYWORD if i < positional
+                     else Parameter.KEYWORD_ONLY, default=table[name])
+           for i, name in enumerate(names)])
     return __init__
 
 

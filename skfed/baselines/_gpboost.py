@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, keyword_init
 from ..utils._docstrings import fill_doc
 from ..utils._validation import (
     check_positive_int,
@@ -16,6 +16,7 @@ from ..utils._validation import (
 )
 from ._mixedlm_core import independent_columns
 from ._random_effects import (
+    ANCHOR_DEFAULTS,
     RandomEffectsMixin,
     check_cv,
     check_param_grid,
@@ -125,9 +126,7 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
         called as ``cv.split(X, y, client_index)``. When the rows cannot be
         split (no client with ``cv`` rows, fewer clients than folds), the fit
         warns and uses the first value of each grid entry with 100 rounds.
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
     random_state : int, RandomState instance or None, default=None
         Seeds the inner CV's shuffle and gpboost's ``seed`` (of the booster
         and of the ``GPModel``).
@@ -193,8 +192,7 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
     --------
     >>> from skfed.baselines import GPBoostRegressor
     >>> from skfed.datasets import make_federated_regression
-    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
-    ...                                          random_state=0)
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2, random_state=0)
     >>> model = GPBoostRegressor(kind="linear").fit(X, y, groups=groups)
     >>> model.random_effects_.shape
     (5, 1)
@@ -202,30 +200,15 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
     (3,)
     """
 
-    def __init__(self, kind="trees", random_slopes=None, *, param_grid=None,
-                 n_estimators=1000, early_stopping_rounds=20, cv=3,
-                 unknown_client="global", random_state=None, n_jobs=None):
-        self.kind = kind
-        self.random_slopes = random_slopes
-        self.param_grid = param_grid
-        self.n_estimators = n_estimators
-        self.early_stopping_rounds = early_stopping_rounds
-        self.cv = cv
-        self.unknown_client = unknown_client
-        self.random_state = random_state
-        self.n_jobs = n_jobs
+    __init__ = keyword_init(
+        dict(kind="trees", random_slopes=None, param_grid=None, n_estimators=1000,
+             early_stopping_rounds=20), ANCHOR_DEFAULTS, positional=2)
 
     @classmethod
     def _test_instances(cls):
         """Instances for the common checks: small trees grid, and the linear model."""
         return [cls(param_grid={"learning_rate": [0.1], "max_depth": [2, 4]}, n_estimators=200),
                 cls(kind="linear", random_slopes="all")]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        tags.input_tags.allow_nan = False
-        return tags
 
     def _check_params(self):
         if not isinstance(self.kind, str) or self.kind not in _KINDS:

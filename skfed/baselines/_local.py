@@ -203,9 +203,7 @@ class LocalEstimator(_BaseWrapper):
     ----------
     estimator : estimator object
         A scikit-learn estimator; it is cloned once per client.
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
     n_jobs : int or None, default=None
         Clients fitted in parallel on joblib threads.
 
@@ -509,12 +507,18 @@ class PooledEstimator(_BaseWrapper):
 
     Examples
     --------
-    >>> from sklearn.linear_model import Ridge
+    A classifier on the pooled rows of three clients; ``groups`` is recorded
+    but does not change the model:
+
+    >>> from sklearn.linear_model import LogisticRegression
     >>> from skfed.baselines import PooledEstimator
     >>> from skfed.datasets import make_federated_regression
     >>> X, y, groups = make_federated_regression(n_clients=3, random_state=0)
-    >>> PooledEstimator(Ridge()).fit(X, y, groups=groups).predict(X[:2]).shape
-    (2,)
+    >>> model = PooledEstimator(LogisticRegression()).fit(X, y > 0, groups=groups)
+    >>> model.clients_.tolist(), model.classes_.tolist()
+    ([0, 1, 2], [False, True])
+    >>> bool((model.predict(X, groups=groups) == model.predict(X)).all())
+    True
     """
 
     @transactional_fit

@@ -6,10 +6,11 @@ import logging
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from ..base import FederatedEstimatorMixin
+from ..base import FederatedEstimatorMixin, keyword_init
 from ..utils._docstrings import fill_doc
 from ..utils._validation import check_positive_int, check_unknown_client
 from ._random_effects import (
+    ANCHOR_DEFAULTS,
     RandomEffectsMixin,
     check_cv,
     check_param_grid,
@@ -113,9 +114,7 @@ class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
         called as ``cv.split(X, y, client_index)``. When the rows cannot be
         split (no client with ``cv`` rows, fewer clients than folds), the fit
         warns and uses the first value of each grid entry.
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
     random_state : int, RandomState instance or None, default=None
         Seeds the inner CV's shuffle and the forest's ``random_state``.
     n_jobs : int or None, default=None
@@ -170,8 +169,7 @@ class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
     --------
     >>> from skfed.baselines import MERFRegressor
     >>> from skfed.datasets import make_federated_regression
-    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
-    ...                                          random_state=0)
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2, random_state=0)
     >>> model = MERFRegressor(n_estimators=20, param_grid={}, random_state=0)
     >>> model.fit(X, y, groups=groups).random_effects_.shape
     (5, 1)
@@ -179,17 +177,9 @@ class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
     (3,)
     """
 
-    def __init__(self, random_slopes=None, *, n_estimators=100, param_grid=None,
-                 max_iterations=10, cv=3, unknown_client="global", random_state=None,
-                 n_jobs=None):
-        self.random_slopes = random_slopes
-        self.n_estimators = n_estimators
-        self.param_grid = param_grid
-        self.max_iterations = max_iterations
-        self.cv = cv
-        self.unknown_client = unknown_client
-        self.random_state = random_state
-        self.n_jobs = n_jobs
+    __init__ = keyword_init(
+        dict(random_slopes=None, n_estimators=100, param_grid=None, max_iterations=10),
+        ANCHOR_DEFAULTS, positional=1)
 
     @classmethod
     def _test_instances(cls):
@@ -198,12 +188,6 @@ class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
         few iterations."""
         return [cls(n_estimators=5, param_grid={"min_samples_leaf": [5]},
                     max_iterations=2, random_slopes="all")]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        tags.input_tags.allow_nan = False
-        return tags
 
     def _check_params(self):
         check_unknown_client(self.unknown_client)

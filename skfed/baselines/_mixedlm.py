@@ -6,9 +6,8 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted
 
-from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
+from ..base import FederatedEstimatorMixin, transactional_fit
 from ..utils._docstrings import fill_doc
 from ..utils._validation import (
     check_groups,
@@ -18,6 +17,7 @@ from ..utils._validation import (
     validate_data,
 )
 from ._mixedlm_core import fit_mixedlm
+from ._random_effects import RandomEffectsPredictMixin
 
 __all__ = ["MixedLMRegressor", "MixedPredictMixin", "resolve_random_slopes"]
 
@@ -107,41 +107,15 @@ def resolve_random_slopes(slopes, n_features, feature_names=None):
     return np.asarray(out, dtype=np.intp)
 
 
-@fill_doc
-class MixedPredictMixin:
+class MixedPredictMixin(RandomEffectsPredictMixin):
     """``predict`` of the mixed models: fixed effects plus each seen client's random effects.
 
     Reads ``coef_``, ``intercept_``, ``random_slopes_``, ``random_effects_`` (``None``
     after a distributed fit: the random effects stay on the sites) and ``clients_``.
     """
 
-    def predict(self, X, groups=None):
-        """Predict with fixed effects plus each seen client's random effects.
-
-        Parameters
-        ----------
-        %(X_predict)s
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` asks for the population
-            prediction (fixed effects only).
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-            Predictions.
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        index = self._client_index(groups, X.shape[0])
-        check_on_site(index, self.clients_, self.random_effects_ is None)
-        y_pred = X @ self.coef_ + self.intercept_
-        seen = np.flatnonzero(index >= 0)
-        if seen.size:
-            u = self.random_effects_[index[seen]]
-            y_pred[seen] += u[:, 0] + np.einsum(
-                "ij,ij->i", X[np.ix_(seen, self.random_slopes_)], u[:, 1:]
-            )
-        return y_pred
+    def _fixed_part(self, X):
+        return X @ self.coef_ + self.intercept_
 
 
 @fill_doc
@@ -183,9 +157,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
         gradient methods stall.
     max_iter : int, default=200
         Maximum iterations of each optimizer.
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
 
     Attributes
     ----------
@@ -243,8 +215,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
     --------
     >>> from skfed.baselines import MixedLMRegressor
     >>> from skfed.datasets import make_federated_regression
-    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
-    ...                                          random_state=0)
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2, random_state=0)
     >>> model = MixedLMRegressor(random_slopes=[0]).fit(X, y, groups=groups)
     >>> model.random_effects_.shape
     (5, 2)
@@ -265,12 +236,6 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
     def _test_instances(cls):
         """Instances for the common checks: random intercept, and random slopes on all."""
         return [cls(), cls(random_slopes="all")]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        tags.input_tags.allow_nan = False
-        return tags
 
     def _check_params(self):
         check_unknown_client(self.unknown_client)
@@ -297,14 +262,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
     def fit(self, X, y, groups=None):
         """Fit the mixed model by (RE)ML on the rows of all clients.
 
-        Parameters
-        ----------
-        %(fit_rows)s
-
-        Returns
-        -------
-        self : MixedLMRegressor
-            The fitted estimator.
+        %(fit_sections)s
         """
         _import_statsmodels()
         methods, max_iter = self._check_params()

@@ -63,12 +63,6 @@ class LinearClientMixin:
 class LinearPredictionMixin:
     """Prediction with one global linear model ``scores = X @ coef_.T + intercept_``."""
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        tags.input_tags.allow_nan = False
-        return tags
-
     def _fits_intercept(self):
         """Whether the constant feature is appended (estimators may resolve "auto")."""
         return bool(self.fit_intercept)

@@ -23,7 +23,9 @@ from sklearn.utils.multiclass import check_classification_targets
 from ..base import FederatedEstimatorMixin, keyword_init, transactional_fit
 from ..federated import FederatedAlgorithm
 from ..utils._docstrings import fill_doc
-from ..utils._param_validation import UNKNOWN_CLIENT, nonnegative_real, positive_real
+from ..utils._param_validation import (
+    FEDERATION_DEFAULTS, UNKNOWN_CLIENT, nonnegative_real, positive_real,
+)
 from ..utils._validation import check_groups, check_scale, validate_data
 from ._admm import (
     DUAL_NORM,
@@ -166,14 +168,12 @@ _PRIVATE_BASELINE = {
     "intercept_scaling": [positive_real()],
 }
 
-#: The defaults of the parameters the private baselines share (constraints above): the
-#: paper's budget (``epsilon`` per round) and rounds, then the model and federation options
+#: The defaults of the parameters the baselines share (constraints above): the paper's
+#: budget (``epsilon`` per round) and rounds, and the model options
 _BUDGET_DEFAULTS = dict(epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
                         accountant="paper", n_rounds=50)
-_OPTION_DEFAULTS = dict(
-    norm_bound=1.0, alpha="uniform", fit_intercept=False, intercept_scaling=1.0, classes=None,
-    client_fraction=1.0, on_client_error="raise", unknown_client="global", n_jobs=None,
-    random_state=None, verbose=0)
+_MODEL_DEFAULTS = dict(alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
+                       classes=None)
 
 
 class _FederatedBaseline(_LinearFederatedClassifier):
@@ -243,7 +243,8 @@ class DPFedERMClassifier(_FederatedBaseline):
     3.73
     """
 
-    __init__ = keyword_init(_BUDGET_DEFAULTS, dict(rho=0.8, reg=1e-4, c_w=1.0), _OPTION_DEFAULTS)
+    __init__ = keyword_init(_BUDGET_DEFAULTS, dict(rho=0.8, reg=1e-4, c_w=1.0, norm_bound=1.0),
+                            _MODEL_DEFAULTS, FEDERATION_DEFAULTS)
 
     @classmethod
     def _test_instances(cls):
@@ -320,8 +321,8 @@ class DPFedSGDClassifier(_FederatedBaseline):
     True
     """
 
-    __init__ = keyword_init(_BUDGET_DEFAULTS, dict(learning_rate=0.1, reg=1e-6),
-                            _OPTION_DEFAULTS)
+    __init__ = keyword_init(_BUDGET_DEFAULTS, dict(learning_rate=0.1, reg=1e-6, norm_bound=1.0),
+                            _MODEL_DEFAULTS, FEDERATION_DEFAULTS)
 
     @classmethod
     def _test_instances(cls):
@@ -418,25 +419,9 @@ class FedOvADROClassifier(_FederatedBaseline):
 
     _private = False
 
-    def __init__(self, *, n_rounds=50, rho=0.5, kappa=0.5, radius=1e-3, feature_norm="l1",
-                 alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
-                 classes=None, client_fraction=1.0, on_client_error="raise",
-                 unknown_client="global", n_jobs=None, random_state=None, verbose=0):
-        self.n_rounds = n_rounds
-        self.rho = rho
-        self.kappa = kappa
-        self.radius = radius
-        self.feature_norm = feature_norm
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.intercept_scaling = intercept_scaling
-        self.classes = classes
-        self.client_fraction = client_fraction
-        self.on_client_error = on_client_error
-        self.unknown_client = unknown_client
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
+    __init__ = keyword_init(
+        dict(n_rounds=50, rho=0.5, kappa=0.5, radius=1e-3, feature_norm="l1"),
+        _MODEL_DEFAULTS, FEDERATION_DEFAULTS)
 
     @classmethod
     def _test_instances(cls):

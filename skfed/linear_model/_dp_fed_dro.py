@@ -779,8 +779,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
 
         Parameters
         ----------
-        %(X_score)s
-        %(groups_adapted)s
+        %(rows_adapted)s
 
         Returns
         -------
@@ -821,8 +820,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
 
         Parameters
         ----------
-        %(X_score)s
-        %(groups_adapted)s
+        %(rows_adapted)s
 
         Returns
         -------

@@ -120,9 +120,7 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
     max_iter : int, default=200
         Maximum BFGS iterations of the server's optimizer (a few Newton steps
         follow).
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
 
     Attributes
     ----------
@@ -184,13 +182,13 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
     --------
     >>> from skfed.datasets import make_federated_regression
     >>> from skfed.linear_model import FedMixedLMRegressor
-    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
-    ...                                          random_state=0)
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2, random_state=0)
     >>> model = FedMixedLMRegressor(random_slopes=[0]).fit(X, y, groups=groups)
-    >>> model.random_effects_.shape
-    (5, 2)
-    >>> model.predict(X[:3], groups=groups[:3]).shape
-    (3,)
+    >>> model.random_effects_.shape, model.excluded_clients_.size
+    ((5, 2), 0)
+    >>> personal, population = model.predict(X, groups=groups), model.predict(X)
+    >>> bool(((y - personal) ** 2).mean() < ((y - population) ** 2).mean())
+    True
     """
 
     def __init__(self, random_slopes=None, *, fit_intercept=True, reml=True, max_iter=200,

@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import init_defaults, keyword_init, transactional_fit
 from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, sends_gram, too_few_rows_warning
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import positive_int
 from ..utils._validation import check_positive_int, check_scale, validate_data
 from ._base import (
@@ -380,6 +381,7 @@ class FedCommonTensorRegressor(PersonalizedTensorRegressor):
         return self.shared_intercept_
 
 
+@fill_doc
 class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
     """scikit-learn wrapper of ``tensorly.regression.TuckerRegressor``.
 
@@ -512,8 +514,7 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, prod(tensor_shape))
-            Covariate tensors.
+        %(X_tensor)s
 
         Returns
         -------

@@ -15,6 +15,7 @@ from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
 from ..privacy import check_privacy_budget, pftr_privacy_spent, pftr_release_plan
 from ..privacy._pftr_bound import check_accountant
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import FEDERATION_CONSTRAINTS, Number, positive_int, positive_real
 from ..utils._validation import user_stacklevel
 from ._base import TENSOR_CONSTRAINTS, _TensorRegressorBase, check_positive_float
@@ -73,6 +74,7 @@ def release_groups(n_rounds, moment, centring, intercept_share, init_share,
     return tuple(groups)
 
 
+@fill_doc
 class PersonalizedTensorRegressor(_TensorRegressorBase):
     """Personalized federated tensor regression with differential privacy.
 
@@ -1323,8 +1325,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, prod(tensor_shape))
-            Covariate tensors.
+        %(X_tensor)s
 
         Returns
         -------

@@ -43,10 +43,23 @@ DOCS = _entries(
         %(X_fit)s
         %(y_fit)s
         %(groups_fit)s""",
+    # the sections of a fit(X, y, groups) docstring that returns the estimator
+    fit_sections="""
+        Parameters
+        ----------
+        %(fit_rows)s
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.""",
     # -- arguments of predict, predict_proba, decision_function --------------------------------
     X_predict="""
         X : array-like of shape (n_samples, n_features)
             Rows to predict.""",
+    X_tensor="""
+        X : array-like of shape (n_samples, prod(tensor_shape))
+            Covariate tensors.""",
     X_score="""
         X : array-like of shape (n_samples, n_features)
             Rows to score.""",
@@ -66,7 +79,14 @@ DOCS = _entries(
         groups : array-like of shape (n_samples,), default=None
             Client labels: a seen site's rows are scored by its adaptation
             (``personalize=True``), other rows by the shared model.""",
+    rows_adapted="""
+        %(X_score)s
+        %(groups_adapted)s""",
     # -- parameters --------------------------------------------------------------------------
+    unknown_client_population="""
+        unknown_client : {"global", "error"}, default="global"
+            Prediction for clients not seen in ``fit``: the population
+            prediction, or a ``ValueError``.""",
     on_client_error="""
         on_client_error : {"raise", "skip"}, default="raise"
             A failing client step stops the fit with an error naming the client
