@@ -4,7 +4,7 @@ import functools
 import inspect
 
 import numpy as np
-from sklearn.base import _fit_context
+import sklearn
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils.validation import check_is_fitted
 
@@ -12,8 +12,8 @@ from .federated import fit_federated
 from .utils._docstrings import fill_doc
 from .utils._validation import check_params, map_clients, split_groups
 
-__all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "init_defaults", "keyword_init",
-           "transactional_fit"]
+__all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "checked_fit", "init_defaults",
+           "keyword_init", "transactional_fit"]
 
 
 def init_defaults(estimator_class):
@@ -123,6 +123,30 @@ def transactional_fit(fit):
     return wrapper
 
 
+def checked_fit(fit):
+    """Decorate ``fit``: the parameters checked once before it runs, a failed fit undone.
+
+    :func:`skfed.utils.check_params` checks the parameters (scikit-learn's
+    ``_parameter_constraints``, then the estimator's ``_check_params``)
+    once; ``fit`` then runs with scikit-learn's parameter validation
+    switched off (``sklearn.config_context(skip_parameter_validation=True)``),
+    so that the scikit-learn functions it calls do not check theirs again,
+    and under :func:`transactional_fit`. It does with public API what
+    scikit-learn's private ``_fit_context(prefer_skip_nested_validation=True)``
+    does. Not for a meta-estimator, whose inner estimator's parameters must
+    still be checked when it is fitted.
+    """
+
+    @transactional_fit
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        check_params(self)
+        with sklearn.config_context(skip_parameter_validation=True):
+            return fit(self, *args, **kwargs)
+
+    return wrapper
+
+
 class FederatedEstimatorMixin:
     """Mixin for estimators fitted with ``fit(X, y, groups=client_labels)``.
 
@@ -144,6 +168,9 @@ class FederatedEstimatorMixin:
     __metadata_request__fit = {"groups": True}
     __metadata_request__predict = {"groups": True}
     __metadata_request__score = {"groups": True}
+
+    def _check_params(self):
+        """Checks of several hyperparameters together, after the constraints (none here)."""
 
     def _client_index(self, groups, n_samples):
         """Map predict-time ``groups`` to indices into ``clients_`` (-1: population)."""
@@ -213,8 +240,7 @@ class FederatedEstimator(FederatedEstimatorMixin):
     # scikit-learn's constraints, checked by ``fit`` before anything else
     _parameter_constraints: dict = {}
 
-    @transactional_fit
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, groups=None):
         """Train by federated rounds, one client per distinct label of ``groups``.
 
@@ -229,8 +255,8 @@ class FederatedEstimator(FederatedEstimatorMixin):
         self : object
             The fitted estimator.
         """
-        check_params(self)  # the constraints were checked by _fit_context, once
-        # split once: site validation and the federation take the split as it is
+        # the parameters were checked once (checked_fit); groups are split once, and site
+        # validation and the federation take the split as it is
         groups = split_groups(groups)
         X, y = self._validate_site_data(X, y, reset=True, groups=groups)
         self._set_fitted(self._run_federation(X, y, groups))
@@ -240,10 +266,7 @@ class FederatedEstimator(FederatedEstimatorMixin):
         """The federated fit of validated rows (in-process)."""
         return fit_federated(self, X, y, groups, min_samples=self._min_client_rows)
 
-    # -- the hooks of skfed.federated.FederatedContract --------------------------
-
-    def _check_params(self):
-        """Checks of several hyperparameters together (after the constraints)."""
+    # -- the hooks of skfed.federated.FederatedContract (_check_params: the mixin's) ---
 
     def _validate_site_data(self, X, y, reset=False, groups=None):
         """The checks a site runs on its own rows; returns ``(X, y)``.

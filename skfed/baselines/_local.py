@@ -81,8 +81,11 @@ class _BaseWrapper(FederatedEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def _wraps_classifier(self):
         return get_tags(self.estimator).estimator_type == "classifier"
 
-    def _validate_fit(self, X, y, groups, sample_weight):
+    def _check_params(self):
+        """The wrapped estimator's checks; its own parameters are checked when it is fitted."""
         check_estimator_param(self.estimator, "estimator", methods=("fit", "predict"))
+
+    def _validate_fit(self, X, y, groups, sample_weight):
         multi_output = get_tags(self.estimator).target_tags.multi_output
         X, y = validate_data(
             self,
@@ -243,6 +246,10 @@ class LocalEstimator(_BaseWrapper):
         self.unknown_client = unknown_client
         self.n_jobs = n_jobs
 
+    def _check_params(self):
+        super()._check_params()
+        check_unknown_client(self.unknown_client)
+
     @transactional_fit
     def fit(self, X, y, groups=None, sample_weight=None):
         """Fit one clone of ``estimator`` per client.
@@ -260,8 +267,8 @@ class LocalEstimator(_BaseWrapper):
         self : LocalEstimator
             The fitted estimator.
         """
+        self._check_params()
         X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
-        check_unknown_client(self.unknown_client)
         federation = Federation.from_arrays(X, y, groups, sample_weight)
         result = run_federation(
             _LocalFit(self.estimator, classifier=self._wraps_classifier),
@@ -539,6 +546,7 @@ class PooledEstimator(_BaseWrapper):
         self : PooledEstimator
             The fitted estimator.
         """
+        self._check_params()
         X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
         clients, _ = check_groups(groups, X.shape[0])
         fit_params = {} if sample_weight is None else {"sample_weight": sample_weight}

@@ -16,11 +16,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 
-from ..base import FederatedEstimatorMixin, keyword_init, transactional_fit
+from ..base import FederatedEstimatorMixin, checked_fit, keyword_init
 from ..federated import FederatedAlgorithm
 from ..utils._docstrings import fill_doc
 from ..utils._param_validation import (
@@ -512,8 +512,7 @@ class CentralizedDROClassifier(LinearPredictionMixin, FederatedEstimatorMixin, C
         **UNKNOWN_CLIENT,
     }
 
-    @transactional_fit
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, groups=None):
         """Solve the pooled DRO problem.
 

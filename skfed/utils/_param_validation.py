@@ -2,7 +2,7 @@
 
 The estimators declare ``_parameter_constraints`` in scikit-learn's language
 (:mod:`sklearn.utils._param_validation`) and ``fit`` validates them once
-(``sklearn.base._fit_context``). Two differences from scikit-learn's own
+(``skfed.base.checked_fit``). Two differences from scikit-learn's own
 constraints: a number parameter refuses booleans (``n_rounds=True`` is a
 mistake, not 1) and NaN; and the options every federated estimator shares
 come in blocks, so they are written once.
