@@ -97,7 +97,8 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
     ``fit`` (with ``unknown_client="global"``) get ``F(x)``, the population
     prediction (gpboost's own prediction for a new group level).
 
-    Requires gpboost (``pip install "skfed[bench]"``).
+    Requires gpboost, of the ``bench`` extra (``python -m pip install -e ".[bench]"`` in
+    the skfed clone).
 
     Parameters
     ----------

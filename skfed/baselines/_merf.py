@@ -86,7 +86,8 @@ class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
     ``unknown_client="global"``) get ``f(x)``, the population prediction (as
     merf's own ``predict`` does for a new cluster).
 
-    Requires merf (``pip install "skfed[bench]"``).
+    Requires merf, of the ``bench`` extra (``python -m pip install -e ".[bench]"`` in the
+    skfed clone).
 
     Parameters
     ----------

@@ -14,6 +14,7 @@ from ..utils._validation import (
     check_positive_int,
     check_scale,
     check_unknown_client,
+    install_hint,
     validate_data,
 )
 from ._mixedlm_core import fit_mixedlm
@@ -31,8 +32,8 @@ def _import_statsmodels():
         import statsmodels  # noqa: F401
     except ImportError:
         raise ImportError(
-            'MixedLMRegressor needs statsmodels>=0.14: pip install "skfed[bench]" '
-            '(or "skfed[test]").'
+            f"MixedLMRegressor needs statsmodels>=0.14: {install_hint('bench')} (the test "
+            'extra has it too), or pip install "statsmodels>=0.14".'
         ) from None
 
 
@@ -142,7 +143,8 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
     ``unknown_client="global"``) get the *population prediction*
     ``beta_0 + x' beta``, the mean over new clients.
 
-    Requires statsmodels (``pip install "skfed[bench]"``).
+    Requires statsmodels, of the ``bench`` extra (``python -m pip install -e ".[bench]"``
+    in the skfed clone).
 
     Parameters
     ----------

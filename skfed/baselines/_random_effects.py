@@ -18,7 +18,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import check_on_site, transactional_fit
 from ..utils._docstrings import fill_doc
-from ..utils._validation import check_groups, check_scale, user_stacklevel, validate_data
+from ..utils._validation import (
+    check_groups, check_scale, install_hint, user_stacklevel, validate_data,
+)
 
 __all__ = ["ANCHOR_DEFAULTS", "RandomEffectsMixin", "RandomEffectsPredictMixin", "check_cv",
            "check_param_grid", "grid_points", "import_optional", "inner_folds", "location_scale",
@@ -36,8 +38,8 @@ def import_optional(module, estimator, requirement):
         return importlib.import_module(module)
     except ImportError:
         raise ImportError(
-            f'{estimator} needs {requirement}: pip install "skfed[bench]" '
-            f'(or pip install "{requirement}").'
+            f'{estimator} needs {requirement}: {install_hint("bench")}, or pip install '
+            f'"{requirement}".'
         ) from None
 
 

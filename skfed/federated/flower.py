@@ -1,6 +1,6 @@
 """Run a skfed estimator on a Flower federation (SuperLink and SuperNodes).
 
-Install the extra: ``pip install "skfed[flower]"``. The core package does not
+Install the extra: ``python -m pip install -e ".[flower]"`` in the skfed clone. The core package does not
 import this module.
 
 :class:`FlowerFederation` turns an estimator factory and a per-site data

@@ -37,6 +37,22 @@ def user_stacklevel():
     return level
 
 
+def install_hint(extra):
+    """How to install one of skfed's extras, as the README does: from the skfed clone.
+
+    Parameters
+    ----------
+    extra : str
+        The extra's name in ``pyproject.toml`` (``"bench"``, ``"flower"``, ...).
+
+    Returns
+    -------
+    hint : str
+        E.g. ``python -m pip install -e ".[bench]" in the skfed clone``.
+    """
+    return f'python -m pip install -e ".[{extra}]" in the skfed clone'
+
+
 def check_unknown_client(unknown_client):
     """Validate the ``unknown_client`` parameter shared by the federated estimators.
 
