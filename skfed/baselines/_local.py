@@ -86,6 +86,8 @@ class _BaseWrapper(FederatedEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
         check_estimator_param(self.estimator, "estimator", methods=("fit", "predict"))
 
     def _validate_fit(self, X, y, groups, sample_weight):
+        """The parameters (:meth:`_check_params`), then the rows."""
+        self._check_params()
         multi_output = get_tags(self.estimator).target_tags.multi_output
         X, y = validate_data(
             self,
@@ -254,20 +256,8 @@ class LocalEstimator(_BaseWrapper):
     def fit(self, X, y, groups=None, sample_weight=None):
         """Fit one clone of ``estimator`` per client.
 
-        Parameters
-        ----------
-        %(X_fit)s
-        %(y_fit_multi)s
-        %(groups_fit)s
-        sample_weight : array-like of shape (n_samples,), default=None
-            Passed to each client's ``fit`` (if the estimator accepts it).
-
-        Returns
-        -------
-        self : LocalEstimator
-            The fitted estimator.
+        %(wrapper_fit)s
         """
-        self._check_params()
         X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
         federation = Federation.from_arrays(X, y, groups, sample_weight)
         result = run_federation(
@@ -323,16 +313,11 @@ class LocalEstimator(_BaseWrapper):
         ----------
         %(X_predict)s
         %(groups_population)s
-        return_std : bool, default=False
-            Also return the predictive standard deviation (estimators whose
-            ``predict`` has ``return_std``, such as Gaussian processes).
+        %(return_std)s
 
         Returns
         -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
-            Predictions.
-        y_std : ndarray, optional
-            Predictive standard deviations, if ``return_std=True``.
+        %(y_pred_std)s
         """
         X, index = self._validate_predict(X, groups)
         if self._wraps_classifier:
@@ -410,9 +395,7 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        %(X_predict)s
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row.
+        %(rows_by_client)s
 
         Returns
         -------
@@ -438,9 +421,7 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        %(X_score)s
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row.
+        %(rows_by_client)s
 
         Returns
         -------
@@ -530,23 +511,10 @@ class PooledEstimator(_BaseWrapper):
 
     @transactional_fit
     def fit(self, X, y, groups=None, sample_weight=None):
-        """Fit the estimator on the rows of all clients together.
+        """Fit the estimator on the rows of all clients together (``groups`` is recorded).
 
-        Parameters
-        ----------
-        %(X_fit)s
-        %(y_fit_multi)s
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row (checked, recorded in ``clients_``).
-        sample_weight : array-like of shape (n_samples,), default=None
-            Passed to the estimator's ``fit``.
-
-        Returns
-        -------
-        self : PooledEstimator
-            The fitted estimator.
+        %(wrapper_fit)s
         """
-        self._check_params()
         X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
         clients, _ = check_groups(groups, X.shape[0])
         fit_params = {} if sample_weight is None else {"sample_weight": sample_weight}
@@ -576,19 +544,14 @@ class PooledEstimator(_BaseWrapper):
         ----------
         %(X_predict)s
         %(groups_ignored)s
-        return_std : bool, default=False
-            Also return the predictive standard deviation (estimators whose
-            ``predict`` has ``return_std``, or a ``Pipeline`` ending in one).
+        %(return_std)s
         **predict_params : dict
             Passed on to the wrapped estimator's ``predict`` (e.g.
             ``return_cov=True`` of a Gaussian process).
 
         Returns
         -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
-            Predictions.
-        y_std : ndarray, optional
-            Predictive standard deviations, if ``return_std=True``.
+        %(y_pred_std)s
         """
         X = self._validate_predict(X, groups)
         kwargs = {**self._predict_kwargs(self.estimator_, return_std), **predict_params}

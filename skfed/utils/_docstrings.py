@@ -53,6 +53,20 @@ DOCS = _entries(
         -------
         self : object
             The fitted estimator.""",
+    # the fit of LocalEstimator and PooledEstimator
+    wrapper_fit="""
+        Parameters
+        ----------
+        %(X_fit)s
+        %(y_fit_multi)s
+        %(groups_fit)s
+        sample_weight : array-like of shape (n_samples,), default=None
+            Passed to the wrapped estimator's ``fit``, which must accept it.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.""",
     # -- arguments of predict, predict_proba, decision_function --------------------------------
     X_predict="""
         X : array-like of shape (n_samples, n_features)
@@ -67,6 +81,12 @@ DOCS = _entries(
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` asks for the population
             prediction.""",
+    # rows scored by each one's client model (LocalEstimator)
+    rows_by_client="""
+        X : array-like of shape (n_samples, n_features)
+            Rows to score.
+        groups : array-like of shape (n_samples,), default=None
+            Client label of each row.""",
     groups_ignored="""
         groups : array-like of shape (n_samples,), default=None
             Client labels; checked, then ignored.""",
@@ -82,6 +102,17 @@ DOCS = _entries(
     rows_adapted="""
         %(X_score)s
         %(groups_adapted)s""",
+    # predict of the wrapping baselines, with the wrapped estimator's standard deviation
+    return_std="""
+        return_std : bool, default=False
+            Also return the predictive standard deviation (estimators whose
+            ``predict`` has ``return_std``, such as Gaussian processes, or a
+            ``Pipeline`` ending in one).""",
+    y_pred_std="""
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            Predictions.
+        y_std : ndarray, optional
+            Predictive standard deviations, if ``return_std=True``.""",
     # -- parameters --------------------------------------------------------------------------
     unknown_client_population="""
         unknown_client : {"global", "error"}, default="global"
