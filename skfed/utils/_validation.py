@@ -22,8 +22,8 @@ def user_stacklevel():
     frame outside the ``skfed`` package (e.g. the user's ``fit`` call), so a
     warning names the user's line however deep inside skfed it is raised.
     scikit-learn's ``_fit_context`` wrapper around a scikit-learn
-    meta-estimator's ``fit`` is skipped too, and so is a splitter's ``split`` of ``BaseCrossValidator`` around its
-    ``_iter_test_indices``.
+    meta-estimator's ``fit`` is skipped too, and so is a splitter's
+    ``split`` of ``BaseCrossValidator`` around its ``_iter_test_indices``.
     """
     frame, level = sys._getframe(1), 1
     while frame is not None and (

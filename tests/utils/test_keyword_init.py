@@ -1,4 +1,5 @@
-"""``skfed.base.keyword_init``: an ``__init__`` from a table of defaults, as scikit-learn sees it."""
+"""``skfed.base.keyword_init``: an ``__init__`` from a table of defaults, as scikit-learn
+sees it."""
 
 import inspect
 
@@ -20,7 +21,8 @@ def test_signature_get_params_clone_and_repr():
     sig = inspect.signature(Child)
     assert list(sig.parameters) == ["alpha", "n_iter", "weights"]
     assert all(p.kind is p.KEYWORD_ONLY for p in sig.parameters.values())
-    assert inspect.signature(Parent).parameters["alpha"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    alpha = inspect.signature(Parent).parameters["alpha"]
+    assert alpha.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     model = Child(weights="size")
     assert model.get_params() == {"alpha": 1.0, "n_iter": 20, "weights": "size"}
     assert clone(model).get_params() == model.get_params()
