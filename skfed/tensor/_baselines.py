@@ -119,6 +119,7 @@ class _LocalTwoStage(FederatedAlgorithm):
                 "coef_sizes": coef_sizes}, {}
 
 
+@fill_doc
 class LocalTwoStageTensorRegressor(_TensorRegressorBase):
     """The paper's single-client benchmark: the two-stage fit on each client alone.
 
@@ -158,13 +159,7 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         Retraction to the Tucker rank.
     init_lambda, init_alpha, init_zeta, init_rho, init_max_iter
         ADMM initializer parameters (defaults 0.02, 0.005, 0.5, 1.0, 150).
-    init_unfolding : {"auto", "response"}, default="auto"
-        Matricization of the ADMM initializer's nuclear and operator norms:
-        ``"response"`` is the paper's (response modes as rows); ``"auto"`` uses
-        it when the response is not scalar and the first covariate mode's
-        unfolding for a scalar response (where the paper's ``1 x p``
-        matricization makes the nuclear norm a ridge penalty; a derived
-        choice, not the authors').
+    %(init_unfolding)s
     rank_scale : float, default=1.0
         Ridge-constant scale of the rank criterion.
     max_rank : int or None, default=None
@@ -381,7 +376,6 @@ class FedCommonTensorRegressor(PersonalizedTensorRegressor):
         return self.shared_intercept_
 
 
-@fill_doc
 class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
     """scikit-learn wrapper of ``tensorly.regression.TuckerRegressor``.
 
@@ -514,7 +508,8 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        %(X_tensor)s
+        X : array-like of shape (n_samples, prod(tensor_shape))
+            Covariate tensors.
 
         Returns
         -------

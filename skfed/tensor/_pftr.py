@@ -355,13 +355,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         sparse part and penalty parameter.
     init_max_iter : int, default=150
         ADMM iterations.
-    init_unfolding : {"auto", "response"}, default="auto"
-        Matricization of the ADMM initializer's nuclear and operator norms:
-        ``"response"`` is the paper's (response modes as rows); ``"auto"`` uses
-        it when the response is not scalar and the first covariate mode's
-        unfolding for a scalar response (where the paper's ``1 x p``
-        matricization makes the nuclear norm a ridge penalty; a derived
-        choice, not the authors').
+    %(init_unfolding)s
     rank_scale : float, default=1.0
         Ridge constant ``c = rank_scale sqrt(log(#entries) / n_k)`` of the
         rank criterion.

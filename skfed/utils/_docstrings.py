@@ -72,8 +72,8 @@ DOCS = _entries(
         X : array-like of shape (n_samples, n_features)
             Rows to predict.""",
     X_tensor="""
-        X : array-like of shape (n_samples, prod(tensor_shape))
-            Covariate tensors.""",
+        X : array-like of shape (n_samples, prod(tensor_shape)) or (n_samples, *tensor_shape)
+            Covariate tensors, flattened in C order (or as an n-D array).""",
     X_score="""
         X : array-like of shape (n_samples, n_features)
             Rows to score.""",
@@ -187,6 +187,15 @@ DOCS = _entries(
         reml : bool, default=True
             Estimate the variance components by restricted maximum likelihood
             (the default of lme4 and statsmodels); ``False`` for maximum likelihood.""",
+    # the tensor regressors' ADMM initializer
+    init_unfolding="""
+        init_unfolding : {"auto", "response"}, default="auto"
+            Matricization of the ADMM initializer's nuclear and operator norms:
+            ``"response"`` is the paper's (response modes as rows); ``"auto"`` uses
+            it when the response is not scalar and the first covariate mode's
+            unfolding for a scalar response (where the paper's ``1 x p``
+            matricization makes the nuclear norm a ridge penalty; a derived
+            choice, not the authors').""",
     # -- attributes --------------------------------------------------------------------------
     clients_="""
         clients_ : ndarray of shape (n_clients,)
