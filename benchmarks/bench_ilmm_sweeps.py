@@ -1,6 +1,6 @@
 """What fewer coordinate-ascent sweeps would buy the multi-output closed-form round.
 
-The multi-output client's closed form (``_IlmmSteps.sweeps``, default
+The multi-output client's closed form (``IlmmClosedForm.sweeps``, default
 ``(3, 1)``) runs 3 sweeps of (``q``, loadings) plus a last ``q`` at the
 round's start and 1 sweep after each local step. Fewer sweeps cost less per
 round but change the fits. For each setting this prints:
@@ -23,8 +23,8 @@ import numpy as np
 
 from bench_pfedhgp import make, paired_round_ratios
 from skfed import PFedHGPRegressor
-from skfed.gaussian_process._ilmm_steps import _IlmmSteps
-from skfed.gaussian_process._kernels import kernel_matrix
+from skfed.gaussian_process._covariance import kernel_matrix
+from skfed.gaussian_process._optimizers import IlmmClosedForm
 
 SETTINGS = [(3, 1), (2, 1), (1, 1), (1, 0)]
 
@@ -46,7 +46,7 @@ def main(quick):
     X, Y, groups = make(5 if quick else 20, 2000, n_outputs=3)
     kernel_matrix(X[:2], X[:2], np.ones(2), 1.0, 0)  # compile
     for sweeps in SETTINGS:
-        _IlmmSteps.sweeps = sweeps
+        IlmmClosedForm.sweeps = sweeps
         _, _, ratio = paired_round_ratios(X, Y, groups, "cavi", repeat=2 if quick else 5,
                                           local_steps=1, n_latents=2)
         fits = [fit_quality(seed, 5 if quick else 30) for seed in range(1 if quick else 3)]

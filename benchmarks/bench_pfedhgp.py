@@ -40,7 +40,7 @@ from threadpoolctl import threadpool_limits
 
 from skfed import PFedHGPRegressor
 from skfed.federated import Federation
-from skfed.gaussian_process._kernels import kernel_matrix
+from skfed.gaussian_process._covariance import kernel_matrix
 from skfed.metrics import gaussian_nll
 
 

@@ -1,16 +1,105 @@
 """Behaviour shared by every skfed estimator."""
 
 import functools
+import inspect
 
 import numpy as np
-from sklearn.base import _fit_context
+import sklearn
 from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from .federated import fit_federated
+from .utils._docstrings import fill_doc
 from .utils._validation import check_params, map_clients, split_groups
 
-__all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "transactional_fit"]
+__all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "checked_fit", "init_defaults",
+           "keyword_init", "transactional_fit"]
+
+
+def init_defaults(estimator_class):
+    """The ``__init__`` parameters of an estimator class and their defaults, in order.
+
+    Parameters
+    ----------
+    estimator_class : type
+        A scikit-learn estimator class (its parameters are keyword or
+        positional-or-keyword arguments with defaults).
+
+    Returns
+    -------
+    defaults : dict
+        Parameter name to default value.
+    """
+    params = inspect.signature(estimator_class.__init__).parameters.values()
+    return {p.name: p.default for p in params
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def keyword_init(*defaults, positional=0, **more):
+    """An estimator's ``__init__`` built from its parameters' defaults.
+
+    For an estimator whose parameters are those of another one (or of a
+    shared table) plus a few: the ``__init__`` takes every parameter by name
+    and stores it unchanged under that name, as scikit-learn asks of an
+    estimator. Its signature (``__signature__``) lists them all with their
+    defaults, so ``get_params``, ``clone``, ``repr``, ``help()`` and Sphinx
+    see them as if written out.
+
+    Parameters
+    ----------
+    *defaults : mapping
+        Parameter name to default value (e.g. :func:`init_defaults` of a
+        parent class), merged in order.
+    positional : int, default=0
+        How many of the first parameters may also be passed by position;
+        the others are keyword-only.
+    **more
+        Further parameters and their defaults; a name given before keeps
+        its place and takes the new default.
+
+    Returns
+    -------
+    __init__ : function
+        Assign it in the class body: ``__init__ = keyword_init(...)``.
+
+    Examples
+    --------
+    >>> from sklearn.base import BaseEstimator
+    >>> from skfed.base import keyword_init
+    >>> class Model(BaseEstimator):
+    ...     __init__ = keyword_init({"alpha": 1.0}, n_iter=10)
+    >>> Model(n_iter=5)
+    Model(n_iter=5)
+    """
+    table = {}
+    for mapping in defaults:
+        table.update(mapping)
+    table.update(more)
+    names = list(table)
+
+    def __init__(self, *args, **params):
+        if len(args) > positional:
+            raise TypeError(f"{type(self).__name__}.__init__() takes {positional} positional "
+                            f"argument(s) but {len(args)} were given")
+        for name, value in zip(names, args):
+            if name in params:
+                raise TypeError(f"{type(self).__name__}.__init__() got multiple values for "
+                                f"argument {name!r}")
+            params[name] = value
+        unknown = sorted(set(params) - set(table))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
+                            f"argument {unknown[0]!r}")
+        for name, default in table.items():
+            setattr(self, name, params.get(name, default))
+
+    Parameter = inspect.Parameter
+    __init__.__signature__ = inspect.Signature(
+        [Parameter("self", Parameter.POSITIONAL_OR_KEYWORD)]
+        + [Parameter(name, Parameter.POSITIONAL_OR_KEYWORD if i < positional
+                     else Parameter.KEYWORD_ONLY, default=table[name])
+           for i, name in enumerate(names)])
+    return __init__
 
 
 def transactional_fit(fit):
@@ -30,6 +119,30 @@ def transactional_fit(fit):
             self.__dict__.clear()
             self.__dict__.update(snapshot)
             raise
+
+    return wrapper
+
+
+def checked_fit(fit):
+    """Decorate ``fit``: the parameters checked once before it runs, a failed fit undone.
+
+    :func:`skfed.utils.check_params` checks the parameters (scikit-learn's
+    ``_parameter_constraints``, then the estimator's ``_check_params``)
+    once; ``fit`` then runs with scikit-learn's parameter validation
+    switched off (``sklearn.config_context(skip_parameter_validation=True)``),
+    so that the scikit-learn functions it calls do not check theirs again,
+    and under :func:`transactional_fit`. It does with public API what
+    scikit-learn's private ``_fit_context(prefer_skip_nested_validation=True)``
+    does. Not for a meta-estimator, whose inner estimator's parameters must
+    still be checked when it is fitted.
+    """
+
+    @transactional_fit
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        check_params(self)
+        with sklearn.config_context(skip_parameter_validation=True):
+            return fit(self, *args, **kwargs)
 
     return wrapper
 
@@ -55,6 +168,9 @@ class FederatedEstimatorMixin:
     __metadata_request__fit = {"groups": True}
     __metadata_request__predict = {"groups": True}
     __metadata_request__score = {"groups": True}
+
+    def _check_params(self):
+        """Checks of several hyperparameters together, after the constraints (none here)."""
 
     def _client_index(self, groups, n_samples):
         """Map predict-time ``groups`` to indices into ``clients_`` (-1: population)."""
@@ -98,6 +214,7 @@ class FederatedEstimatorMixin:
         return r2_score(y, y_pred, sample_weight=sample_weight)
 
 
+@fill_doc
 class FederatedEstimator(FederatedEstimatorMixin):
     """Base class of the estimators trained by federated rounds; it owns ``fit``.
 
@@ -123,27 +240,23 @@ class FederatedEstimator(FederatedEstimatorMixin):
     # scikit-learn's constraints, checked by ``fit`` before anything else
     _parameter_constraints: dict = {}
 
-    @transactional_fit
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, groups=None):
         """Train by federated rounds, one client per distinct label of ``groups``.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means a single client.
+        %(X_fit)s
+        %(y_fit_multi)s
+        %(groups_fit)s
 
         Returns
         -------
         self : object
             The fitted estimator.
         """
-        check_params(self)  # the constraints were checked by _fit_context, once
-        # split once: site validation and the federation take the split as it is
+        # the parameters were checked once (checked_fit); groups are split once, and site
+        # validation and the federation take the split as it is
         groups = split_groups(groups)
         X, y = self._validate_site_data(X, y, reset=True, groups=groups)
         self._set_fitted(self._run_federation(X, y, groups))
@@ -153,10 +266,7 @@ class FederatedEstimator(FederatedEstimatorMixin):
         """The federated fit of validated rows (in-process)."""
         return fit_federated(self, X, y, groups, min_samples=self._min_client_rows)
 
-    # -- the hooks of skfed.federated.FederatedContract --------------------------
-
-    def _check_params(self):
-        """Checks of several hyperparameters together (after the constraints)."""
+    # -- the hooks of skfed.federated.FederatedContract (_check_params: the mixin's) ---
 
     def _validate_site_data(self, X, y, reset=False, groups=None):
         """The checks a site runs on its own rows; returns ``(X, y)``.

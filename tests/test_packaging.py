@@ -34,3 +34,12 @@ def test_the_flower_extras_bring_skops():
     extras = _extras()
     for name in ("flower", "simulation", "test"):
         assert "skops" in _names(extras[name]), name
+
+
+def test_messages_install_extras_from_the_clone_as_the_readme_does():
+    """skfed is installed from its clone (README): no message names a ``skfed[extra]``
+    distribution to download."""
+    readme = (ROOT / "README.md").read_text()
+    assert 'python -m pip install -e ".[bench]"' in readme
+    for path in (ROOT / "skfed").rglob("*.py"):
+        assert "skfed[" not in path.read_text(), path

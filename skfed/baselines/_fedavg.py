@@ -7,11 +7,12 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from ..base import FederatedEstimator, check_on_site, scatter_rows
+from ..base import FederatedEstimator, check_on_site, keyword_init, scatter_rows
 from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, gram_gated, too_few_rows_warning
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import (
-    FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
+    FEDERATION_CONSTRAINTS, FEDERATION_DEFAULTS, nonnegative_real, positive_int, positive_real,
 )
 from ..utils._validation import check_scale, validate_data
 
@@ -134,6 +135,7 @@ class _FedAvg(FederatedAlgorithm):
                          self.fine_tune_epochs, rng)
 
 
+@fill_doc
 class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     """Federated averaging of linear least-squares models, optionally fine-tuned per client.
 
@@ -206,8 +208,7 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         fine-tuned models stay on the sites (``skfed.federated.flower.site_model``).
     client_intercepts_ : ndarray of shape (n_clients,) or None
         Fine-tuned intercepts per client (``None`` as ``client_coefs_``).
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
+    %(clients_)s
     fallback_clients_ : ndarray of shape (n_fallback,)
         Clients whose fine-tuning step failed under ``on_client_error="skip"``
         (the failure is in ``communication_.failures``): their rows are
@@ -216,10 +217,8 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         one and the coordinator sees the failure in ``communication_.failures``).
     n_iter_ : int
         Rounds run.
-    communication_ : Ledger
-        Messages exchanged during ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
+    %(communication_)s
+    %(n_features_in_)s
 
     Examples
     --------
@@ -232,23 +231,10 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     0.98
     """
 
-    def __init__(self, n_rounds=50, *, local_epochs=1, learning_rate="auto", batch_size=32,
-                 alpha=1e-4, fit_intercept=True, fine_tune_epochs=0, client_fraction=1.0,
-                 on_client_error="raise", unknown_client="global", n_jobs=None,
-                 random_state=None, verbose=0):
-        self.n_rounds = n_rounds
-        self.local_epochs = local_epochs
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.fine_tune_epochs = fine_tune_epochs
-        self.client_fraction = client_fraction
-        self.on_client_error = on_client_error
-        self.unknown_client = unknown_client
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
+    __init__ = keyword_init(
+        dict(n_rounds=50, local_epochs=1, learning_rate="auto", batch_size=32, alpha=1e-4,
+             fit_intercept=True, fine_tune_epochs=0),
+        FEDERATION_DEFAULTS, positional=1)
 
     _parameter_constraints = {
         **FEDERATION_CONSTRAINTS,
@@ -338,8 +324,7 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
+        %(X_predict)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` uses the global model.
 

@@ -6,9 +6,9 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils import check_random_state
 
-from ..base import FederatedEstimatorMixin, transactional_fit
+from ..base import FederatedEstimatorMixin, keyword_init
+from ..utils._docstrings import fill_doc
 from ..utils._validation import (
     check_positive_int,
     check_unknown_client,
@@ -16,13 +16,13 @@ from ..utils._validation import (
 )
 from ._mixedlm_core import independent_columns
 from ._random_effects import (
-    RandomEffectsPredictMixin,
+    ANCHOR_DEFAULTS,
+    RandomEffectsMixin,
     check_cv,
     check_param_grid,
     import_optional,
     inner_folds,
     location_scale,
-    standardized_problem,
     warn_untuned,
 )
 
@@ -64,7 +64,8 @@ def _as_python(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, RegressorMixin,
+@fill_doc
+class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
                        BaseEstimator):
     """GPBoost: a random intercept (and slopes) per client with a boosted or linear fixed part.
 
@@ -96,7 +97,8 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
     ``fit`` (with ``unknown_client="global"``) get ``F(x)``, the population
     prediction (gpboost's own prediction for a new group level).
 
-    Requires gpboost (``pip install "skfed[bench]"``).
+    Requires gpboost, of the ``bench`` extra (``python -m pip install -e ".[bench]"`` in
+    the skfed clone).
 
     Parameters
     ----------
@@ -125,9 +127,7 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
         called as ``cv.split(X, y, client_index)``. When the rows cannot be
         split (no client with ``cv`` rows, fewer clients than folds), the fit
         warns and uses the first value of each grid entry with 100 rounds.
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
     random_state : int, RandomState instance or None, default=None
         Seeds the inner CV's shuffle and gpboost's ``seed`` (of the booster
         and of the ``GPModel``).
@@ -164,12 +164,8 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
         Estimated variances of the random intercept and slopes.
     noise_variance_ : float
         Estimated residual variance.
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    %(clients_)s
+    %(features_in_)s
 
     See Also
     --------
@@ -197,8 +193,7 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
     --------
     >>> from skfed.baselines import GPBoostRegressor
     >>> from skfed.datasets import make_federated_regression
-    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
-    ...                                          random_state=0)
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2, random_state=0)
     >>> model = GPBoostRegressor(kind="linear").fit(X, y, groups=groups)
     >>> model.random_effects_.shape
     (5, 1)
@@ -206,30 +201,15 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
     (3,)
     """
 
-    def __init__(self, kind="trees", random_slopes=None, *, param_grid=None,
-                 n_estimators=1000, early_stopping_rounds=20, cv=3,
-                 unknown_client="global", random_state=None, n_jobs=None):
-        self.kind = kind
-        self.random_slopes = random_slopes
-        self.param_grid = param_grid
-        self.n_estimators = n_estimators
-        self.early_stopping_rounds = early_stopping_rounds
-        self.cv = cv
-        self.unknown_client = unknown_client
-        self.random_state = random_state
-        self.n_jobs = n_jobs
+    __init__ = keyword_init(
+        dict(kind="trees", random_slopes=None, param_grid=None, n_estimators=1000,
+             early_stopping_rounds=20), ANCHOR_DEFAULTS, positional=2)
 
     @classmethod
     def _test_instances(cls):
         """Instances for the common checks: small trees grid, and the linear model."""
         return [cls(param_grid={"learning_rate": [0.1], "max_depth": [2, 4]}, n_estimators=200),
                 cls(kind="linear", random_slopes="all")]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        tags.input_tags.allow_nan = False
-        return tags
 
     def _check_params(self):
         if not isinstance(self.kind, str) or self.kind not in _KINDS:
@@ -250,34 +230,11 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
             check_positive_int(self.n_jobs, "n_jobs")
         return grid
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Fit the fixed part and the random effects on the rows of all clients.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : GPBoostRegressor
-            The fitted estimator.
-        """
-        grid = self._check_params()
-        gpb = _gpboost()
-        X, y, clients, client_index, kept, y_center, y_scale, z_scale = \
-            standardized_problem(self, X, y, groups)
-        rng = check_random_state(self.random_state)
-        cv_seed, seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
+    def _fit_standardized(self, X, y, Z, client_index, n_clients, grid, cv_seed, seed):
+        """The fit on standardized ``y`` and ``Z`` (see ``RandomEffectsMixin``)."""
         problem = _Problem(
-            gpb=gpb, X=X, y=(y - y_center) / y_scale, client_index=client_index,
-            n_clients=clients.size, Z=X[:, kept] / z_scale, seed=seed,
-            threads=1 if self.n_jobs is None else int(self.n_jobs))
+            gpb=_gpboost(), X=X, y=y, client_index=client_index, n_clients=n_clients, Z=Z,
+            seed=seed, threads=1 if self.n_jobs is None else int(self.n_jobs))
         with _gpboost_messages() as messages:
             if self.kind == "linear":
                 effects, variances = self._fit_linear(problem)
@@ -285,20 +242,16 @@ class GPBoostRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regre
                 effects, variances = self._fit_trees(problem, grid, cv_seed)
         for message in dict.fromkeys(messages):  # once each: the inner CV repeats them
             warnings.warn(f"gpboost: {message}", UserWarning, stacklevel=user_stacklevel())
+        self.random_effects_var_ = variances[1:]
+        return effects, variances[0]
+
+    def _unscale(self, y_center, y_scale, unit):
         if self.kind == "linear":
             self.coef_ = y_scale * self.coef_
             self.intercept_ = float(y_center + y_scale * self.intercept_)
         else:
             self.cv_score_ = float(self.cv_score_ * y_scale**2)
-        # back to the units of y and of the random-slope columns
-        unit = np.concatenate([[1.0], z_scale])
-        self._y_center, self._y_scale = float(y_center), float(y_scale)
-        self.random_slopes_ = kept
-        self.random_effects_ = y_scale * effects / unit
-        self.random_effects_var_ = y_scale**2 * variances[1:] / unit**2
-        self.noise_variance_ = float(y_scale**2 * variances[0])
-        self.clients_ = clients
-        return self
+        self.random_effects_var_ = y_scale**2 * self.random_effects_var_ / unit**2
 
     def _fit_linear(self, pb):
         """The linear mixed model on standardized columns.

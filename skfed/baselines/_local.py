@@ -17,6 +17,7 @@ from sklearn.utils.validation import (
 
 from ..base import FederatedEstimatorMixin, scatter_rows, transactional_fit
 from ..federated import FederatedAlgorithm, Federation, run_federation
+from ..utils._docstrings import fill_doc
 from ..utils._validation import (
     check_estimator_param, check_groups, check_unknown_client, map_clients, validate_data,
     user_stacklevel,
@@ -80,8 +81,13 @@ class _BaseWrapper(FederatedEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
     def _wraps_classifier(self):
         return get_tags(self.estimator).estimator_type == "classifier"
 
-    def _validate_fit(self, X, y, groups, sample_weight):
+    def _check_params(self):
+        """The wrapped estimator's checks; its own parameters are checked when it is fitted."""
         check_estimator_param(self.estimator, "estimator", methods=("fit", "predict"))
+
+    def _validate_fit(self, X, y, groups, sample_weight):
+        """The parameters (:meth:`_check_params`), then the rows."""
+        self._check_params()
         multi_output = get_tags(self.estimator).target_tags.multi_output
         X, y = validate_data(
             self,
@@ -159,6 +165,7 @@ class _LocalFit(FederatedAlgorithm):
         return {k: int(m["n_samples"]) for k, m in messages.items()}, {}
 
 
+@fill_doc
 class LocalEstimator(_BaseWrapper):
     """One clone of an estimator per client, each trained only on its own rows.
 
@@ -201,9 +208,7 @@ class LocalEstimator(_BaseWrapper):
     ----------
     estimator : estimator object
         A scikit-learn estimator; it is cloned once per client.
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
     n_jobs : int or None, default=None
         Clients fitted in parallel on joblib threads.
 
@@ -212,8 +217,7 @@ class LocalEstimator(_BaseWrapper):
     estimators_ : list of estimator or None
         The fitted clone of each client, in the order of ``clients_``;
         ``None`` for a client that fell back to the population model.
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
+    %(clients_)s
     client_weights_ : ndarray of shape (n_clients,)
         Weight of each client's model in the population prediction: its
         share of the training rows of the clients with a model of their own
@@ -223,10 +227,8 @@ class LocalEstimator(_BaseWrapper):
         population prediction.
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
-    communication_ : Ledger
-        Messages exchanged during ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
+    %(communication_)s
+    %(n_features_in_)s
 
     Examples
     --------
@@ -246,28 +248,17 @@ class LocalEstimator(_BaseWrapper):
         self.unknown_client = unknown_client
         self.n_jobs = n_jobs
 
+    def _check_params(self):
+        super()._check_params()
+        check_unknown_client(self.unknown_client)
+
     @transactional_fit
     def fit(self, X, y, groups=None, sample_weight=None):
         """Fit one clone of ``estimator`` per client.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Passed to each client's ``fit`` (if the estimator accepts it).
-
-        Returns
-        -------
-        self : LocalEstimator
-            The fitted estimator.
+        %(wrapper_fit)s
         """
         X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
-        check_unknown_client(self.unknown_client)
         federation = Federation.from_arrays(X, y, groups, sample_weight)
         result = run_federation(
             _LocalFit(self.estimator, classifier=self._wraps_classifier),
@@ -320,21 +311,13 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` asks for the population
-            prediction.
-        return_std : bool, default=False
-            Also return the predictive standard deviation (estimators whose
-            ``predict`` has ``return_std``, such as Gaussian processes).
+        %(X_predict)s
+        %(groups_population)s
+        %(return_std)s
 
         Returns
         -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
-            Predictions.
-        y_std : ndarray, optional
-            Predictive standard deviations, if ``return_std=True``.
+        %(y_pred_std)s
         """
         X, index = self._validate_predict(X, groups)
         if self._wraps_classifier:
@@ -412,10 +395,7 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row.
+        %(rows_by_client)s
 
         Returns
         -------
@@ -441,10 +421,7 @@ class LocalEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to score.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row.
+        %(rows_by_client)s
 
         Returns
         -------
@@ -470,6 +447,29 @@ class LocalEstimator(_BaseWrapper):
         )
 
 
+def _pooled_method(name, summary, returns):
+    """``PooledEstimator.<name>``: the fitted estimator's method of that name on the
+    checked rows (defined when the wrapped estimator has it)."""
+
+    def method(self, X, groups=None):
+        X = self._validate_predict(X, groups)
+        return getattr(self.estimator_, name)(X)
+
+    method.__name__, method.__qualname__ = name, f"PooledEstimator.{name}"
+    method.__doc__ = f"""{summary}
+
+        Parameters
+        ----------
+        %(rows_pooled)s
+
+        Returns
+        -------
+        {returns}
+        """
+    return available_if(_inner_has(name))(method)
+
+
+@fill_doc
 class PooledEstimator(_BaseWrapper):
     """The centralized reference: one estimator fitted on all clients' rows.
 
@@ -488,42 +488,32 @@ class PooledEstimator(_BaseWrapper):
     ----------
     estimator_ : estimator
         The fitted clone.
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
+    %(clients_)s
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
-    n_features_in_ : int
-        Number of features seen in ``fit``.
+    %(n_features_in_)s
 
     Examples
     --------
-    >>> from sklearn.linear_model import Ridge
+    A classifier on the pooled rows of three clients; ``groups`` is recorded
+    but does not change the model:
+
+    >>> from sklearn.linear_model import LogisticRegression
     >>> from skfed.baselines import PooledEstimator
     >>> from skfed.datasets import make_federated_regression
     >>> X, y, groups = make_federated_regression(n_clients=3, random_state=0)
-    >>> PooledEstimator(Ridge()).fit(X, y, groups=groups).predict(X[:2]).shape
-    (2,)
+    >>> model = PooledEstimator(LogisticRegression()).fit(X, y > 0, groups=groups)
+    >>> model.clients_.tolist(), model.classes_.tolist()
+    ([0, 1, 2], [False, True])
+    >>> bool((model.predict(X, groups=groups) == model.predict(X)).all())
+    True
     """
 
     @transactional_fit
     def fit(self, X, y, groups=None, sample_weight=None):
-        """Fit the estimator on the rows of all clients together.
+        """Fit the estimator on the rows of all clients together (``groups`` is recorded).
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row (checked, recorded in ``clients_``).
-        sample_weight : array-like of shape (n_samples,), default=None
-            Passed to the estimator's ``fit``.
-
-        Returns
-        -------
-        self : PooledEstimator
-            The fitted estimator.
+        %(wrapper_fit)s
         """
         X, y, sample_weight = self._validate_fit(X, y, groups, sample_weight)
         clients, _ = check_groups(groups, X.shape[0])
@@ -552,60 +542,24 @@ class PooledEstimator(_BaseWrapper):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored.
-        return_std : bool, default=False
-            Also return the predictive standard deviation (estimators whose
-            ``predict`` has ``return_std``, or a ``Pipeline`` ending in one).
+        %(X_predict)s
+        %(groups_ignored)s
+        %(return_std)s
         **predict_params : dict
             Passed on to the wrapped estimator's ``predict`` (e.g.
             ``return_cov=True`` of a Gaussian process).
 
         Returns
         -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
-            Predictions.
-        y_std : ndarray, optional
-            Predictive standard deviations, if ``return_std=True``.
+        %(y_pred_std)s
         """
         X = self._validate_predict(X, groups)
         kwargs = {**self._predict_kwargs(self.estimator_, return_std), **predict_params}
         return self.estimator_.predict(X, **kwargs)
 
-    @available_if(_inner_has("predict_proba"))
-    def predict_proba(self, X, groups=None):
-        """Class probabilities of the pooled model.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored.
-
-        Returns
-        -------
-        proba : ndarray of shape (n_samples, n_classes)
-        """
-        X = self._validate_predict(X, groups)
-        return self.estimator_.predict_proba(X)
-
-    @available_if(_inner_has("decision_function"))
-    def decision_function(self, X, groups=None):
-        """Decision function of the pooled model.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to score.
-        groups : array-like of shape (n_samples,), default=None
-            Client labels; checked, then ignored.
-
-        Returns
-        -------
-        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
-        """
-        X = self._validate_predict(X, groups)
-        return self.estimator_.decision_function(X)
+    predict_proba = _pooled_method(
+        "predict_proba", "Class probabilities of the pooled model.",
+        "proba : ndarray of shape (n_samples, n_classes)")
+    decision_function = _pooled_method(
+        "decision_function", "Decision function of the pooled model.",
+        "scores : ndarray of shape (n_samples,) or (n_samples, n_classes)")

@@ -5,18 +5,18 @@ import logging
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils import check_random_state
 
-from ..base import FederatedEstimatorMixin, transactional_fit
+from ..base import FederatedEstimatorMixin, keyword_init
+from ..utils._docstrings import fill_doc
 from ..utils._validation import check_positive_int, check_unknown_client
 from ._random_effects import (
-    RandomEffectsPredictMixin,
+    ANCHOR_DEFAULTS,
+    RandomEffectsMixin,
     check_cv,
     check_param_grid,
     grid_points,
     import_optional,
     inner_folds,
-    standardized_problem,
     warn_untuned,
 )
 
@@ -56,7 +56,8 @@ def _quiet_merf():
         logger.setLevel(level)
 
 
-class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, RegressorMixin,
+@fill_doc
+class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
                     BaseEstimator):
     """Mixed-effects random forest: a random forest plus a random intercept (and slopes) per client.
 
@@ -85,7 +86,8 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
     ``unknown_client="global"``) get ``f(x)``, the population prediction (as
     merf's own ``predict`` does for a new cluster).
 
-    Requires merf (``pip install "skfed[bench]"``).
+    Requires merf, of the ``bench`` extra (``python -m pip install -e ".[bench]"`` in the
+    skfed clone).
 
     Parameters
     ----------
@@ -113,9 +115,7 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
         called as ``cv.split(X, y, client_index)``. When the rows cannot be
         split (no client with ``cv`` rows, fewer clients than folds), the fit
         warns and uses the first value of each grid entry.
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
     random_state : int, RandomState instance or None, default=None
         Seeds the inner CV's shuffle and the forest's ``random_state``.
     n_jobs : int or None, default=None
@@ -144,12 +144,8 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
         Estimated residual variance ``sigma^2``.
     n_iter_ : int
         EM iterations run.
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    %(clients_)s
+    %(features_in_)s
 
     See Also
     --------
@@ -174,8 +170,7 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
     --------
     >>> from skfed.baselines import MERFRegressor
     >>> from skfed.datasets import make_federated_regression
-    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
-    ...                                          random_state=0)
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2, random_state=0)
     >>> model = MERFRegressor(n_estimators=20, param_grid={}, random_state=0)
     >>> model.fit(X, y, groups=groups).random_effects_.shape
     (5, 1)
@@ -183,17 +178,9 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
     (3,)
     """
 
-    def __init__(self, random_slopes=None, *, n_estimators=100, param_grid=None,
-                 max_iterations=10, cv=3, unknown_client="global", random_state=None,
-                 n_jobs=None):
-        self.random_slopes = random_slopes
-        self.n_estimators = n_estimators
-        self.param_grid = param_grid
-        self.max_iterations = max_iterations
-        self.cv = cv
-        self.unknown_client = unknown_client
-        self.random_state = random_state
-        self.n_jobs = n_jobs
+    __init__ = keyword_init(
+        dict(random_slopes=None, n_estimators=100, param_grid=None, max_iterations=10),
+        ANCHOR_DEFAULTS, positional=1)
 
     @classmethod
     def _test_instances(cls):
@@ -202,12 +189,6 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
         few iterations."""
         return [cls(n_estimators=5, param_grid={"min_samples_leaf": [5]},
                     max_iterations=2, random_slopes="all")]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        tags.input_tags.allow_nan = False
-        return tags
 
     def _check_params(self):
         check_unknown_client(self.unknown_client)
@@ -223,62 +204,36 @@ class MERFRegressor(RandomEffectsPredictMixin, FederatedEstimatorMixin, Regresso
             check_positive_int(self.n_jobs, "n_jobs")
         return grid
 
-    @transactional_fit
-    def fit(self, X, y, groups=None):
-        """Tune the forest by the inner CV, then fit the mixed-effects forest on all rows.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : MERFRegressor
-            The fitted estimator.
-        """
-        grid = self._check_params()
+    def _fit_standardized(self, X, y, Z, client_index, n_clients, grid, cv_seed, seed):
+        """Tune the forest by the inner CV, then fit it on all rows (``RandomEffectsMixin``)."""
         merf = _merf()
-        X, y, clients, client_index, kept, y_center, y_scale, z_scale = \
-            standardized_problem(self, X, y, groups)
-        rng = check_random_state(self.random_state)
-        cv_seed, forest_seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
-        ys = (y - y_center) / y_scale
-        Z = np.column_stack([np.ones(X.shape[0]), X[:, kept] / z_scale])
+        Z = np.column_stack([np.ones(X.shape[0]), Z])
 
         def fit_one(params, rows):
-            return self._fit_merf(merf, params, X[rows], Z[rows], ys[rows],
-                                  client_index[rows], forest_seed)
+            return self._fit_merf(merf, params, X[rows], Z[rows], y[rows],
+                                  client_index[rows], seed)
 
         candidates = grid_points(grid)
         best, score = candidates[0], float("nan")
         if len(candidates) > 1:
-            folds, reason = inner_folds(self.cv, X, ys, client_index, cv_seed)
+            folds, reason = inner_folds(self.cv, X, y, client_index, cv_seed)
             if folds is None:
                 warn_untuned("MERFRegressor", reason,
                              "with the first value of each param_grid entry")
             else:
-                scores = [self._cv_error(fit_one, params, folds, X, Z, ys, client_index)
+                scores = [self._cv_error(fit_one, params, folds, X, Z, y, client_index)
                           for params in candidates]
                 k = int(np.argmin(scores))
                 best, score = candidates[k], scores[k]
-        forest, effects, cov, noise, n_iter = fit_one(best, slice(None))
-        unit = np.concatenate([[1.0], z_scale])
-        self.forest_ = forest
+        self.forest_, effects, self.random_effects_cov_, noise, self.n_iter_ = \
+            fit_one(best, slice(None))
         self.best_params_ = dict(best)
-        self.cv_score_ = float(score * y_scale**2)
-        self.random_slopes_ = kept
-        self.random_effects_ = y_scale * effects / unit
-        self.random_effects_cov_ = y_scale**2 * cov / np.outer(unit, unit)
-        self.noise_variance_ = float(y_scale**2 * noise)
-        self.n_iter_ = n_iter
-        self.clients_ = clients
-        self._y_center, self._y_scale = float(y_center), float(y_scale)
-        return self
+        self.cv_score_ = score
+        return effects, noise
+
+    def _unscale(self, y_center, y_scale, unit):
+        self.cv_score_ = float(self.cv_score_ * y_scale**2)
+        self.random_effects_cov_ = y_scale**2 * self.random_effects_cov_ / np.outer(unit, unit)
 
     def _fit_merf(self, merf, params, X, Z, y, client_index, seed):
         """One merf fit: ``(forest, b per client (all clients; unseen 0), D, sigma^2, n_iter)``."""

@@ -6,17 +6,19 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted
 
-from ..base import FederatedEstimatorMixin, check_on_site, transactional_fit
+from ..base import FederatedEstimatorMixin, transactional_fit
+from ..utils._docstrings import fill_doc
 from ..utils._validation import (
     check_groups,
     check_positive_int,
     check_scale,
     check_unknown_client,
+    install_hint,
     validate_data,
 )
 from ._mixedlm_core import fit_mixedlm
+from ._random_effects import RandomEffectsPredictMixin
 
 __all__ = ["MixedLMRegressor", "MixedPredictMixin", "resolve_random_slopes"]
 
@@ -30,8 +32,8 @@ def _import_statsmodels():
         import statsmodels  # noqa: F401
     except ImportError:
         raise ImportError(
-            'MixedLMRegressor needs statsmodels>=0.14: pip install "skfed[bench]" '
-            '(or "skfed[test]").'
+            f"MixedLMRegressor needs statsmodels>=0.14: {install_hint('bench')} (the test "
+            'extra has it too), or pip install "statsmodels>=0.14".'
         ) from None
 
 
@@ -106,43 +108,18 @@ def resolve_random_slopes(slopes, n_features, feature_names=None):
     return np.asarray(out, dtype=np.intp)
 
 
-class MixedPredictMixin:
+class MixedPredictMixin(RandomEffectsPredictMixin):
     """``predict`` of the mixed models: fixed effects plus each seen client's random effects.
 
     Reads ``coef_``, ``intercept_``, ``random_slopes_``, ``random_effects_`` (``None``
     after a distributed fit: the random effects stay on the sites) and ``clients_``.
     """
 
-    def predict(self, X, groups=None):
-        """Predict with fixed effects plus each seen client's random effects.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` asks for the population
-            prediction (fixed effects only).
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,)
-            Predictions.
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        index = self._client_index(groups, X.shape[0])
-        check_on_site(index, self.clients_, self.random_effects_ is None)
-        y_pred = X @ self.coef_ + self.intercept_
-        seen = np.flatnonzero(index >= 0)
-        if seen.size:
-            u = self.random_effects_[index[seen]]
-            y_pred[seen] += u[:, 0] + np.einsum(
-                "ij,ij->i", X[np.ix_(seen, self.random_slopes_)], u[:, 1:]
-            )
-        return y_pred
+    def _fixed_part(self, X):
+        return X @ self.coef_ + self.intercept_
 
 
+@fill_doc
 class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixin,
                        BaseEstimator):
     """Linear mixed model with a random intercept and random slopes per client.
@@ -166,21 +143,12 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
     ``unknown_client="global"``) get the *population prediction*
     ``beta_0 + x' beta``, the mean over new clients.
 
-    Requires statsmodels (``pip install "skfed[bench]"``).
+    Requires statsmodels, of the ``bench`` extra (``python -m pip install -e ".[bench]"``
+    in the skfed clone).
 
     Parameters
     ----------
-    random_slopes : None, "all" or list of int or str, default=None
-        Features with a random slope next to the random intercept: ``None``
-        for a random intercept only, ``"all"`` for every feature, or column
-        indices or feature names (names need ``X`` with column names, e.g. a
-        pandas DataFrame).
-    fit_intercept : bool, default=True
-        Whether to fit the fixed intercept ``beta_0``. The random intercept is
-        always in the model.
-    reml : bool, default=True
-        Estimate the variance components by restricted maximum likelihood
-        (the default of lme4 and statsmodels); ``False`` for maximum likelihood.
+    %(mixed_model)s
     method : str or list of str, default=("bfgs", "powell")
         scipy optimizers for the variance components, tried in turn until one
         converges (each continues from the best previous estimate; an
@@ -191,9 +159,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
         gradient methods stall.
     max_iter : int, default=200
         Maximum iterations of each optimizer.
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
 
     Attributes
     ----------
@@ -223,12 +189,8 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
         effects fit ``y`` exactly and every variance is 0).
     n_iter_ : int
         Optimizer iterations, summed over the methods run (0 for an exact fit).
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    %(clients_)s
+    %(features_in_)s
 
     See Also
     --------
@@ -255,8 +217,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
     --------
     >>> from skfed.baselines import MixedLMRegressor
     >>> from skfed.datasets import make_federated_regression
-    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
-    ...                                          random_state=0)
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2, random_state=0)
     >>> model = MixedLMRegressor(random_slopes=[0]).fit(X, y, groups=groups)
     >>> model.random_effects_.shape
     (5, 2)
@@ -277,12 +238,6 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
     def _test_instances(cls):
         """Instances for the common checks: random intercept, and random slopes on all."""
         return [cls(), cls(random_slopes="all")]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        tags.input_tags.allow_nan = False
-        return tags
 
     def _check_params(self):
         check_unknown_client(self.unknown_client)
@@ -309,19 +264,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
     def fit(self, X, y, groups=None):
         """Fit the mixed model by (RE)ML on the rows of all clients.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            Training rows of all clients.
-        y : array-like of shape (n_samples,)
-            Targets.
-        groups : array-like of shape (n_samples,), default=None
-            Client label of each row; ``None`` means one client.
-
-        Returns
-        -------
-        self : MixedLMRegressor
-            The fitted estimator.
+        %(fit_sections)s
         """
         _import_statsmodels()
         methods, max_iter = self._check_params()

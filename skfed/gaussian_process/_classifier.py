@@ -9,7 +9,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import transactional_fit
 from ..utils._validation import check_scale, validate_data
-from ._elbo import chol_jitter
+from ._linalg import chol_jitter
 from ._pfedhgp import PFedHGPRegressor
 
 __all__ = ["PFedHGPClassifier"]

@@ -24,27 +24,23 @@ from scipy.linalg.lapack import dpotrf, dpotri
 from ._elbo import (
     SMALL_INDUCING,
     Basis,
-    CholeskyError,
     basis_adjoint,
-    cho_solve,
-    cholesky,
     kernel_grads,
     sigmoid,
     softplus,
-    solve_triangular,
     unpack_global,
 )
-from ._kernels import (
+from ._closed_form_kernels import (
     basis_rows,
     cavi_local_steps,
     cavi_round_small,
     closed_form_q,
-    factor_stats,
     latent_sweeps,
     local_basis_rows,
     local_products_rows,
     marginal_dev_stats,
 )
+from ._linalg import CholeskyError, cho_solve, cholesky, factor_stats, solve_triangular
 
 
 #: up to this many rows a client runs its local steps as one numba call
@@ -86,7 +82,7 @@ def _factor_terms(basis, L, s2=None, inv_prior=None):
 
 
 def fused_local_basis(X, loc, cfg):
-    """The local basis as the fused loop forms it (:func:`._kernels.local_basis_rows`).
+    """The local basis as the fused loop forms it (:func:`._closed_form_kernels.local_basis_rows`).
 
     The same basis as ``_elbo.local_basis`` up to rounding: numba loops
     instead of LAPACK's triangular solve.
@@ -106,7 +102,7 @@ def global_basis_small(X, g, cfg):
     """The global basis of a small client's round (:func:`round_fusable`) by numba.
 
     ``_elbo.global_basis`` with the factor and ``V = L^{-1} K(Z_g, X)`` of
-    :func:`._kernels.basis_rows` (the same jitter escalation) instead of
+    :func:`._closed_form_kernels.basis_rows` (the same jitter escalation) instead of
     LAPACK: equal up to rounding, in one call (a small client forms it every
     other round, when the global kernel moves).
     """
@@ -147,9 +143,10 @@ def _flat_moments(adam, loc, hyper):
 
 def small_round(X, y, g, loc, gb, adam, cfg, n_steps, lr, z_scale, lb, want_grad,
                 want_joint, scalars=None, b1=0.9, b2=0.999, eps=1e-8):
-    """A small client's closed-form round in one call of :func:`._kernels.cavi_round_small`.
+    """A small client's closed-form round in one numba call
+    (:func:`._closed_form_kernels.cavi_round_small`).
 
-    The same operations as ``_steps._cavi_local`` on the fused path (first
+    The same operations as ``_optimizers.ClosedForm.local_steps`` on the fused path (first
     solve, :meth:`ClosedFormClient.fused_local_steps`), then
     :meth:`ClosedFormClient.message` with the packed ``Phi``,
     :meth:`ClosedFormClient.global_kernel_grad` (if ``want_grad``) and
@@ -171,7 +168,7 @@ def small_round(X, y, g, loc, gb, adam, cfg, n_steps, lr, z_scale, lb, want_grad
         The client's global basis at ``g``.
     adam : dict or None
         Adam's state of the local kernel: ``{"t", "flat": (m, v)}`` as this
-        function returns it, the dict of :func:`._steps.adam_init`, or None.
+        function returns it, the dict of :func:`._adam.adam_init`, or None.
     cfg : ModelConfig
     n_steps, lr, z_scale
         Local steps, their learning rate and the inducing inputs' step unit.
@@ -217,7 +214,7 @@ def small_round(X, y, g, loc, gb, adam, cfg, n_steps, lr, z_scale, lb, want_grad
     (info, Z, ls_raw, var_raw, m_new, v_new, md, mu, Lu, Ld, L, K, Vt, ls, var, jit_last,
      jit, stats, b, Phi, A, a, g_ls, g_var, g_Z) = cavi_round_small(
         # mg, Zg and ls_g writable (copies of a few numbers), as the arrays the kernel
-        # forms itself: its helpers compile once (see _elbo.kernel_args)
+        # forms itself: its helpers compile once (see _covariance.kernel_args)
         c(X, dtype=float), *kept[1:], np.array(g["mg"], dtype=float),
         c(g["Lg"], dtype=float), np.array(g["Zg"], dtype=float, order="C"),
         c(gb.ls, dtype=float), np.array(np.ravel(g["ls_g"]), dtype=float),
@@ -358,9 +355,9 @@ class ClosedFormClient:
     def fused_local_steps(self, X, loc, adam, n_steps, lr, z_scale, b1=0.9, b2=0.999,
                           eps=1e-8):
         """``n_steps`` local steps (gradient, Adam step on the local kernel, new
-        basis, closed-form solve) in one call of :func:`._kernels.cavi_local_steps`.
+        basis, closed-form solve) in one call of :func:`._closed_form_kernels.cavi_local_steps`.
 
-        The same steps as ``_steps._cavi_local``'s loop of :meth:`local_hyper_grad`,
+        The same steps as ``_optimizers.ClosedForm.local_steps``'s loop of :meth:`local_hyper_grad`,
         ``adam_ascent``, a new local basis, :meth:`set_local` and :meth:`solve`
         (tested against it), without their per-call overhead. Call after the
         round's first :meth:`solve` with a basis of :func:`fused_local_basis` set
@@ -678,7 +675,7 @@ def ridge_loadings_gram(HtH, HtR, v):
 
 
 def _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps, want_cov=None):
-    """:func:`._kernels.latent_sweeps` with LAPACK (for large stacks).
+    """:func:`._closed_form_kernels.latent_sweeps` with LAPACK (for large stacks).
 
     Returns the means and covariance factors as lists (one per latent) and
     the loadings.
@@ -701,7 +698,7 @@ def _local_sweeps_lapack(G, C, sizes, prior, kt, B, s2, n_sweeps, want_cov=None)
 def latent_q(G, C, sizes, prior, B, s2, kt=None, n_sweeps=0, want_cov=None):
     """Optimal ``q`` of independent latents sharing a residual, and their loadings.
 
-    :func:`._kernels.latent_sweeps` up to ``LATENT_Q_SMALL`` stacked
+    :func:`._closed_form_kernels.latent_sweeps` up to ``LATENT_Q_SMALL`` stacked
     coefficients, :func:`_local_sweeps_lapack` beyond. With ``n_sweeps=0``
     the loadings ``B`` stay and only the covariances and the joint means are
     set (the server's ``q(u_g)`` step); ``kt`` (the residual-trace terms of

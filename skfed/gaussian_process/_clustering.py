@@ -6,8 +6,8 @@ from sklearn.cluster import SpectralClustering
 from sklearn.utils.validation import check_is_fitted
 
 from ..utils._validation import check_groups, check_positive_int
-from ._elbo import kernel_args
-from ._kernels import kernel_matrix
+from ._covariance import kernel_args
+from ._covariance import kernel_matrix
 
 __all__ = ["client_dissimilarity", "cluster_clients"]
 

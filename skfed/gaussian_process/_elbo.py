@@ -29,41 +29,22 @@ Cholesky reverse mode gives ``K_zz_bar`` and :func:`kernel_adjoint` the
 kernel parameters.
 """
 
-import functools
 import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import LinAlgError
-from scipy.linalg.blas import dtrmm, dtrsm
-from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
+from scipy.linalg.blas import dtrsm
 
-from ._kernels import chol_backward as _chol_backward_small
-from ._kernels import (
+from ._covariance import (
     inducing_cholesky,
     kernel_adjoint_cross,
     kernel_adjoint_sym,
+    kernel_args,
     kernel_matrix,
 )
+from ._linalg import chol_backward, chol_jitter, solve_triangular
 
 LOG2PI = np.log(2.0 * np.pi)
-
-
-def kernel_args(X, Z):
-    """``X`` and ``Z`` as the numba kernels take them: C-contiguous float64, ``X``
-    read-only (a view; a copy only if of another type or layout), ``Z`` a writable copy.
-
-    The kernels compile one specialization per combination of argument types, and
-    a read-only array (the engine's broadcast, a site's data) is of another type
-    than a writable one. The fused kernels' own calls pass the rows read-only and
-    the inducing inputs writable (their Adam steps move them); every call from
-    Python does the same, so that each kernel compiles once (``Z`` has a few rows).
-    """
-    X = np.ascontiguousarray(X, dtype=float)
-    if X.flags.writeable:
-        X = X.view()
-        X.flags.writeable = False
-    return X, np.array(Z, dtype=float, order="C")
 
 
 # ----------------------------------------------------------------------------
@@ -83,112 +64,6 @@ def softplus_inv(y):
 def sigmoid(x):
     """Logistic function, the derivative of :func:`softplus`."""
     return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=float)))
-
-
-def solve_triangular(L, B, lower=True, trans=0, check_finite=False):
-    """``L^{-1} B`` (``trans=0``) or ``L^{-T} B`` (``trans=1``) for lower ``L``.
-
-    LAPACK ``dtrtrs`` directly: these solves are small and many, so the
-    wrapper overhead of :func:`scipy.linalg.solve_triangular` dominates.
-    """
-    x, info = dtrtrs(L, B, lower=1, trans=trans)
-    if info != 0:
-        raise LinAlgError(f"singular triangular factor (dtrtrs info={info}).")
-    return x
-
-
-def cholesky(A):
-    """Lower Cholesky factor of a symmetric positive definite ``A``.
-
-    LAPACK ``dpotrf`` directly (the same routine and result as
-    :func:`scipy.linalg.cholesky`, without its per-call overhead, which
-    dominates for the many small factorizations of a round).
-    """
-    L, info = dpotrf(A, lower=1, clean=1)
-    if info != 0:
-        raise LinAlgError(f"matrix not positive definite (dpotrf info={info}).")
-    return L
-
-
-def cho_solve(L, B):
-    """``A^{-1} B`` from the lower Cholesky factor ``L`` of ``A`` (LAPACK ``dpotrs``)."""
-    x, info = dpotrs(L, B, lower=1)
-    if info != 0:
-        raise LinAlgError(f"invalid Cholesky solve (dpotrs info={info}).")
-    return x
-
-
-class CholeskyError(np.linalg.LinAlgError):
-    """A covariance stayed non positive definite after every jitter retry."""
-
-
-def chol_jitter(K, jitter, max_tries=8):
-    """Lower Cholesky factor of ``K + jitter I``; jitter x10 on each failure.
-
-    Returns
-    -------
-    L : ndarray
-    used : float
-        The jitter that succeeded (reported by the estimator as ``jitter_``).
-    """
-    n = K.shape[0]
-    jit = float(jitter)
-    for _ in range(max_tries):
-        A = K + K.T
-        A *= 0.5
-        A.flat[:: n + 1] += jit
-        L, info = dpotrf(A, lower=1, clean=1, overwrite_a=1)
-        if info == 0 and np.isfinite(L.trace()):  # a NaN or inf reaches the diagonal
-            return L, jit
-        jit = max(jit * 10.0, 1e-12)
-    raise CholeskyError(
-        f"a kernel matrix is not positive definite even with jitter {jit / 10:.1e}; "
-        "check for NaN hyperparameters or raise jitter."
-    )
-
-
-#: up to this size the Cholesky adjoint is one numba pass; beyond, three BLAS calls
-#: are faster (their blocked kernels win from about 160 x 160 on)
-SMALL_ADJOINT = 128
-
-
-def chol_backward(L, L_bar):
-    """Symmetric adjoint of ``K`` given the adjoint of ``L = chol(K)`` (Murray 2016).
-
-    ``K_bar = L^{-T} Phi(L^T tril(L_bar)) L^{-1}``, symmetrized, with ``Phi``
-    the lower triangle with its diagonal halved; only the lower triangle of
-    ``L_bar`` is read. Small matrices: :func:`._kernels.chol_backward`.
-    """
-    n = L.shape[0]
-    if n <= SMALL_ADJOINT:
-        return _chol_backward_small(L, L_bar)
-    P = np.tril(dtrmm(1.0, L, np.tril(L_bar), side=0, lower=1, trans_a=1))
-    P.flat[:: n + 1] *= 0.5
-    K_bar = dtrsm(1.0, L, dtrsm(1.0, L, P, side=1, lower=1), side=0, lower=1, trans_a=1)
-    return 0.5 * (K_bar + K_bar.T)
-
-
-@functools.lru_cache(maxsize=None)
-def _tril_indices(m):
-    """``np.tril_indices(m)``, made once per size (read-only; a round packs many)."""
-    rows, cols = np.tril_indices(m)
-    rows.flags.writeable = False
-    cols.flags.writeable = False
-    return rows, cols
-
-
-def tril_pack(A):
-    """Lower triangle (with diagonal) of a square matrix as a flat vector."""
-    return A[_tril_indices(A.shape[0])]
-
-
-def tril_unpack(v, m, symmetric=False):
-    """Inverse of :func:`tril_pack` (optionally mirrored to a symmetric matrix)."""
-    A = np.zeros((m, m))
-    A[_tril_indices(m)] = v
-    if symmetric:
-        A = A + np.tril(A, -1).T
-    return A
 
 
 # ----------------------------------------------------------------------------
@@ -611,12 +486,6 @@ def server_kl(g, cfg):
 # ----------------------------------------------------------------------------
 # closed forms (CAVI mode, derived here; not in the paper)
 # ----------------------------------------------------------------------------
-def _inv_chol_spd(P):
-    """``(S, chol(S))`` for ``S = P^{-1}`` with ``P`` SPD (eigenvalues >= 1 here)."""
-    Lp = cholesky(0.5 * (P + P.T))
-    S = cho_solve(Lp, np.eye(P.shape[0]))
-    S = 0.5 * (S + S.T)
-    return S, cholesky(S)
 
 
 def optimal_phi(D, t_g, n_clients, M, s2):

@@ -311,7 +311,7 @@ def solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=3, gram=None):
     ELBO never decreases. (``q`` goes first: at ``m = 0`` the optimal loadings
     would be zero.) The bases and the partial residual ``R`` stay fixed over
     the sweeps, so they run on the stacked Gram matrix and ``S R`` alone
-    (:func:`._kernels.latent_sweeps`), from ``gram``
+    (:func:`._closed_form_kernels.latent_sweeps`), from ``gram``
     (:class:`IlmmClientGram` of the same bases, formed if None).
     """
     s2 = float(softplus(g["noise"]))

@@ -18,7 +18,8 @@ with the ILMM blocks of :mod:`._ilmm`:
   global bases, their product with its partial residual, the residual's
   squared norm and a few scalars; the server alternates the closed-form
   ``q(u_g^(r))`` (jointly over latents), ``B_g`` (closed form derived here), ``sigma^2`` and
-  ``phi``, and takes an Adam step on the global lengthscales and ``Z_g``.
+  ``phi``, and takes an Adam step on the global lengthscales and ``Z_g``
+  (:class:`._optimizers.IlmmClosedForm`).
 
 Raw rows, client posteriors, client loadings and local kernels stay on the
 clients; with ``release_population`` each client adds its local lengthscales
@@ -28,31 +29,11 @@ and the outer products ``b b^T`` of its loading columns to its last message
 
 import numpy as np
 
-from ._elbo import (
-    kl_whitened,
-    stacked_gram,
-    tril_pack,
-    tril_unpack,
-)
-from ._ilmm import (
-    IlmmClientGram,
-    IlmmConfig,
-    _colsq,
-    global_bases,
-    ilmm_terms,
-    local_bases,
-    solve_local_ilmm,
-)
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
-from ._steps import (
-    _PFedHGPSteps,
-    check_pooled_scale,
-    adam_ascent,
-    adam_init,
-    message_total,
-    row_shift,
-    wants_kernel_grad,
-)
+from ._ilmm import IlmmConfig, global_bases, ilmm_terms, local_bases
+from ._linalg import tril_pack, tril_unpack
+from ._optimizers import IlmmClosedForm, PaperAdam
+from ._steps import _PFedHGPSteps, check_pooled_scale, row_shift
 
 
 def pca_loadings(C, R, n_components, prior_var, rng, perturb=0.1):
@@ -94,12 +75,12 @@ class _IlmmSteps(_PFedHGPSteps):
     # one basis per latent
     build_global = staticmethod(global_bases)
     build_local = staticmethod(local_bases)
+    optimizers = {"paper": PaperAdam, "cavi": IlmmClosedForm}
 
     def __init__(self, cfg, **kwargs):
         if not isinstance(cfg, IlmmConfig):
             raise TypeError("cfg must be an IlmmConfig")
         super().__init__(cfg, **kwargs)
-        self.joint_mean = False  # the joint global mean step is the scalar model's only
 
     # the kernel variances are fixed (the loadings carry the scale); every block
     # has loadings B (global_keys, local_keys)
@@ -127,10 +108,6 @@ class _IlmmSteps(_PFedHGPSteps):
         if cfg.use_local:
             loc["Bl"] = pca_loadings(C, cfg.R_l, n_comp, cfg.variance_local, rng)
 
-    #: coordinate-ascent sweeps of the client's closed form (:func:`._ilmm.solve_local_ilmm`)
-    #: at the round's start and after each local step
-    sweeps = (3, 1)
-
     # the first training round draws the loadings' perturbation (pca_loadings)
     client_step_draws = True
 
@@ -149,15 +126,6 @@ class _IlmmSteps(_PFedHGPSteps):
     @staticmethod
     def _jitter(bases):
         return max(b.jitter for b in bases) if bases else 0.0
-
-    def _small_round(self, X, loc, g):
-        return False  # the fused small-client round is the scalar model's only
-
-    def _cavi_client(self, X, Y, g, loc, gbs, adam, zscale, cache, broadcast, small):
-        loc, adam, jit, gram = self._cavi_local(X, Y, g, loc, gbs, adam, zscale, cache)
-        msg = self._cavi_message(X, Y, g, loc, gbs, gram,
-                                 kernel_grad=wants_kernel_grad(broadcast))
-        return loc, adam, jit, msg
 
     def population_release(self, loc):
         """What a client releases in the last round for the population prediction.
@@ -178,77 +146,6 @@ class _IlmmSteps(_PFedHGPSteps):
     def population_release_keys(self):
         return (["Pd"] if self.cfg.use_deviation else []) + \
             (["Pl", "ls_l"] if self.cfg.use_local else [])
-
-    def _cavi_local(self, X, Y, g, loc, gbs, adam, zscale, cache):
-        """Closed-form client blocks and Adam steps on the local kernel.
-
-        Returns ``(loc, adam, jitter, gram)`` with ``gram`` the
-        :class:`._ilmm.IlmmClientGram` of the final bases (for the message).
-        """
-        cfg = self.cfg
-        hyper = self.local_keys(hyper_only=True)
-        if adam is None and hyper:
-            adam = adam_init(loc, hyper)
-        lbs = self._local_basis(X, loc, cache) if cfg.use_local else None
-        jit = self._jitter(lbs)
-        gram = IlmmClientGram(Y, gbs, lbs, cfg)
-        loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=self.sweeps[0], gram=gram)
-        for _ in range(self.local_steps if hyper else 0):
-            _, gl, _, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=lbs, want_local_hyper=True,
-                                     want_value=False)
-            loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
-            lbs = self._local_basis(X, loc, cache)
-            jit = max(jit, self._jitter(lbs))
-            gram = IlmmClientGram(Y, gbs, lbs, cfg)
-            loc = solve_local_ilmm(X, Y, g, loc, cfg, gbs, lbs, n_sweeps=self.sweeps[1], gram=gram)
-        return loc, adam, jit, gram
-
-    def _cavi_message(self, X, Y, g, loc, gbs, gram, kernel_grad=True):
-        """Sufficient statistics of the global block (the paper message's information).
-
-        With ``W`` the stacked global bases and ``R`` the client's partial
-        residual ``Y - H_d B_d^T - H_l B_l^T``: ``W W^T`` (packed), ``W R``,
-        ``|R|^2``, the residual traces, the client's variance terms, and the
-        deviation statistics for ``phi``, all from the Gram statistics
-        ``gram`` (:class:`._ilmm.IlmmClientGram`). The gradient for ``ls_g,
-        Z_g`` too, in the rounds whose server step moves the kernel
-        (``kernel_grad``).
-        """
-        cfg = self.cfg
-        n = Y.shape[0]
-        msg = {"n": np.int64(n)}
-        c = 0.0
-        if cfg.global_basis:
-            t_g = np.array([n * cfg.variance_global - b.sqnorm for b in gbs])
-        if cfg.use_deviation:
-            # the deviation variance terms without their phi * t_g part
-            bd = np.sum(loc["Bd"] ** 2, axis=0)
-            c += float(bd @ np.array([b.quad(L) for b, L in zip(gbs, loc["Ld"])]))
-            msg["a"] = float(bd @ t_g)
-            msg["D"] = float(sum(_colsq(L) + m @ m for m, L in zip(loc["md"], loc["Ld"])))
-            msg["logdet_d"] = float(sum(2.0 * np.sum(np.log(np.abs(np.diag(L))))
-                                        for L in loc["Ld"]))
-        if cfg.use_local:
-            v_l = np.array([b.quad(L) + (n * cfg.variance_local - b.sqnorm)
-                            for b, L in zip(gram.local, loc["Lu"])])
-            c += float(np.sum(loc["Bl"] ** 2, axis=0) @ v_l)
-            msg["kl_u"] = float(sum(kl_whitened(m, L) for m, L in zip(loc["mu"], loc["Lu"])))
-        else:
-            msg["kl_u"] = 0.0
-        rr, WR = gram.partial_residual(loc, gbs)
-        msg["rr"] = rr
-        msg["c"] = c
-        if cfg.global_basis:
-            msg["t_g"] = t_g
-        if cfg.use_global:
-            msg["Phi"] = tril_pack(stacked_gram(gbs))
-            msg["WR"] = WR
-        if kernel_grad and self.kernel_keys():
-            _, _, gg, _ = ilmm_terms(X, Y, g, loc, cfg, gbs=gbs, lbs=gram.local or None,
-                                     want_global=True, want_value=False)
-            for k in self.kernel_keys():
-                msg["g_" + k] = gg[k]
-        return msg
 
     # --- server ----------------------------------------------------------------
     def _target_setup(self, msgs):
@@ -288,8 +185,3 @@ class _IlmmSteps(_PFedHGPSteps):
         n_comp = cfg.use_global + cfg.use_deviation + cfg.use_local
         return {"Bg": pca_loadings(C, cfg.R_g, n_comp, cfg.variance_global, rng)}
 
-    def _global_projection(self, msgs):
-        return message_total(msgs, "WR")
-
-    def _deviation_trace(self, msgs, t_g):
-        return message_total(msgs, "a")

@@ -18,21 +18,15 @@ from ..utils._param_validation import (
     FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
 )
 from ..utils._validation import check_groups, user_stacklevel, validate_data
-from ._elbo import ModelConfig, chol_jitter, softplus
+from ._elbo import ModelConfig, softplus
 from ._ilmm import IlmmConfig
-from ._predict import (
-    ilmm_moments,
-    latent_moments,
-    prediction_basis,
-    prior_cov,
-    sparse_residual,
-)
+from ._predict import gaussian_draws, ilmm_moments, scalar_moments
 from ._ilmm_steps import _IlmmSteps
-from ._random_effects import RANDOM_EFFECTS, effects_design, effects_moments
-from ._kernels import KERNEL_KINDS
+from ._random_effects import RANDOM_EFFECTS
+from ._covariance import KERNEL_KINDS
 from ._collapsed import Layout, PFedHGPCollapsed, posterior_moments
 from ._random_effects import INITIAL_VARIANCE
-from ._steps import InitialValues, _PFedHGPSteps, site_trend_moments
+from ._steps import InitialValues, _PFedHGPSteps
 
 __all__ = ["PFedHGPRegressor"]
 
@@ -53,17 +47,6 @@ SCALAR_INIT_VARIANCE_LOCAL = 0.1
 def _n_outputs(y):
     """``Q`` of a validated 2-D ``y``; ``None`` for 1-D ``y`` (the scalar model)."""
     return y.shape[1] if y.ndim == 2 else None
-
-
-def _gaussian_draws(rng, mean, cov, n_samples, jitter):
-    """``n_samples`` draws of ``N(mean, cov)`` (normalized scale), shape ``(n_samples, n)``.
-
-    Through the Cholesky factor, which is unique: two fits equal to rounding
-    give draws equal to rounding. (``multivariate_normal`` factors by SVD,
-    whose eigenvectors turn freely in a repeated eigenvalue's eigenspace.)
-    """
-    L, _ = chol_jitter(np.asarray(cov, dtype=float), jitter)
-    return mean + rng.standard_normal((n_samples, mean.shape[0])) @ L.T
 
 
 def _check_components(components):
@@ -1268,99 +1251,13 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         return mean, cov
 
     # ------------------------------------------------------------------ predict
-    def _global_pred_basis(self, Xs):
-        cfg, g = self._cfg, self._global
-        ls = cfg.lengthscale(g["ls_g"])
-        var = float(softplus(g["var_g"]))
-        return prediction_basis(Xs, g["Zg"], ls, var, cfg.kind, self.jitter_), ls, var
-
-    def _local_pred_basis(self, Xs, loc):
-        cfg = self._cfg
-        ls = cfg.lengthscale(loc["ls_l"])
-        var = float(softplus(loc["var_l"]))
-        return prediction_basis(Xs, loc["Zl"], ls, var, cfg.kind, self.jitter_), ls, var
-
-    def _population_local(self):
-        """The prior of a new client's local GP: the clients' median released kernel.
-
-        ``None`` if the clients released nothing (``population_local="none"``).
-        """
-        released = self._released
-        if released is None or "var_l" not in released:
-            return None
-        ls = np.median(softplus(released["ls_l"]), axis=0)
-        var = float(np.median(softplus(released["var_l"])))
-        return self._cfg.lengthscale(np.log(np.expm1(ls))), var
-
     def _moments(self, Xs, index, full, latent=False):
-        """Predictive mean and variance (diagonal) or covariance, normalized scale.
-
-        Rows of one client share its deviation and local functions; rows of
-        the population (index -1) are treated as one new client, whose
-        deviation and local functions follow their priors.
-        """
-        cfg, g = self._cfg, self._global
-        Xs = self._scale_X(Xs)
-        n = Xs.shape[0]
-        mean = np.zeros(n)
-        cov = np.zeros((n, n)) if full else np.zeros(n)
-        s2 = float(softplus(g["noise"]))
-        phi = self.phi_
-        if cfg.global_basis:
-            Ws, ls_g, var_g = self._global_pred_basis(Xs)
-            Kg = prior_cov(Xs, ls_g, var_g, cfg.kind, full)
-            res_g = sparse_residual(Ws, Kg, full)
-            if cfg.use_global:
-                m, c = latent_moments(Ws, g["mg"], g["Lg"], res_g, full)
-                mean += m
-                cov += c
-        for k in np.unique(index):
-            rows = np.flatnonzero(index == k)
-            blk = np.ix_(rows, rows) if full else rows
-            part = 0.0
-            if k >= 0:
-                loc = self._locals[k]
-                # the multi-output model's terms with unit loadings (_predict)
-                if cfg.use_deviation:
-                    m, c = latent_moments(Ws[:, rows], loc["md"], loc["Ld"], res_g[blk], full, phi)
-                    mean[rows] += m
-                    part = part + c
-                if cfg.use_local:
-                    V, ls_l, var_l = self._local_pred_basis(Xs[rows], loc)
-                    Kl = prior_cov(Xs[rows], ls_l, var_l, cfg.kind, full)
-                    res_l = sparse_residual(V, Kl, full)
-                    m, c = latent_moments(V, loc["mu"], loc["Lu"], res_l, full)
-                    mean[rows] += m
-                    part = part + c
-                if "re_mean" in loc:  # random_effects: q(b_i) = N(re_mean, re_cov)
-                    m_t, v_t = effects_moments(effects_design(Xs[rows], self.random_effects),
-                                               loc["re_mean"], loc["re_cov"], full)
-                    mean[rows] += m_t
-                    part = part + v_t
-                if "site_coef" in loc:  # site_trend="linear": b_i ~ N(coef, s2 cov)
-                    m_t, v_t = site_trend_moments(Xs[rows], loc["site_coef"], loc["site_cov"],
-                                                  full)
-                    mean[rows] += m_t
-                    part = part + s2 * v_t
-            else:
-                if cfg.use_deviation:
-                    part = part + phi * (Kg[np.ix_(rows, rows)] if full else Kg[rows])
-                # a new client's random effects: b ~ N(0, Sigma)
-                if getattr(self, "_effects_cov", None) is not None:
-                    part = part + effects_moments(
-                        effects_design(Xs[rows], self.random_effects),
-                        np.zeros(len(self._effects_cov)), self._effects_cov, full)[1]
-                prior = self._population_local() if cfg.use_local else None
-                if prior is not None:
-                    ls_l, var_l = prior
-                    part = part + prior_cov(Xs[rows], ls_l, var_l, cfg.kind, full)
-            cov[blk] += part
-        if not latent:
-            if full:
-                cov[np.diag_indices(n)] += s2
-            else:
-                cov += s2
-        return mean, cov
+        """Predictive mean and variance (diagonal) or covariance, normalized scale
+        (:func:`~._predict.scalar_moments`)."""
+        return scalar_moments(self._scale_X(Xs), index, self._cfg, self._global, self._locals,
+                              self.jitter_, self.phi_, full, latent=latent,
+                              released=self._released, random_effects=self.random_effects,
+                              effects_cov=getattr(self, "_effects_cov", None))
 
     def _validate_predict(self, X, groups):
         check_is_fitted(self)
@@ -1465,16 +1362,16 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
             mean, cov = ilmm_moments(self._scale_X(X), index, self._cfg, self._global, self._locals,
                                      self.jitter_, joint=True, released=self._released)
             n, Q = mean.shape
-            draws = _gaussian_draws(rng, mean.ravel(), cov.reshape(n * Q, n * Q), n_samples,
+            draws = gaussian_draws(rng, mean.ravel(), cov.reshape(n * Q, n * Q), n_samples,
                                     self.jitter_)
             draws = draws.reshape(n_samples, n, Q) * self.y_std_ + self._prior_mean(X)
             return np.moveaxis(draws, 0, -1)
         if self._collapsed:
             mean, cov = self._collapsed_moments(X, index, full=True)
-            draws = _gaussian_draws(rng, mean, cov, n_samples, self.jitter_)
+            draws = gaussian_draws(rng, mean, cov, n_samples, self.jitter_)
             return (draws * self.y_std_ + self.y_mean_).T
         mean, cov = self._moments(X, index, full=True)
-        draws = _gaussian_draws(rng, mean, cov, n_samples, self.jitter_)
+        draws = gaussian_draws(rng, mean, cov, n_samples, self.jitter_)
         return (draws * self.y_std_ + self._prior_mean(X)).T
 
     def client_dissimilarity(self, X, groups, *, component="both", deviation_kernel="global",

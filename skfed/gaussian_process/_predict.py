@@ -4,8 +4,9 @@ Each sparse latent (global, deviation or local, one of each in the scalar
 model, one per latent coordinate in the multi-output model) contributes at
 test rows the mean ``W^T m`` and the covariance ``A^T A + kappa (K - W^T W)``
 with ``W = L_z^{-1} k(Z, X_*)`` and ``A = L^T W`` (paper eq. 30 for the
-scalar model): :func:`prediction_basis` and :func:`latent_moments`, which the
-scalar model's ``PFedHGPRegressor._moments`` adds up with unit loadings.
+scalar model): :func:`prediction_basis` and :func:`latent_moments`, which
+:func:`scalar_moments` adds up with unit loadings (plus a site's random
+effects and linear trend, :mod:`._random_effects`, :mod:`._site_trend`).
 
 Multi-output (ILMM, paper Sec. 4.2, eqs. 38-39): for client ``i`` at a test input ``x``::
 
@@ -32,8 +33,12 @@ round (the server state's ``released``); without them (``population_local=
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ._elbo import chol_jitter, kernel_args, softplus, tril_unpack
-from ._kernels import kernel_matrix
+from ._covariance import kernel_args
+from ._elbo import softplus
+from ._linalg import chol_jitter, tril_unpack
+from ._covariance import kernel_matrix
+from ._random_effects import effects_design, effects_moments
+from ._site_trend import site_trend_moments
 
 
 def prediction_basis(Xs, Z, ls, var, kind, jitter):
@@ -66,6 +71,125 @@ def latent_moments(W, m, L, res, joint, kappa=1.0):
     """
     A = L.T @ W
     return W.T @ m, (A.T @ A if joint else np.sum(A * A, axis=0)) + kappa * res
+
+
+def gaussian_draws(rng, mean, cov, n_samples, jitter):
+    """``n_samples`` draws of ``N(mean, cov)`` (normalized scale), shape ``(n_samples, n)``.
+
+    Through the Cholesky factor, which is unique: two fits equal to rounding
+    give draws equal to rounding. (``multivariate_normal`` factors by SVD,
+    whose eigenvectors turn freely in a repeated eigenvalue's eigenspace.)
+    """
+    L, _ = chol_jitter(np.asarray(cov, dtype=float), jitter)
+    return mean + rng.standard_normal((n_samples, mean.shape[0])) @ L.T
+
+
+def _kernel_basis(Xs, Z, ls_raw, var_raw, cfg, jitter):
+    """:func:`prediction_basis` at a scalar latent's raw kernel parameters, with its
+    lengthscales and variance."""
+    ls = cfg.lengthscale(ls_raw)
+    var = float(softplus(var_raw))
+    return prediction_basis(Xs, Z, ls, var, cfg.kind, jitter), ls, var
+
+
+def population_local(cfg, released):
+    """The prior of a new client's local GP: the clients' median released kernel,
+    ``(lengthscales, variance)``.
+
+    ``None`` if the clients released nothing (``population_local="none"``).
+    """
+    if released is None or "var_l" not in released:
+        return None
+    ls = np.median(softplus(released["ls_l"]), axis=0)
+    var = float(np.median(softplus(released["var_l"])))
+    return cfg.lengthscale(np.log(np.expm1(ls))), var
+
+
+def scalar_moments(Xs, index, cfg, g, locs, jitter, phi, full, latent=False, released=None,
+                   random_effects=None, effects_cov=None):
+    """Predictive mean and variance (diagonal) or covariance of the scalar model,
+    normalized scale.
+
+    Rows of one client share its deviation and local functions; rows of
+    the population (index -1) are treated as one new client, whose
+    deviation and local functions follow their priors.
+
+    Parameters
+    ----------
+    Xs, index, g, locs, jitter, latent
+        As :func:`ilmm_moments` (``Xs`` in the model's units).
+    cfg : ModelConfig
+    phi : float
+        The deviation's scale.
+    full : bool
+        The joint ``(n, n)`` covariance, else its diagonal.
+    released : dict or None
+        The clients' last-round release (:func:`population_local`).
+    random_effects : str or None
+        The random effects' design (:func:`._random_effects.effects_design`).
+    effects_cov : ndarray or None
+        The random effects' covariance (a new client's prior), or None.
+    """
+    n = Xs.shape[0]
+    mean = np.zeros(n)
+    cov = np.zeros((n, n)) if full else np.zeros(n)
+    s2 = float(softplus(g["noise"]))
+    if cfg.global_basis:
+        Ws, ls_g, var_g = _kernel_basis(Xs, g["Zg"], g["ls_g"], g["var_g"], cfg, jitter)
+        Kg = prior_cov(Xs, ls_g, var_g, cfg.kind, full)
+        res_g = sparse_residual(Ws, Kg, full)
+        if cfg.use_global:
+            m, c = latent_moments(Ws, g["mg"], g["Lg"], res_g, full)
+            mean += m
+            cov += c
+    for k in np.unique(index):
+        rows = np.flatnonzero(index == k)
+        blk = np.ix_(rows, rows) if full else rows
+        part = 0.0
+        if k >= 0:
+            loc = locs[k]
+            # the multi-output model's terms with unit loadings
+            if cfg.use_deviation:
+                m, c = latent_moments(Ws[:, rows], loc["md"], loc["Ld"], res_g[blk], full, phi)
+                mean[rows] += m
+                part = part + c
+            if cfg.use_local:
+                V, ls_l, var_l = _kernel_basis(Xs[rows], loc["Zl"], loc["ls_l"], loc["var_l"],
+                                               cfg, jitter)
+                Kl = prior_cov(Xs[rows], ls_l, var_l, cfg.kind, full)
+                res_l = sparse_residual(V, Kl, full)
+                m, c = latent_moments(V, loc["mu"], loc["Lu"], res_l, full)
+                mean[rows] += m
+                part = part + c
+            if "re_mean" in loc:  # random_effects: q(b_i) = N(re_mean, re_cov)
+                m_t, v_t = effects_moments(effects_design(Xs[rows], random_effects),
+                                           loc["re_mean"], loc["re_cov"], full)
+                mean[rows] += m_t
+                part = part + v_t
+            if "site_coef" in loc:  # site_trend="linear": b_i ~ N(coef, s2 cov)
+                m_t, v_t = site_trend_moments(Xs[rows], loc["site_coef"], loc["site_cov"],
+                                              full)
+                mean[rows] += m_t
+                part = part + s2 * v_t
+        else:
+            if cfg.use_deviation:
+                part = part + phi * (Kg[np.ix_(rows, rows)] if full else Kg[rows])
+            # a new client's random effects: b ~ N(0, Sigma)
+            if effects_cov is not None:
+                part = part + effects_moments(
+                    effects_design(Xs[rows], random_effects),
+                    np.zeros(len(effects_cov)), effects_cov, full)[1]
+            prior = population_local(cfg, released) if cfg.use_local else None
+            if prior is not None:
+                ls_l, var_l = prior
+                part = part + prior_cov(Xs[rows], ls_l, var_l, cfg.kind, full)
+        cov[blk] += part
+    if not latent:
+        if full:
+            cov[np.diag_indices(n)] += s2
+        else:
+            cov += s2
+    return mean, cov
 
 
 class _Cov:

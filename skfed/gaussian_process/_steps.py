@@ -8,25 +8,11 @@ place the global inducing inputs, unless ``input_bounds`` gives their box);
 never a minimum, maximum or single row (``doc/releases.md``). The following rounds are
 the paper's block-coordinate rounds (broadcast ``phase`` 1; ``phase`` 2 marks
 the last round when the clients release their population summaries, see
-``release_population``):
-
-* ``optimizer="paper"``: the client runs ``local_steps`` Adam steps on its
-  local ELBO (eq. 20) with the global block fixed, then sends the gradient of
-  its ELBO terms with respect to the global block (eq. 23) and its ELBO
-  value; the server adds ``-grad KL_g`` and takes one Adam step (eqs. 24-27).
-* ``optimizer="cavi"``: the client sets ``q(delta_i)``, ``q(u_i)`` to their
-  closed-form optimum (derived here), takes ``local_steps`` Adam steps on its local
-  kernel with ``q`` re-solved after each, and sends the sufficient statistics
-  ``W W^T``, ``W r`` and a few scalars (the same information as the paper's
-  gradient message, eq. 23) plus the gradient for the global kernel; the
-  server sets ``q(u_g)``, ``phi`` and ``sigma^2`` to their joint closed-form
-  optimum (coordinate ascent, derived here) and takes one Adam step on the
-  global kernel hyperparameters and ``Z_g``. With ``joint_mean`` (the
-  estimator's ``mean_update="joint"``) the clients also send ``(A_i, a_i)``,
-  their means objective with their own blocks integrated out
-  (:meth:`ClosedFormClient.marginal_global_stats`); the server then updates
-  ``S_g``, ``phi`` and ``sigma^2`` at the broadcast ``m_g`` and sets ``m_g``
-  to the joint optimum of all the means, except in the last round.
+``release_population``). What a training round computes is the optimizer's
+(:mod:`._optimizers`): ``optimizer="paper"`` (:class:`~._optimizers.PaperAdam`,
+the paper's Adam steps and gradient messages) or ``optimizer="cavi"``
+(:class:`~._optimizers.ClosedForm`, closed-form blocks and sufficient
+statistics); the steps here call it.
 
 Raw rows, ``q(delta_i)``, ``q(u_i)`` and the local kernel stay on the client,
 except that with ``release_population`` each client adds its local kernel
@@ -45,31 +31,14 @@ from ..federated import FederatedAlgorithm
 from ..federated._release import (
     MIN_ROWS_MOMENTS, sends_gram, sends_moments, sends_products, too_few_rows_warning,
 )
-from ._closed_form import (
-    ClosedFormClient, fused_local_basis, global_basis_small, latent_q, loading_stats,
-    ridge_loadings_gram, round_fusable, small_round,
-)
-from ._elbo import (
-    cho_solve,
-    cholesky,
-    client_terms,
-    deviation_kl,
-    expected_log_lik,
-    global_basis,
-    local_basis,
-    optimal_phi,
-    server_kl,
-    softplus,
-    softplus_inv,
-    tril_pack,
-    tril_unpack,
-)
-from ._kernels import adam_update
-from ._random_effects import (
-    INITIAL_VARIANCE, effects_design, effects_q, effects_update, n_effects,
-)
+from ._adam import adam_init
+from ._closed_form import global_basis_small
+from ._elbo import client_terms, global_basis, local_basis, softplus, softplus_inv
+from ._linalg import tril_pack, tril_unpack
+from ._optimizers import LOCAL_HYPER, ClosedForm, PaperAdam
+from ._random_effects import INITIAL_VARIANCE, effects_design, effects_q, n_effects
+from ._site_trend import site_trend_design, site_trend_fit
 
-LOCAL_HYPER = ("Zl", "ls_l", "var_l")
 # broadcast entries that are not global parameters
 BROADCAST_SCALARS = ("phase", "y_shift", "y_scale", "y_coef", "z_scale", "x_shift", "x_scale",
                      "last", "joint_mean")
@@ -272,83 +241,8 @@ def reported_client_failures(step):
 
 
 # ----------------------------------------------------------------------------
-# Adam (ascent), state kept by each party across rounds
+# the set-up round: summaries, scaling, the first inducing inputs
 # ----------------------------------------------------------------------------
-_UNIT_STEP = np.ones(1)  # no step scaling (read only by adam_update)
-
-
-def adam_init(params, keys):
-    return {"t": 0, "m": {k: np.zeros_like(params[k], dtype=float) for k in keys},
-            "v": {k: np.zeros_like(params[k], dtype=float) for k in keys}}
-
-
-def adam_ascent(params, grads, state, lr, keys, b1=0.9, b2=0.999, eps=1e-8, scale=None):
-    """One Adam ascent step on ``params[keys]``; returns new params and state.
-
-    ``scale`` maps keys to a multiplier of their step, a scalar or one value
-    per entry of the parameter's last axis: inducing inputs move in units of
-    the feature range. The arithmetic is :func:`._kernels.adam_update`.
-    """
-    t = state["t"] + 1
-    c1, c2 = 1 - b1**t, 1 - b2**t
-    out = dict(params)
-    m_new, v_new = dict(state["m"]), dict(state["v"])
-    for k in keys:
-        p = np.asarray(params[k], dtype=float)
-        unit = _UNIT_STEP
-        if scale is not None and k in scale:
-            unit = np.array(scale[k], dtype=float).ravel()  # writable, as _UNIT_STEP
-            if unit.size > 1 and p.shape[-1:] != unit.shape:
-                raise ValueError(f"step scale of {k!r} must match its last axis, "
-                                 f"got {unit.shape} for {p.shape}")
-        flat = adam_update(p.ravel(), np.asarray(grads[k], dtype=float).ravel(),
-                           np.asarray(state["m"][k], dtype=float).ravel(),
-                           np.asarray(state["v"][k], dtype=float).ravel(),
-                           float(lr), b1, b2, eps, c1, c2, unit)
-        out[k], m_new[k], v_new[k] = (a.reshape(p.shape) for a in flat)
-    return out, {"t": t, "m": m_new, "v": v_new}
-
-
-# ----------------------------------------------------------------------------
-# initialisation helpers
-# ----------------------------------------------------------------------------
-def adam_server_update(state, messages, keys, kl, kl_grads, unpack, lr):
-    """The paper's server step: one Adam ascent step on the global block.
-
-    Sums the clients' gradient summaries ``g_<key>`` (``unpack(key, total)``
-    restores packed triangular blocks), subtracts the global KL's gradient
-    and records the federated ELBO. Shared by the scalar and ILMM models.
-    """
-    grads = {}
-    for k in keys:
-        total = sum(np.asarray(m["g_" + k], dtype=float) for m in messages.values())
-        grads[k] = unpack(k, total) - kl_grads.get(k, 0.0)
-    elbo = sum(float(m["value"]) for m in messages.values()) - kl
-    g_new, adam = adam_ascent(state["g"], grads, state["adam"], lr, keys,
-                              scale={"Zg": state["z_scale"]})
-    if "Lg" in g_new:
-        g_new["Lg"] = np.tril(g_new["Lg"])
-    state.update(g=g_new, adam=adam, elbo=state["elbo"] + [elbo])
-    return state
-
-
-def message_total(msgs, key, packed=None):
-    """Sum of the entry ``key`` over the clients' messages ``msgs``.
-
-    A float for scalar entries, else an array; ``packed=m`` unpacks a summed
-    packed lower triangle to the symmetric ``m x m`` matrix.
-    """
-    total = sum(np.asarray(msg[key], dtype=float) for msg in msgs)
-    if packed is not None:
-        return tril_unpack(total, packed, symmetric=True)
-    return float(total) if np.ndim(total) == 0 else total
-
-
-def wants_kernel_grad(broadcast):
-    """Whether a closed-form round's message must carry the global kernel gradient."""
-    return bool(int(broadcast["kernel_grad"])) if "kernel_grad" in broadcast else True
-
-
 def farthest_point_rows(X, m):
     """``m`` distinct rows of ``X`` spread out (greedy farthest-point traversal).
 
@@ -485,44 +379,6 @@ def row_shift(X, broadcast):
     return shift + X @ np.asarray(coef, dtype=float)
 
 
-# ridge penalty of a client's affine deviation (site_trend="linear"), on the model's
-# units (standardized inputs, normalized targets): the prior of its intercept and
-# slopes is N(0, sigma^2 / SITE_TREND_ALPHA) with sigma^2 the noise variance
-SITE_TREND_ALPHA = 1.0
-
-
-def site_trend_design(X):
-    """The affine design ``[1, X]`` of a client's linear trend."""
-    X = np.asarray(X, dtype=float)
-    return np.column_stack([np.ones(X.shape[0]), X])
-
-
-def site_trend_fit(X, r, alpha=SITE_TREND_ALPHA):
-    """A client's affine deviation from the prior mean: ``(coef, cov)``.
-
-    Ridge regression of the client's normalized residuals ``r`` on ``[1, X]``
-    (model units), intercept penalized too: the posterior mean of a random
-    intercept and slope ``b ~ N(0, (sigma^2 / alpha) I)`` with noise
-    ``sigma^2`` (a random-slope mixed model with the variance ratio fixed).
-    ``cov = ([1, X]^T [1, X] + alpha I)^-1``: ``sigma^2 cov`` is the posterior
-    covariance of ``b``. Computed on the client, never sent.
-    """
-    A = site_trend_design(X)
-    G = A.T @ A + alpha * np.eye(A.shape[1])
-    cov = np.linalg.inv(G)  # (d + 1) x (d + 1), well conditioned for alpha > 0
-    cov = 0.5 * (cov + cov.T)
-    return cov @ (A.T @ np.asarray(r, dtype=float)), cov
-
-
-def site_trend_moments(X, coef, cov, full):
-    """Mean ``[1, X] @ coef`` and the (diagonal or full) ``[1, X] cov [1, X]^T``
-    of a client's linear trend at the rows of ``X`` (model units; the variance
-    is to be multiplied by the noise variance)."""
-    A = site_trend_design(X)
-    AC = A @ cov
-    return A @ coef, (AC @ A.T if full else np.sum(AC * A, axis=1))
-
-
 def weighted_median(values, weights):
     """Per-column weighted median of ``values`` (clients x features), weights per client."""
     order = np.argsort(values, axis=0, kind="stable")
@@ -627,16 +483,19 @@ class _PFedHGPSteps(FederatedAlgorithm):
     ``learns_kernel_variance`` and ``has_loadings`` (the parameter keys),
     :meth:`latents` (the blocks' leading shape), the bases (``build_global``,
     ``build_local``, :meth:`_jitter`), the client's :meth:`_client_targets`,
-    :meth:`_terms` (the ELBO terms, :mod:`._elbo` / :mod:`._ilmm`) and
-    :meth:`_cavi_client`, the set-up's :meth:`_target_setup`,
-    :meth:`_residual_setup` and :meth:`_initial_loadings`, the packed
-    covariance factors on the wire and the closed-form server's two statistics
-    (:meth:`_global_projection`, :meth:`_deviation_trace`).
+    :meth:`_terms` (the ELBO terms, :mod:`._elbo` / :mod:`._ilmm`), the
+    set-up's :meth:`_target_setup`, :meth:`_residual_setup` and
+    :meth:`_initial_loadings`, the packed covariance factors on the wire and
+    the optimizers (``optimizers``, :mod:`._optimizers`): the training round of
+    ``optimizer`` is its ``strategy``'s (``client_round``, ``server_round`` and
+    its entries of the broadcast).
     """
 
     # how a client forms its bases (the ILMM steps form one per latent)
     build_global = staticmethod(global_basis)
     build_local = staticmethod(local_basis)
+    #: the strategy of each optimizer (:mod:`._optimizers`)
+    optimizers = {"paper": PaperAdam, "cavi": ClosedForm}
 
     def __init__(self, cfg, *, optimizer, n_inducing_global, n_inducing_local, init,
                  local_steps, local_lr, server_lr, normalize_y, share_local_hypers=False,
@@ -653,6 +512,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
         # "linear": y's prior mean is a pooled ridge fit on the inputs (linear_mean)
         self.mean_function = mean_function
         self.optimizer = optimizer
+        self.strategy = self.optimizers[optimizer](self)  # the optimizer's round
         self.M = (n_inducing_global if init.inducing_global is None
                   else init.inducing_global.shape[0])
         self.Mi = n_inducing_local
@@ -673,9 +533,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
         # in the last round each client adds the summaries a new client's prior needs
         # (population_release); the server keeps them (state["released"])
         self.release_population = release_population
-        # optimizer="cavi": set m_g jointly with the clients' means (see _cavi_server)
-        # (it differs from the blockwise step only if there are client blocks)
-        self.joint_mean = (bool(joint_mean) and optimizer == "cavi" and cfg.use_global
+        # set m_g jointly with the clients' means, where the optimizer can
+        # (ClosedForm.server_round; it differs from the blockwise step only if there are
+        # client blocks)
+        self.joint_mean = (bool(joint_mean) and self.strategy.joint_mean and cfg.use_global
                            and (cfg.use_deviation or cfg.use_local))
         # a client with fewer distinct rows than n_inducing_local gets fewer local
         # inducing inputs (client_inducing_count)
@@ -761,7 +622,6 @@ class _PFedHGPSteps(FederatedAlgorithm):
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_last_broadcast", None)
-        state.pop("_round_scalars", None)
         state.pop("_global_key", None)
         return state
 
@@ -853,7 +713,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if shared and shared[0] in broadcast:
             for k in shared:
                 loc[k] = np.array(broadcast[k], dtype=float)
-        small = self.optimizer == "cavi" and self._small_round(X, loc, g)
+        small = self.strategy.fuses_round(X, loc, g)
         gb = self._global_basis(X, g, cache, small) if self.cfg.global_basis else None
         effects = None
         if self.random_effects:
@@ -864,16 +724,8 @@ class _PFedHGPSteps(FederatedAlgorithm):
             loc["re_started"] = True
         y = self._client_targets(data, X, broadcast, loc, cache, rng)
         jit = self._jitter(gb)
-        if self.optimizer == "paper":
-            loc, adam, jit_l = self._paper_local(X, y, g, loc, gb, state["adam"], zscale, cache)
-            lb = self._local_basis(X, loc, cache) if self.cfg.use_local else None
-            value, _, gg, _ = self._terms(X, y, g, loc, gb, lb, want_global=True)
-            msg = {"value": value}
-            for k in self.global_keys():
-                msg["g_" + k] = self.pack_tril(gg[k]) if k in TRIL_KEYS else gg[k]
-        else:
-            loc, adam, jit_l, msg = self._cavi_client(X, y, g, loc, gb, state["adam"], zscale,
-                                                      cache, broadcast, small)
+        loc, adam, jit_l, msg = self.strategy.client_round(X, y, g, loc, gb, state["adam"],
+                                                           zscale, cache, broadcast, small)
         if effects is not None:  # the random effects' ELBO terms and E[b b^T]
             msg["c"] = msg["c"] + effects[0]
             msg["kl_u"] = msg["kl_u"] + effects[1]
@@ -941,17 +793,6 @@ class _PFedHGPSteps(FederatedAlgorithm):
         """The jitter a basis (or ``None``) needed."""
         return 0.0 if basis is None else basis.jitter
 
-    def _cavi_client(self, X, y, g, loc, gb, adam, zscale, cache, broadcast, small):
-        """The closed-form client round: ``(loc, adam, jitter, message)``."""
-        if small:
-            return self._cavi_small(X, y, g, loc, gb, adam, zscale, cache, broadcast)
-        loc, adam, jit, cf = self._cavi_local(X, y, g, loc, gb, adam, zscale, cache)
-        msg = self._cavi_message(X, loc, cf, kernel_grad=wants_kernel_grad(broadcast))
-        if int(broadcast.get("joint_mean", 0)):
-            A, a = cf.marginal_global_stats()
-            msg["A_joint"], msg["a_joint"] = tril_pack(A), a
-        return loc, adam, jit, msg
-
     def wants_input_moments(self):
         """Whether the set-up needs the clients' input sums (to scale ``X``, place ``Z_g``
         or fit the linear mean)."""
@@ -981,94 +822,6 @@ class _PFedHGPSteps(FederatedAlgorithm):
         if not self.cfg.use_local:
             return {}
         return {"ls_l": loc["ls_l"], "var_l": loc["var_l"]}
-
-    def _paper_local(self, X, y, g, loc, gb, adam, zscale, cache):
-        keys = self.local_keys()
-        if not keys:
-            return loc, adam, 0.0
-        if adam is None:
-            adam = adam_init(loc, keys)
-        jit = 0.0
-        for _ in range(self.local_steps):
-            lb = self._local_basis(X, loc, cache) if self.cfg.use_local else None
-            _, gl, _, _ = self._terms(X, y, g, loc, gb, lb, want_local=True)
-            jit = max(jit, self._jitter(lb))
-            loc, adam = adam_ascent(loc, gl, adam, self.local_lr, keys, scale=zscale)
-            for k in ("Ld", "Lu"):
-                if k in loc:
-                    loc[k] = np.tril(loc[k])
-        return loc, adam, jit
-
-    def _cavi_local(self, X, y, g, loc, gb, adam, zscale, cache):
-        cfg = self.cfg
-        hyper = self.local_keys(hyper_only=True)
-        if adam is None and hyper:
-            adam = adam_init(loc, hyper)
-        cf = ClosedFormClient(y, g, cfg, gb)
-        jit = 0.0
-        n_steps = self.local_steps if hyper else 0
-        # small clients: the local steps as one compiled call (the same steps); its
-        # bases are kept under their own name (formed by numba, not LAPACK)
-        fused = bool(n_steps) and cf.fusable(np.shape(loc.get("Zl", ()))[0])
-        if fused:
-            lb = cache.get("local_fused", [loc[k] for k in LOCAL_HYPER if k in loc],
-                           lambda: fused_local_basis(X, loc, cfg))
-            jit = lb.jitter
-            cf.set_local_fused(lb)
-        elif cfg.use_local:
-            lb = self._local_basis(X, loc, cache)
-            jit = lb.jitter
-            cf.set_local(lb)
-        loc = cf.solve(loc)
-        if fused:
-            loc, adam, jit_f = cf.fused_local_steps(X, loc, adam, n_steps, self.local_lr,
-                                                    zscale["Zl"])
-            cache.put("local_fused", [loc[k] for k in LOCAL_HYPER if k in loc], cf.lb)
-            return loc, adam, max(jit, jit_f), cf
-        for _ in range(n_steps):
-            gl = cf.local_hyper_grad(X, loc)
-            loc, adam = adam_ascent(loc, gl, adam, self.local_lr, hyper, scale=zscale)
-            lb = self._local_basis(X, loc, cache)
-            jit = max(jit, lb.jitter)
-            cf.set_local(lb)
-            loc = cf.solve(loc)
-        return loc, adam, jit, cf
-
-    def _small_round(self, X, loc, g):
-        """Whether this client's closed-form round is one compiled call (``round_fusable``)."""
-        return ("Zg" in g and "Zl" in loc
-                and round_fusable(self.cfg, X.shape[0], g["Zg"].shape[0], loc["Zl"].shape[0],
-                                  self.local_steps))
-
-    def _cavi_small(self, X, y, g, loc, gb, adam, zscale, cache, broadcast):
-        """A small client's closed-form round and message in one call
-        (:func:`~._closed_form.small_round`); its last local basis is kept under
-        its own name (formed by numba, so a site that dropped it forms the same)."""
-        lb = cache.get("local_round", [loc[k] for k in LOCAL_HYPER], lambda: None)
-        # s2 and phi: the same for every client of the round (kept with the broadcast)
-        last = self.__dict__.get("_round_scalars")
-        if last is None or last[0] is not broadcast:
-            last = (broadcast, (float(softplus(g["noise"])), float(softplus(g["phi"]))))
-            self._round_scalars = last
-        loc, adam, jit, body, lb = small_round(
-            X, y, g, loc, gb, adam, self.cfg, self.local_steps, self.local_lr, zscale["Zl"],
-            lb, wants_kernel_grad(broadcast) and bool(self.kernel_keys()),
-            bool(int(broadcast.get("joint_mean", 0))), last[1])
-        cache.put("local_round", [loc[k] for k in LOCAL_HYPER], lb)
-        msg = {"n": np.int64(X.shape[0])}
-        msg.update(body)
-        return loc, adam, jit, msg
-
-    def _cavi_message(self, X, loc, cf, kernel_grad=True):
-        msg = cf.message(loc)
-        if "Phi" in msg:
-            msg["Phi"] = tril_pack(msg["Phi"])
-        keys = self.kernel_keys()
-        if kernel_grad and keys:
-            gg = cf.global_kernel_grad(X, loc)
-            for k in keys:
-                msg["g_" + k] = gg[k]
-        return msg
 
     # --- server ----------------------------------------------------------------
     def server_init(self, rng):
@@ -1188,50 +941,12 @@ class _PFedHGPSteps(FederatedAlgorithm):
             b["x_scale"] = np.asarray(state["x_scale"], dtype=float)
         if state.get("shared") is not None:
             b.update(state["shared"])
-        if self.optimizer == "cavi":
-            b["kernel_grad"] = np.int64(self._moves_kernel(state))
-        if self.joint_mean:
-            b["joint_mean"] = np.int64(self._joint_round(state))
+        b.update(self.strategy.broadcast(state))
         return b
-
-    def _joint_round(self, state):
-        """Whether the next closed-form server step sets ``m_g`` jointly (all but the last)."""
-        return self.joint_mean and not self._last_round(state)
 
     def kernel_keys(self):
         """The global kernel's parameters among the global keys."""
         return [k for k in ("ls_g", "var_g", "Zg") if k in self.global_keys()]
-
-    def _moves_kernel(self, state):
-        """Whether the next closed-form server step moves the global kernel.
-
-        By the envelope argument the clients' kernel gradient is the gradient of
-        the collapsed bound only if the broadcast q(u_g) was optimal for the
-        broadcast kernel, i.e. if the kernel did not move in the previous round
-        (and q(u_g) is not the initial one). So the kernel moves every other
-        round, and never in the last one (q(u_g) stays optimal for the final
-        kernel). The broadcast carries this decision so that clients compute
-        and send the kernel gradient only in the rounds that use it.
-        """
-        return (bool(self.kernel_keys()) and bool(state.get("elbo"))
-                and not state.get("moved", False) and not self._last_round(state))
-
-    def _kernel_step(self, state, g, msgs, elbo):
-        """The closed-form server's end of round: one Adam step on the global kernel
-        in the rounds :meth:`_moves_kernel` allows, then the new ``g`` and ELBO."""
-        hyper = self.kernel_keys()
-        state["moved"] = self._moves_kernel(state)
-        if state["moved"]:
-            # each client's latest kernel gradient (a client asked in no kernel
-            # round yet has none)
-            grads = {k: sum(np.asarray(m["g_" + k], dtype=float) for m in msgs
-                            if "g_" + k in m) for k in hyper}
-            adam = state["hyper_adam"] or adam_init(g, hyper)
-            g, adam = adam_ascent(g, grads, adam, self.server_lr, hyper,
-                                  scale={"Zg": state["z_scale"]})
-            state["hyper_adam"] = adam
-        state.update(g=g, elbo=state["elbo"] + [float(elbo)])
-        return state
 
     @one_blas_thread
     def server_step(self, state, messages, rng):
@@ -1257,10 +972,7 @@ class _PFedHGPSteps(FederatedAlgorithm):
             replies[k] = {**replies.get(k, {}), **m}
         replies = dict(sorted(replies.items()))
         state["replies"] = replies
-        if self.optimizer == "paper":
-            state = self._paper_server(state, replies)
-        else:
-            state = self._cavi_server(state, replies)
+        state = self.strategy.server_round(state, replies)
         state["round"] += 1
         if last:
             state["done"] = True
@@ -1284,111 +996,3 @@ class _PFedHGPSteps(FederatedAlgorithm):
         return {k: np.asarray(np.mean([m[k] for m in messages.values()], axis=0))
                 for k in self.shared_local_keys()}
 
-    def _paper_server(self, state, messages):
-        kl, kl_grads = server_kl(state["g"], self.cfg)  # the server's term of the ELBO
-
-        def unpack(k, total):
-            return self.unpack_tril(total) if k in TRIL_KEYS else total
-
-        return adam_server_update(state, messages, self.global_keys(), kl, kl_grads, unpack,
-                                  self.server_lr)
-
-    def _cavi_server(self, state, messages):
-        """The closed-form server step (derived here): alternate ``q(u_g)`` (jointly
-        over the latents, :func:`._closed_form.latent_q`), the loadings ``B_g``
-        (multi-output model), ``sigma^2`` and ``phi``, ``server_iterations`` times,
-        from the totals of the clients' statistics; then the ELBO.
-
-        Written once for both models: the scalar model is one latent with its
-        loading fixed at 1 (its blocks are reshaped to a stack of one).
-        """
-        cfg = self.cfg
-        g = dict(state["g"])
-        msgs = list(messages.values())
-        T, M, R = len(msgs), self.M, math.prod(self.latents("global"))
-        n, rr, c, kl_u = (message_total(msgs, k) for k in ("n", "rr", "c", "kl_u"))
-        t_g = message_total(msgs, "t_g") if cfg.global_basis else None
-        if cfg.use_deviation:
-            a = self._deviation_trace(msgs, t_g)
-            D, logdet_d = message_total(msgs, "D"), message_total(msgs, "logdet_d")
-        s2 = float(softplus(g["noise"]))
-        phi = float(softplus(g["phi"])) if cfg.use_deviation else 0.0
-        Q = cfg.n_outputs if self.has_loadings else 1
-        mg = Lg = Bg = None
-        if cfg.use_global:
-            mg, Lg = g["mg"].reshape(R, M), g["Lg"].reshape(R, M, M)
-            Bg = g["Bg"] if self.has_loadings else np.ones((1, 1))
-            G, WR = message_total(msgs, "Phi", packed=R * M), self._global_projection(msgs)
-
-        def global_terms(mg, Lg):
-            """``H_g^T H_g``, ``H_g^T R`` and ``v_g`` summed over clients."""
-            HtH, HtR, tr = loading_stats(G, WR, mg, Lg, [M] * R)
-            return HtH, HtR, tr + t_g
-
-        def total_E(terms, Bg, phi):
-            """The expected squared error: ``|R - H_g B_g^T|^2`` plus the variance terms."""
-            E = c + phi * a if cfg.use_deviation else c
-            if cfg.use_global:
-                HtH, HtR, v = terms
-                err = rr - 2 * np.sum(Bg * HtR.T) + np.sum((Bg.T @ Bg) * HtH)
-                E += err + float(np.sum(Bg**2, axis=0) @ v)
-            else:
-                E += rr
-            return E
-
-        joint = self._joint_round(state)
-        terms = global_terms(mg, Lg) if cfg.use_global else None
-        for _ in range(self.server_iterations):
-            if cfg.use_global:
-                means, Ls, _ = latent_q(G, WR, [M] * R, np.ones(R), Bg, s2)
-                Lg = np.stack(Ls)
-                if not joint:  # the joint round sets m_g after the loop
-                    mg = np.array(means)
-                terms = global_terms(mg, Lg)
-                if self.has_loadings:
-                    Bg = ridge_loadings_gram(*terms)
-            E = total_E(terms, Bg, phi)
-            s2 = max(E / (n * Q), 1e-10)
-            if cfg.use_deviation:
-                phi = max(optimal_phi(D, a, T * R, M, s2), 1e-10)
-        E = total_E(terms, Bg, phi)
-        elbo = expected_log_lik(n * Q, E, s2) - kl_u
-        if cfg.use_deviation:
-            elbo -= deviation_kl(D, logdet_d, T * R * M, phi)
-        if cfg.use_global:
-            g["mg"], g["Lg"] = mg.reshape(g["mg"].shape), Lg.reshape(g["Lg"].shape)
-            if self.has_loadings:
-                g["Bg"] = Bg
-            elbo -= server_kl(g, cfg)[0]
-        if self.random_effects:  # the M step of Sigma (._random_effects)
-            sent = [m for m in msgs if "re_moment" in m]
-            if sent:
-                state["re_cov"], shift = effects_update(
-                    [m["re_moment"] for m in sent], [m["re_m"] for m in sent])
-                # the fixed effects take the effects' common part (their mean is 0)
-                scale = float(state["y_scale"])
-                state["y_shift"] = float(state["y_shift"]) + scale * shift[0]
-                if shift.shape[0] > 1 and state.get("y_coef") is not None:
-                    state["y_coef"] = np.asarray(state["y_coef"], dtype=float) + scale * shift[1:]
-        if joint:
-            # the ELBO above is that of the clients' blocks with the broadcast m_g
-            # and the new S_g, phi, s2; m_g then jumps to the joint optimum of all
-            # the means (ClosedFormClient.marginal_global_stats) at the broadcast
-            # s2, phi, and the clients' next solve follows it
-            A = message_total(msgs, "A_joint", packed=M)
-            A[np.diag_indices(M)] += 1.0
-            g["mg"] = cho_solve(cholesky(A), message_total(msgs, "a_joint"))
-        g["noise"] = np.asarray(softplus_inv(s2))
-        if cfg.use_deviation:
-            g["phi"] = np.asarray(softplus_inv(phi))
-        return self._kernel_step(state, g, msgs, elbo)
-
-    # the closed-form server's statistics (the multi-output messages name them apart)
-    def _global_projection(self, msgs):
-        """``W R`` of the stacked global bases (``(R M, Q)``) summed over clients."""
-        return message_total(msgs, "b")[:, None]
-
-    def _deviation_trace(self, msgs, t_g):
-        """``sum_r |b_delta,r|^2 t_g,r`` summed over clients: the deviation's residual
-        trace (the loading is 1 here)."""
-        return t_g

@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import FederatedEstimator
 from ..federated import ClientData
 from ..privacy import check_epsilon
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import FEDERATION_CONSTRAINTS
 from ..utils._validation import (
     check_groups, check_scale, map_clients, user_stacklevel, validate_data,
@@ -58,14 +59,9 @@ class LinearClientMixin:
                           label=data.label, index=data.index)
 
 
+@fill_doc
 class LinearPredictionMixin:
     """Prediction with one global linear model ``scores = X @ coef_.T + intercept_``."""
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        tags.input_tags.allow_nan = False
-        return tags
 
     def _fits_intercept(self):
         """Whether the constant feature is appended (estimators may resolve "auto")."""
@@ -108,8 +104,7 @@ class LinearPredictionMixin:
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to score.
+        %(X_score)s
         groups : array-like of shape (n_samples,), default=None
             Client labels; checked (unknown labels follow ``unknown_client``).
             Where the estimator fits each site's own adaptation
@@ -139,8 +134,7 @@ class LinearPredictionMixin:
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to predict.
+        %(X_predict)s
         groups : array-like of shape (n_samples,), default=None
             Client labels (see :meth:`decision_function`).
 

@@ -16,13 +16,16 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 
-from ..base import FederatedEstimatorMixin, transactional_fit
+from ..base import FederatedEstimatorMixin, checked_fit, keyword_init
 from ..federated import FederatedAlgorithm
-from ..utils._param_validation import UNKNOWN_CLIENT, nonnegative_real, positive_real
+from ..utils._docstrings import fill_doc
+from ..utils._param_validation import (
+    FEDERATION_DEFAULTS, UNKNOWN_CLIENT, nonnegative_real, positive_real,
+)
 from ..utils._validation import check_groups, check_scale, validate_data
 from ._admm import (
     DUAL_NORM,
@@ -165,11 +168,19 @@ _PRIVATE_BASELINE = {
     "intercept_scaling": [positive_real()],
 }
 
+#: The defaults of the parameters the baselines share (constraints above): the paper's
+#: budget (``epsilon`` per round) and rounds, and the model options
+_BUDGET_DEFAULTS = dict(epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
+                        accountant="paper", n_rounds=50)
+_MODEL_DEFAULTS = dict(alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
+                       classes=None)
+
 
 class _FederatedBaseline(_LinearFederatedClassifier):
     """The federated baselines: fit() is FederatedEstimator's; subclasses build the algorithm."""
 
 
+@fill_doc
 class DPFedERMClassifier(_FederatedBaseline):
     """DP-Fed ERM: differentially private federated Crammer-Singer SVM by DP-ADMM.
 
@@ -186,42 +197,14 @@ class DPFedERMClassifier(_FederatedBaseline):
 
     Parameters
     ----------
-    epsilon : float or None, default=0.5
-        Per-round budget; ``None`` trains without noise, and ``float("inf")``
-        is an alias of ``None`` (:func:`skfed.privacy.check_epsilon`).
-    delta : float, default=1e-6
-        Per-round (and total) delta.
-    target_epsilon, target_delta : float or None, default=None
-        Total budget, converted to the per-round budget by ``accountant``.
-    accountant : {"paper", "rdp", "pld"}, default="paper"
-        Composition bound.
-    n_rounds : int, default=50
-        Rounds.
+    %(round_budget)s
     rho : float, default=0.8
         ADMM penalty.
     reg : float, default=1e-4
         Frobenius regularisation weight.
     c_w : float, default=1.0
         Step-size constant.
-    norm_bound : float, default=1.0
-        ``L``, the bound on row norms.
-    alpha : {"uniform", "size"} or array-like, default="uniform"
-        Client weights.
-    fit_intercept : bool, default=False
-        Append a constant feature (it counts towards the norm bound).
-    intercept_scaling : float, default=1.0
-        Its value.
-    classes : array-like of shape (n_classes,) or None, default=None
-        The class labels, when they are public knowledge (e.g. the label set
-        of the task). Every site encodes its labels against them and sends
-        nothing about which labels it holds; a site whose ``y`` holds a label
-        outside ``classes`` is refused with a ``ValueError``. The number of
-        classes, and with it the step sizes, the noise scale and the shape
-        of every message, then depend only on public inputs. ``None``: each
-        site sends the set of labels it holds in the set-up exchange and
-        ``classes_`` is their union; with privacy that release is outside
-        the guarantee (``privacy_spent_["outside"]`` lists it and ``fit``
-        warns), since one row of a rare class changes the label set.
+    %(baseline_model)s
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
         uniformly without replacement from the ``random_state`` stream
@@ -230,19 +213,7 @@ class DPFedERMClassifier(_FederatedBaseline):
         only when it answers, as the client does). Privacy: a client releases at most
         ``n_rounds`` noisy models either way, so ``privacy_spent_`` is the full-
         participation guarantee; no amplification by sampling is claimed.
-    on_client_error : {"raise", "skip"}, default="raise"
-        A failing client step stops the fit with an error naming the client
-        and round (``"raise"``) or leaves the client out of that round
-        (``"skip"``: recorded in ``communication_.failures``, treated as a
-        client not asked).
-    unknown_client : {"global", "error"}, default="global"
-        Unseen clients at predict time.
-    n_jobs : int or None, default=None
-        Threads for the client steps.
-    random_state : int, RandomState instance or None, default=None
-        Seed of the noise.
-    verbose : int, default=0
-        Verbosity.
+    %(baseline_options)s
 
     Attributes
     ----------
@@ -272,31 +243,8 @@ class DPFedERMClassifier(_FederatedBaseline):
     3.73
     """
 
-    def __init__(self, *, epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
-                 accountant="paper", n_rounds=50, rho=0.8, reg=1e-4, c_w=1.0, norm_bound=1.0,
-                 alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
-                 classes=None, client_fraction=1.0, on_client_error="raise",
-                 unknown_client="global", n_jobs=None, random_state=None, verbose=0):
-        self.epsilon = epsilon
-        self.delta = delta
-        self.target_epsilon = target_epsilon
-        self.target_delta = target_delta
-        self.accountant = accountant
-        self.n_rounds = n_rounds
-        self.rho = rho
-        self.reg = reg
-        self.c_w = c_w
-        self.norm_bound = norm_bound
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.intercept_scaling = intercept_scaling
-        self.classes = classes
-        self.client_fraction = client_fraction
-        self.on_client_error = on_client_error
-        self.unknown_client = unknown_client
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
+    __init__ = keyword_init(_BUDGET_DEFAULTS, dict(rho=0.8, reg=1e-4, c_w=1.0, norm_bound=1.0),
+                            _MODEL_DEFAULTS, FEDERATION_DEFAULTS)
 
     @classmethod
     def _test_instances(cls):
@@ -323,6 +271,7 @@ class DPFedERMClassifier(_FederatedBaseline):
         return algorithm, {"eta_": eta, "noise_sigma_": sigma}
 
 
+@fill_doc
 class DPFedSGDClassifier(_FederatedBaseline):
     """DP-Fed SGD: federated differentially private gradient descent, CS hinge loss.
 
@@ -337,40 +286,12 @@ class DPFedSGDClassifier(_FederatedBaseline):
 
     Parameters
     ----------
-    epsilon : float or None, default=0.5
-        Per-round budget; ``None`` trains without noise, and ``float("inf")``
-        is an alias of ``None`` (:func:`skfed.privacy.check_epsilon`).
-    delta : float, default=1e-6
-        Per-round (and total) delta.
-    target_epsilon, target_delta : float or None, default=None
-        Total budget.
-    accountant : {"paper", "rdp", "pld"}, default="paper"
-        Composition bound.
-    n_rounds : int, default=50
-        Rounds.
+    %(round_budget)s
     learning_rate : float, default=0.1
         ``eta_0`` of the step ``eta_0 / sqrt(t)``.
     reg : float, default=1e-6
         Frobenius regularisation weight.
-    norm_bound : float, default=1.0
-        ``L``.
-    alpha : {"uniform", "size"} or array-like, default="uniform"
-        Client weights.
-    fit_intercept : bool, default=False
-        Append a constant feature (it counts towards the norm bound).
-    intercept_scaling : float, default=1.0
-        Its value.
-    classes : array-like of shape (n_classes,) or None, default=None
-        The class labels, when they are public knowledge (e.g. the label set
-        of the task). Every site encodes its labels against them and sends
-        nothing about which labels it holds; a site whose ``y`` holds a label
-        outside ``classes`` is refused with a ``ValueError``. The number of
-        classes, and with it the step sizes, the noise scale and the shape
-        of every message, then depend only on public inputs. ``None``: each
-        site sends the set of labels it holds in the set-up exchange and
-        ``classes_`` is their union; with privacy that release is outside
-        the guarantee (``privacy_spent_["outside"]`` lists it and ``fit``
-        warns), since one row of a rare class changes the label set.
+    %(baseline_model)s
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
         uniformly without replacement from the ``random_state`` stream
@@ -378,19 +299,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
         models. Privacy: a client releases at most ``n_rounds`` noisy models either way, so
         ``privacy_spent_`` is the full-participation guarantee; no amplification by sampling
         is claimed.
-    on_client_error : {"raise", "skip"}, default="raise"
-        A failing client step stops the fit with an error naming the client
-        and round (``"raise"``) or leaves the client out of that round
-        (``"skip"``: recorded in ``communication_.failures``, treated as a
-        client not asked).
-    unknown_client : {"global", "error"}, default="global"
-        Unseen clients at predict time.
-    n_jobs : int or None, default=None
-        Threads.
-    random_state : int, RandomState instance or None, default=None
-        Seed of the noise.
-    verbose : int, default=0
-        Verbosity.
+    %(baseline_options)s
 
     Attributes
     ----------
@@ -412,30 +321,8 @@ class DPFedSGDClassifier(_FederatedBaseline):
     True
     """
 
-    def __init__(self, *, epsilon=0.5, delta=1e-6, target_epsilon=None, target_delta=None,
-                 accountant="paper", n_rounds=50, learning_rate=0.1, reg=1e-6, norm_bound=1.0,
-                 alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
-                 classes=None, client_fraction=1.0, on_client_error="raise",
-                 unknown_client="global", n_jobs=None, random_state=None, verbose=0):
-        self.epsilon = epsilon
-        self.delta = delta
-        self.target_epsilon = target_epsilon
-        self.target_delta = target_delta
-        self.accountant = accountant
-        self.n_rounds = n_rounds
-        self.learning_rate = learning_rate
-        self.reg = reg
-        self.norm_bound = norm_bound
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.intercept_scaling = intercept_scaling
-        self.classes = classes
-        self.client_fraction = client_fraction
-        self.on_client_error = on_client_error
-        self.unknown_client = unknown_client
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
+    __init__ = keyword_init(_BUDGET_DEFAULTS, dict(learning_rate=0.1, reg=1e-6, norm_bound=1.0),
+                            _MODEL_DEFAULTS, FEDERATION_DEFAULTS)
 
     @classmethod
     def _test_instances(cls):
@@ -454,6 +341,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
         return algorithm, {"noise_sigma_": sigma}
 
 
+@fill_doc
 class FedOvADROClassifier(_FederatedBaseline):
     """Non-private federated one-vs-all Wasserstein DRO SVMs (exact local solves).
 
@@ -501,11 +389,7 @@ class FedOvADROClassifier(_FederatedBaseline):
         keeps its last model and dual variable in the consensus (the server's
         ADMM mirror moves a client's dual only when it answers, as the client
         does).
-    on_client_error : {"raise", "skip"}, default="raise"
-        A failing client step stops the fit with an error naming the client
-        and round (``"raise"``) or leaves the client out of that round
-        (``"skip"``: recorded in ``communication_.failures``, treated as a
-        client not asked).
+    %(on_client_error)s
     unknown_client : {"global", "error"}, default="global"
         Unseen clients at predict time.
     n_jobs : int or None, default=None
@@ -535,25 +419,9 @@ class FedOvADROClassifier(_FederatedBaseline):
 
     _private = False
 
-    def __init__(self, *, n_rounds=50, rho=0.5, kappa=0.5, radius=1e-3, feature_norm="l1",
-                 alpha="uniform", fit_intercept=False, intercept_scaling=1.0,
-                 classes=None, client_fraction=1.0, on_client_error="raise",
-                 unknown_client="global", n_jobs=None, random_state=None, verbose=0):
-        self.n_rounds = n_rounds
-        self.rho = rho
-        self.kappa = kappa
-        self.radius = radius
-        self.feature_norm = feature_norm
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.intercept_scaling = intercept_scaling
-        self.classes = classes
-        self.client_fraction = client_fraction
-        self.on_client_error = on_client_error
-        self.unknown_client = unknown_client
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
+    __init__ = keyword_init(
+        dict(n_rounds=50, rho=0.5, kappa=0.5, radius=1e-3, feature_norm="l1"),
+        _MODEL_DEFAULTS, FEDERATION_DEFAULTS)
 
     @classmethod
     def _test_instances(cls):
@@ -644,8 +512,7 @@ class CentralizedDROClassifier(LinearPredictionMixin, FederatedEstimatorMixin, C
         **UNKNOWN_CLIENT,
     }
 
-    @transactional_fit
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, groups=None):
         """Solve the pooled DRO problem.
 

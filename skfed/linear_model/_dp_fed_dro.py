@@ -12,6 +12,7 @@ from ..federated._release import MIN_ROWS_MOMENTS, sends_moments, too_few_rows_w
 from sklearn.utils._param_validation import StrOptions
 
 from ..privacy._scaling import PrivateScaling
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import Number, nonnegative_real, positive_real
 from ._admm import DUAL_NORM, TEMPERATURE_GRID, DPFedDROAlgorithm, sensitivities, step_sizes
 from ._base import _LinearFederatedClassifier
@@ -31,6 +32,7 @@ AUTO_PARAMS = {"kappa": (0.5, 2.0), "radius": (0.1, 1e-3), "fit_intercept": (Fal
 ZERO_MODEL = 1e-6
 
 
+@fill_doc
 class DPFedDROClassifier(_LinearFederatedClassifier):
     """Differentially private, distributionally robust federated multiclass classifier.
 
@@ -240,17 +242,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         balancing helps macro-F1 there, but where no linear model lowers the
         balanced hinge below its value at ``M = 0`` (WVS) the fit is the zero
         model and ``fit`` warns.
-    classes : array-like of shape (n_classes,) or None, default=None
-        The class labels, when they are public knowledge (e.g. the label set
-        of the task). Every site encodes its labels against them and sends
-        nothing about which labels it holds; a site whose ``y`` holds a label
-        outside ``classes`` is refused with a ``ValueError``. The number of
-        classes, and with it the step sizes, the noise scale and the shape
-        of every message, then depend only on public inputs. ``None``: each
-        site sends the set of labels it holds in the set-up exchange and
-        ``classes_`` is their union; with privacy that release is outside
-        the guarantee (``privacy_spent_["outside"]`` lists it and ``fit``
-        warns), since one row of a rare class changes the label set.
+    %(classes_public)s
     client_fraction : float in (0, 1], default=1.0
         Fraction of clients asked per round: ``ceil(client_fraction * n_clients)``, drawn
         uniformly without replacement from the ``random_state`` stream
@@ -260,11 +252,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         ``predict_proba`` asks every client. Privacy: a client releases at most ``n_rounds``
         noisy models either way, so ``privacy_spent_`` is the full-participation guarantee;
         no amplification by sampling is claimed.
-    on_client_error : {"raise", "skip"}, default="raise"
-        A failing client step stops the fit with an error naming the client
-        and round (``"raise"``) or leaves the client out of that round
-        (``"skip"``: recorded in ``communication_.failures``, treated as a
-        client not asked).
+    %(on_client_error)s
     unknown_client : {"global", "error"}, default="global"
         Prediction for unseen clients (the global model is used for every row).
     n_jobs : int or None, default=None
@@ -791,11 +779,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to score.
-        groups : array-like of shape (n_samples,), default=None
-            Client labels: a seen site's rows are scored by its adaptation
-            (``personalize=True``), other rows by the shared model.
+        %(rows_adapted)s
 
         Returns
         -------
@@ -836,11 +820,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Rows to score.
-        groups : array-like of shape (n_samples,), default=None
-            Client labels: a seen site's rows are scored by its adaptation
-            (``personalize=True``), other rows by the shared model.
+        %(rows_adapted)s
 
         Returns
         -------

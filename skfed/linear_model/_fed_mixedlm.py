@@ -13,6 +13,7 @@ from ..baselines._mixedlm import MixedPredictMixin, resolve_random_slopes
 from ..baselines._mixedlm_core import _blups
 from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, gram_gated
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import UNKNOWN_CLIENT, positive_int
 from ..utils._validation import check_scale, user_stacklevel, validate_data
 from ._mixedlm_stats import MixedLMStats, fit_from_stats, site_statistics
@@ -77,6 +78,7 @@ class _FedMixedLM(FederatedAlgorithm):
                       float(broadcast["noise_variance"]))[0]
 
 
+@fill_doc
 class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
                           BaseEstimator):
     """Linear mixed model fitted exactly from statistics each client sends once.
@@ -114,23 +116,11 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
 
     Parameters
     ----------
-    random_slopes : None, "all" or list of int or str, default=None
-        Features with a random slope next to the random intercept: ``None``
-        for a random intercept only, ``"all"`` for every feature, or column
-        indices or feature names (names need ``X`` with column names, e.g. a
-        pandas DataFrame).
-    fit_intercept : bool, default=True
-        Whether to fit the fixed intercept ``beta_0``. The random intercept is
-        always in the model.
-    reml : bool, default=True
-        Estimate the variance components by restricted maximum likelihood
-        (the default of lme4 and statsmodels); ``False`` for maximum likelihood.
+    %(mixed_model)s
     max_iter : int, default=200
         Maximum BFGS iterations of the server's optimizer (a few Newton steps
         follow).
-    unknown_client : {"global", "error"}, default="global"
-        Prediction for clients not seen in ``fit``: the population
-        prediction, or a ``ValueError``.
+    %(unknown_client_population)s
 
     Attributes
     ----------
@@ -161,16 +151,11 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
         and every variance is 0.
     n_iter_ : int
         Optimizer iterations (0 for an exact fit).
-    clients_ : ndarray of shape (n_clients,)
-        Sorted unique client labels seen in ``fit``.
+    %(clients_)s
     excluded_clients_ : ndarray of shape (n_excluded,)
         Clients that sent their row count only (see above).
-    communication_ : Ledger
-        Messages exchanged during ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    %(communication_)s
+    %(features_in_)s
 
     See Also
     --------
@@ -197,13 +182,13 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
     --------
     >>> from skfed.datasets import make_federated_regression
     >>> from skfed.linear_model import FedMixedLMRegressor
-    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2,
-    ...                                          random_state=0)
+    >>> X, y, groups = make_federated_regression(n_clients=5, n_features=2, random_state=0)
     >>> model = FedMixedLMRegressor(random_slopes=[0]).fit(X, y, groups=groups)
-    >>> model.random_effects_.shape
-    (5, 2)
-    >>> model.predict(X[:3], groups=groups[:3]).shape
-    (3,)
+    >>> model.random_effects_.shape, model.excluded_clients_.size
+    ((5, 2), 0)
+    >>> personal, population = model.predict(X, groups=groups), model.predict(X)
+    >>> bool(((y - personal) ** 2).mean() < ((y - population) ** 2).mean())
+    True
     """
 
     def __init__(self, random_slopes=None, *, fit_intercept=True, reml=True, max_iter=200,

@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import FederatedEstimator, scatter_rows
 from ..federated import Federation
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import (
     UNKNOWN_CLIENT, Number, nonnegative_real, positive_int, positive_real,
 )
@@ -106,6 +107,7 @@ def check_positive_float(value, name, *, allow_zero=False, allow_none=False):
     return float(value)
 
 
+@fill_doc
 class _TensorRegressorBase(FederatedEstimator, RegressorMixin, BaseEstimator):
     """Tensor covariates given as 2-D ``X`` plus ``tensor_shape`` (or as n-D ``X``).
 
@@ -282,8 +284,7 @@ class _TensorRegressorBase(FederatedEstimator, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, prod(tensor_shape)) or (n_samples, *tensor_shape)
-            Covariate tensors, flattened in C order (or as an n-D array).
+        %(X_tensor)s
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` (and, with
             ``unknown_client="global"``, clients not seen in ``fit``) uses the

@@ -9,9 +9,10 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..base import transactional_fit
+from ..base import init_defaults, keyword_init, transactional_fit
 from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, sends_gram, too_few_rows_warning
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import positive_int
 from ..utils._validation import check_positive_int, check_scale, validate_data
 from ._base import (
@@ -118,6 +119,7 @@ class _LocalTwoStage(FederatedAlgorithm):
                 "coef_sizes": coef_sizes}, {}
 
 
+@fill_doc
 class LocalTwoStageTensorRegressor(_TensorRegressorBase):
     """The paper's single-client benchmark: the two-stage fit on each client alone.
 
@@ -157,13 +159,7 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         Retraction to the Tucker rank.
     init_lambda, init_alpha, init_zeta, init_rho, init_max_iter
         ADMM initializer parameters (defaults 0.02, 0.005, 0.5, 1.0, 150).
-    init_unfolding : {"auto", "response"}, default="auto"
-        Matricization of the ADMM initializer's nuclear and operator norms:
-        ``"response"`` is the paper's (response modes as rows); ``"auto"`` uses
-        it when the response is not scalar and the first covariate mode's
-        unfolding for a scalar response (where the paper's ``1 x p``
-        matricization makes the nuclear norm a ridge penalty; a derived
-        choice, not the authors').
+    %(init_unfolding)s
     rank_scale : float, default=1.0
         Ridge-constant scale of the rank criterion.
     max_rank : int or None, default=None
@@ -209,52 +205,10 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
 
     _send_coef = False
 
-    def __init__(
-        self,
-        *,
-        tensor_shape=None,
-        output_shape=None,
-        rank="auto",
-        fit_intercept=True,
-        step_size="auto",
-        n_iter=100,
-        alpha=0.035,
-        n_local_iter=30,
-        penalty_scaling="adaptive",
-        tangent="exact",
-        retraction="st_hosvd",
-        init_lambda=0.02,
-        init_alpha=0.005,
-        init_zeta=0.5,
-        init_rho=1.0,
-        init_max_iter=150,
-        init_unfolding="auto",
-        rank_scale=1.0,
-        max_rank=None,
-        unknown_client="global",
-        n_jobs=None,
-    ):
-        self.tensor_shape = tensor_shape
-        self.output_shape = output_shape
-        self.rank = rank
-        self.fit_intercept = fit_intercept
-        self.step_size = step_size
-        self.n_iter = n_iter
-        self.alpha = alpha
-        self.n_local_iter = n_local_iter
-        self.penalty_scaling = penalty_scaling
-        self.tangent = tangent
-        self.retraction = retraction
-        self.init_lambda = init_lambda
-        self.init_alpha = init_alpha
-        self.init_zeta = init_zeta
-        self.init_rho = init_rho
-        self.init_max_iter = init_max_iter
-        self.init_unfolding = init_unfolding
-        self.rank_scale = rank_scale
-        self.max_rank = max_rank
-        self.unknown_client = unknown_client
-        self.n_jobs = n_jobs
+    # PersonalizedTensorRegressor's parameters (and defaults) that the two-stage fit shares
+    __init__ = keyword_init({name: default for name, default in
+                             init_defaults(PersonalizedTensorRegressor).items()
+                             if name in TENSOR_CONSTRAINTS}, n_iter=100)
 
     _parameter_constraints = {**TENSOR_CONSTRAINTS, "n_iter": [positive_int(0)]}
 
@@ -364,43 +318,7 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
 
     _send_coef = True
 
-    def __init__(
-        self,
-        *,
-        tensor_shape=None,
-        output_shape=None,
-        rank="auto",
-        fit_intercept=True,
-        step_size="auto",
-        n_iter=100,
-        alpha=0.035,
-        n_local_iter=30,
-        penalty_scaling="adaptive",
-        tangent="exact",
-        retraction="st_hosvd",
-        init_lambda=0.02,
-        init_alpha=0.005,
-        init_zeta=0.5,
-        init_rho=1.0,
-        init_max_iter=150,
-        init_unfolding="auto",
-        rank_scale=1.0,
-        max_rank=None,
-        weights="uniform",
-        unknown_client="global",
-        n_jobs=None,
-    ):
-        super().__init__(
-            tensor_shape=tensor_shape, output_shape=output_shape, rank=rank,
-            fit_intercept=fit_intercept, step_size=step_size, n_iter=n_iter, alpha=alpha,
-            n_local_iter=n_local_iter,
-            penalty_scaling=penalty_scaling, tangent=tangent, retraction=retraction,
-            init_lambda=init_lambda, init_alpha=init_alpha, init_zeta=init_zeta,
-            init_rho=init_rho, init_max_iter=init_max_iter, init_unfolding=init_unfolding,
-            rank_scale=rank_scale,
-            max_rank=max_rank, unknown_client=unknown_client, n_jobs=n_jobs,
-        )
-        self.weights = weights
+    __init__ = keyword_init(init_defaults(LocalTwoStageTensorRegressor), weights="uniform")
 
     _parameter_constraints = {
         **LocalTwoStageTensorRegressor._parameter_constraints,

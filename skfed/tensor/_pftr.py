@@ -15,6 +15,7 @@ from ..federated import Federation, fit_federated, seed_entropy
 from ..federated._release import MIN_ROWS_SUM, sends_sums, too_few_rows_warning
 from ..privacy import check_privacy_budget, pftr_privacy_spent, pftr_release_plan
 from ..privacy._pftr_bound import check_accountant
+from ..utils._docstrings import fill_doc
 from ..utils._param_validation import FEDERATION_CONSTRAINTS, Number, positive_int, positive_real
 from ..utils._validation import user_stacklevel
 from ._base import TENSOR_CONSTRAINTS, _TensorRegressorBase, check_positive_float
@@ -73,6 +74,7 @@ def release_groups(n_rounds, moment, centring, intercept_share, init_share,
     return tuple(groups)
 
 
+@fill_doc
 class PersonalizedTensorRegressor(_TensorRegressorBase):
     """Personalized federated tensor regression with differential privacy.
 
@@ -353,13 +355,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         sparse part and penalty parameter.
     init_max_iter : int, default=150
         ADMM iterations.
-    init_unfolding : {"auto", "response"}, default="auto"
-        Matricization of the ADMM initializer's nuclear and operator norms:
-        ``"response"`` is the paper's (response modes as rows); ``"auto"`` uses
-        it when the response is not scalar and the first covariate mode's
-        unfolding for a scalar response (where the paper's ``1 x p``
-        matricization makes the nuclear norm a ridge penalty; a derived
-        choice, not the authors').
+    %(init_unfolding)s
     rank_scale : float, default=1.0
         Ridge constant ``c = rank_scale sqrt(log(#entries) / n_k)`` of the
         rank criterion.
@@ -1323,8 +1319,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, prod(tensor_shape))
-            Covariate tensors.
+        %(X_tensor)s
 
         Returns
         -------

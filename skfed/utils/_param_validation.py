@@ -2,7 +2,7 @@
 
 The estimators declare ``_parameter_constraints`` in scikit-learn's language
 (:mod:`sklearn.utils._param_validation`) and ``fit`` validates them once
-(``sklearn.base._fit_context``). Two differences from scikit-learn's own
+(``skfed.base.checked_fit``). Two differences from scikit-learn's own
 constraints: a number parameter refuses booleans (``n_rounds=True`` is a
 mistake, not 1) and NaN; and the options every federated estimator shares
 come in blocks, so they are written once.
@@ -13,8 +13,8 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-__all__ = ["FEDERATION_CONSTRAINTS", "Number", "PRIVACY_CONSTRAINTS", "UNKNOWN_CLIENT",
-           "positive_int", "positive_real", "nonnegative_real"]
+__all__ = ["FEDERATION_CONSTRAINTS", "FEDERATION_DEFAULTS", "Number", "PRIVACY_CONSTRAINTS",
+           "UNKNOWN_CLIENT", "positive_int", "positive_real", "nonnegative_real"]
 
 
 class Number(Interval):
@@ -54,6 +54,11 @@ FEDERATION_CONSTRAINTS = {
     "verbose": ["verbose"],
     **UNKNOWN_CLIENT,
 }
+
+#: The defaults of those options but ``n_rounds`` (whose default is each estimator's), for
+#: ``skfed.base.keyword_init``.
+FEDERATION_DEFAULTS = dict(client_fraction=1.0, on_client_error="raise", unknown_client="global",
+                           n_jobs=None, random_state=None, verbose=0)
 
 #: The privacy budget ``(epsilon, delta)``; ``epsilon=None`` (or ``inf``) is no noise.
 PRIVACY_CONSTRAINTS = {

@@ -21,9 +21,9 @@ def user_stacklevel():
     Counts the frames from the function calling this one up to the first
     frame outside the ``skfed`` package (e.g. the user's ``fit`` call), so a
     warning names the user's line however deep inside skfed it is raised.
-    scikit-learn's ``_fit_context`` wrapper around ``fit`` is skipped too,
-    and so is a splitter's ``split`` of ``BaseCrossValidator`` around its
-    ``_iter_test_indices``.
+    scikit-learn's ``_fit_context`` wrapper around a scikit-learn
+    meta-estimator's ``fit`` is skipped too, and so is a splitter's
+    ``split`` of ``BaseCrossValidator`` around its ``_iter_test_indices``.
     """
     frame, level = sys._getframe(1), 1
     while frame is not None and (
@@ -35,6 +35,22 @@ def user_stacklevel():
         frame, level = frame.f_back, level + 1
     del frame
     return level
+
+
+def install_hint(extra):
+    """How to install one of skfed's extras, as the README does: from the skfed clone.
+
+    Parameters
+    ----------
+    extra : str
+        The extra's name in ``pyproject.toml`` (``"bench"``, ``"flower"``, ...).
+
+    Returns
+    -------
+    hint : str
+        E.g. ``python -m pip install -e ".[bench]" in the skfed clone``.
+    """
+    return f'python -m pip install -e ".[{extra}]" in the skfed clone'
 
 
 def check_unknown_client(unknown_client):
@@ -56,10 +72,10 @@ def check_params(estimator):
     First scikit-learn's ``_parameter_constraints`` (unless parameter
     validation is switched off, as in ``sklearn.config_context(
     skip_parameter_validation=True)``), then the estimator's own
-    ``_check_params`` (checks that tie several parameters together). Inside
-    ``FederatedEstimator.fit`` scikit-learn's fit context has checked the
-    constraints already and switched validation off, so there only
-    ``_check_params`` runs; a Flower node calls this outside any fit.
+    ``_check_params`` (checks that tie several parameters together). The
+    ``fit`` of an estimator with constraints calls it once, before anything
+    else (:func:`skfed.base.checked_fit`); a Flower node calls it outside
+    any fit.
 
     Parameters
     ----------

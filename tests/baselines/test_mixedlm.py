@@ -301,7 +301,7 @@ def test_optimizer_failures_fall_back_then_raise(monkeypatch):
 def test_missing_statsmodels_names_the_extras(monkeypatch):
     X, y, g, _, _ = _synthetic(n_groups=5, n_per=6, seed=11)
     monkeypatch.setitem(sys.modules, "statsmodels", None)
-    with pytest.raises(ImportError, match=r'pip install "skfed\[bench\]"'):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[bench\]" in the skfed clone'):
         MixedLMRegressor().fit(X, y, groups=g)
 
 

@@ -160,7 +160,7 @@ def test_real_data_anchors_run_in_full_mode_tuned_per_protocol(monkeypatch, capl
                 assert cv == 3 if setting == "seen-site" else isinstance(cv, GroupKFold)
                 assert methods["GPBoost (linear)"].random_slopes == [0]
     notes = [r.getMessage() for r in caplog.records if "merf" in r.getMessage()]
-    assert len(notes) == 1 and 'pip install "skfed[bench]"' in notes[0]
+    assert len(notes) == 1 and 'python -m pip install -e ".[bench]" in the skfed clone' in notes[0]
 
 
 def _fake_summary(experiment, settings=("A", "B"), methods=("m1", "m2", "m3")):

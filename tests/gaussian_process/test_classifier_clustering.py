@@ -8,7 +8,7 @@ from skfed import PFedHGPRegressor
 from skfed.datasets import make_press_tonnage
 from skfed.gaussian_process import PFedHGPClassifier, client_dissimilarity, cluster_clients
 from skfed.gaussian_process._elbo import softplus
-from skfed.gaussian_process._kernels import kernel_matrix
+from skfed.gaussian_process._covariance import kernel_matrix
 
 
 def test_press_classification_with_few_training_cycles():

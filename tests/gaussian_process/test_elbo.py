@@ -14,9 +14,9 @@ from skfed.gaussian_process._elbo import (
     server_kl,
     softplus,
     softplus_inv,
-    _inv_chol_spd,
 )
-from skfed.gaussian_process._kernels import kernel_matrix
+from skfed.gaussian_process._linalg import _inv_chol_spd
+from skfed.gaussian_process._covariance import kernel_matrix
 
 
 def random_params(rng, d, M, Mi, p):

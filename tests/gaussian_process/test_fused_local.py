@@ -7,7 +7,7 @@ import pytest
 from skfed.gaussian_process import _closed_form
 from skfed.gaussian_process._closed_form import ClosedFormClient
 from skfed.gaussian_process._elbo import ModelConfig, global_basis, local_basis
-from skfed.gaussian_process._steps import adam_ascent, adam_init
+from skfed.gaussian_process._adam import adam_ascent, adam_init
 
 COMPONENTS = [(True, True, True), (True, False, True), (False, True, True),
               (False, False, True)]
@@ -45,7 +45,7 @@ def test_fused_local_steps_match_the_step_by_step_loop(use, kind, ard, learn):
     X, y, g, loc = make_client(rng, cfg, d)
     hyper = ["ls_l", "var_l"] + (["Zl"] if learn else [])
     zscale = {"Zl": np.array([0.3, 0.2])}
-    # the reference: _steps._cavi_local's loop, one numpy/LAPACK call at a time
+    # the reference: _optimizers.ClosedForm.local_steps's loop, one numpy/LAPACK call at a time
     cf, ref = start(X, y, g, loc, cfg)
     adam_ref = adam_init(ref, hyper)
     _, adam_ref = adam_ascent(ref, {k: np.ones_like(ref[k], dtype=float) for k in hyper},

@@ -14,7 +14,8 @@ from skfed.gaussian_process._ilmm import (
     local_bases,
     solve_local_ilmm,
 )
-from skfed.gaussian_process._kernels import latent_sweeps, kernel_matrix
+from skfed.gaussian_process._closed_form_kernels import latent_sweeps
+from skfed.gaussian_process._covariance import kernel_matrix
 
 TRIL = ("Lg", "Ld", "Lu")
 
@@ -312,10 +313,10 @@ def test_closed_form_server_step_from_sufficient_statistics(use):
     for i, (X, Y, lc) in enumerate(zip(Xs, Ys, locs)):
         gbs = global_bases(X, g, cfg)
         lbs = local_bases(X, lc, cfg) if cfg.use_local else None
-        msgs[i] = steps._cavi_message(X, Y, g, lc, gbs, IlmmClientGram(Y, gbs, lbs, cfg))
+        msgs[i] = steps.strategy.message(X, Y, g, lc, gbs, IlmmClientGram(Y, gbs, lbs, cfg))
     state = {"g": dict(g), "elbo": [], "round": 0, "hyper_adam": None,
              "z_scale": np.ones(1)}
-    state = steps._cavi_server(state, msgs)
+    state = steps.strategy.server_round(state, msgs)
     after = elbo(state["g"])
     assert state["elbo"][-1] == pytest.approx(after, rel=1e-9)
     assert after >= before - 1e-8

@@ -4,20 +4,19 @@ import numpy as np
 import pytest
 from scipy.linalg import cholesky
 
-from skfed.gaussian_process._elbo import chol_jitter
-from skfed.gaussian_process._kernels import (
-    _chol_in_place,
+from skfed.gaussian_process._linalg import chol_jitter
+from skfed.gaussian_process._adam import adam_update
+from skfed.gaussian_process._closed_form_kernels import closed_form_q
+from skfed.gaussian_process._covariance import (
     KERNEL_KINDS,
-    chol_backward,
-    closed_form_q,
-    adam_update,
-    factor_stats,
     inducing_cholesky,
     kernel_adjoint,
     kernel_adjoint_cross,
     kernel_adjoint_sym,
     kernel_matrix,
 )
+from skfed.gaussian_process._linalg import _chol_in_place, factor_stats
+from skfed.gaussian_process._linalg import chol_backward_small as chol_backward
 
 
 def reference_kernel(X, Z, ls, var, kind):
@@ -238,8 +237,8 @@ def test_inducing_cholesky_matches_lapack(kind):
 
 @pytest.mark.parametrize("n", [10, 150])
 def test_chol_backward_dispatch_numba_small_blas_large(n):
-    from skfed.gaussian_process._elbo import SMALL_ADJOINT
-    from skfed.gaussian_process._elbo import chol_backward as dispatched
+    from skfed.gaussian_process._linalg import SMALL_ADJOINT
+    from skfed.gaussian_process._linalg import chol_backward as dispatched
 
     assert (n <= SMALL_ADJOINT) == (n == 10)  # one size on each side
     rng = np.random.default_rng(n)
@@ -281,9 +280,10 @@ def test_no_kernel_reassociates():
     # contraction is allowed (the same in both loops).
     from numba.core.registry import CPUDispatcher
 
-    from skfed.gaussian_process import _kernels
+    from skfed.gaussian_process import _adam, _closed_form_kernels, _covariance, _linalg
 
-    kernels = [f for f in vars(_kernels).values() if isinstance(f, CPUDispatcher)]
+    kernels = [f for module in (_adam, _closed_form_kernels, _covariance, _linalg)
+               for f in vars(module).values() if isinstance(f, CPUDispatcher)]
     assert len(kernels) >= 10
     for f in kernels:
         flags = f.targetoptions.get("fastmath") or set()

@@ -356,8 +356,7 @@ def test_cavi_clients_send_the_kernel_gradient_only_when_the_server_uses_it(monk
                                                                             multioutput):
     # the broadcast says whether the next server step moves the global kernel;
     # clients skip the adjoint otherwise: same fit, fewer bytes up
-    import skfed.gaussian_process._ilmm_steps as ilmm_steps
-    import skfed.gaussian_process._steps as steps
+    import skfed.gaussian_process._optimizers as optimizers
 
     rng = np.random.default_rng(3)
     X = rng.uniform(0, 5, (90, 1))
@@ -366,18 +365,17 @@ def test_cavi_clients_send_the_kernel_gradient_only_when_the_server_uses_it(monk
     groups = np.repeat([0, 1, 2], 30)
     kw = dict(optimizer="cavi", n_rounds=6, n_inducing_global=6, n_inducing_local=4, random_state=0)
     sent = []
-    original = steps.wants_kernel_grad
+    original = optimizers.wants_kernel_grad
 
     def spy(broadcast):
         sent.append(original(broadcast))
         return original(broadcast)
 
-    module = ilmm_steps if multioutput else steps
-    monkeypatch.setattr(module, "wants_kernel_grad", spy)
+    monkeypatch.setattr(optimizers, "wants_kernel_grad", spy)
     skipping = PFedHGPRegressor(inference="variational", **kw).fit(X, y, groups=groups)
     # rounds 1..6 (3 clients each): the kernel moves after rounds 2 and 4 only
     assert sent == [False] * 3 + [True] * 3 + [False] * 3 + [True] * 3 + [False] * 6
-    monkeypatch.setattr(module, "wants_kernel_grad", lambda broadcast: True)
+    monkeypatch.setattr(optimizers, "wants_kernel_grad", lambda broadcast: True)
     always = PFedHGPRegressor(inference="variational", **kw).fit(X, y, groups=groups)
     np.testing.assert_array_equal(skipping.elbo_, always.elbo_)
     np.testing.assert_array_equal(skipping.predict(X, groups=groups),

@@ -60,7 +60,7 @@ def test_predictive_covariance_per_point(fitted, data):
 
 def test_predictive_covariance_matches_eqs_38_39(fitted, data):
     """The Q x Q covariance rebuilt from the stored blocks by dense unwhitened algebra."""
-    from skfed.gaussian_process._kernels import kernel_matrix
+    from skfed.gaussian_process._covariance import kernel_matrix
 
     x = data.X_test[3:4]
     k = 1

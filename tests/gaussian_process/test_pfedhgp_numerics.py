@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from skfed import PFedHGPRegressor
-from skfed.gaussian_process._elbo import CholeskyError
+from skfed.gaussian_process._linalg import CholeskyError
+from skfed.gaussian_process._optimizers import ClosedForm
 from skfed.gaussian_process._steps import _PFedHGPSteps, _scaled_sum_of_squares
 
 SMALL = dict(inference="variational",
@@ -103,12 +104,12 @@ def test_client_non_finite_message_is_reported(data, monkeypatch):
             return out
         return step
 
-    # a client's message comes from _cavi_message, or from _cavi_small for a small
-    # client of the default model (its whole round in one call)
-    monkeypatch.setattr(_PFedHGPSteps, "_cavi_message",
-                        nan_message(_PFedHGPSteps._cavi_message, lambda msg: msg))
-    monkeypatch.setattr(_PFedHGPSteps, "_cavi_small",
-                        nan_message(_PFedHGPSteps._cavi_small, lambda out: out[3]))
+    # a client's message comes from ClosedForm.message, or from ClosedForm.small_round
+    # for a small client of the default model (its whole round in one call)
+    monkeypatch.setattr(ClosedForm, "message",
+                        nan_message(ClosedForm.message, lambda msg: msg))
+    monkeypatch.setattr(ClosedForm, "small_round",
+                        nan_message(ClosedForm.small_round, lambda out: out[3]))
     with pytest.raises(FloatingPointError, match=r"^client 'b', round 2: .*'rr' is not "
                                                  r"finite.*rescale y"):
         PFedHGPRegressor(optimizer="cavi", n_jobs=1, **SMALL).fit(X, y, groups=g)

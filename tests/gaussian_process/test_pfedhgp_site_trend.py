@@ -5,7 +5,7 @@ import pytest
 from sklearn.linear_model import Ridge
 
 from skfed import PFedHGPRegressor
-from skfed.gaussian_process._steps import (
+from skfed.gaussian_process._site_trend import (
     SITE_TREND_ALPHA, site_trend_design, site_trend_fit, site_trend_moments,
 )
 

@@ -5,7 +5,7 @@ they replace."""
 import numpy as np
 import pytest
 
-from skfed.gaussian_process import _kernels as kn
+from skfed.gaussian_process import _closed_form_kernels as kn
 from skfed.gaussian_process._closed_form import (
     ClosedFormClient,
     round_fusable,
@@ -17,9 +17,9 @@ from skfed.gaussian_process._elbo import (
     basis_forward,
     global_basis,
     local_basis,
-    tril_pack,
 )
-from skfed.gaussian_process._steps import adam_ascent, adam_init
+from skfed.gaussian_process._linalg import tril_pack
+from skfed.gaussian_process._adam import adam_ascent, adam_init
 
 
 def make_client(rng, cfg, d, M=6, Mi=4, n=30):
@@ -133,8 +133,8 @@ def test_row_major_copies():
 
 
 def reference_round(X, y, g, loc, cfg, steps, lr, zscale, adam, want_grad):
-    """The round as ``_steps._cavi_local``'s step-by-step loop and ``_cavi_message``
-    form it: numpy and LAPACK, one call at a time."""
+    """The round as ``_optimizers.ClosedForm.local_steps``'s step-by-step loop and
+    ``ClosedForm.message`` form it: numpy and LAPACK, one call at a time."""
     hyper = ["ls_l", "var_l"] + (["Zl"] if cfg.learn_inducing else [])
     gb = global_basis(X, g, cfg)
     cf = ClosedFormClient(y, g, cfg, gb)

@@ -1,488 +1,47 @@
-"""Numba kernels: stationary covariance matrices and their adjoint gradients, and
-the small dense algebra of a client round (Cholesky factors, their adjoint, the
-closed-form ``q`` solve).
+"""Numba kernels of the closed-form (``optimizer="cavi"``) round (:mod:`._closed_form`).
 
-Every covariance here is ``k(x, z) = variance * f(r)`` with the scaled distance
-``r^2 = sum_d (x_d - z_d)^2 / lengthscale_d^2`` (ARD lengthscales; pass a
-vector of ``d`` equal values for one shared lengthscale). ``f`` is the radial
-profile of the squared-exponential (``kind=0``), Matern 3/2 (``kind=1``) or
-Matern 5/2 (``kind=2``) kernel. The gradients use ``g(r) = f'(r) / r``, which
-is finite at ``r = 0`` for all three, so coincident points need no special
-case.
+The optimal ``q`` of latents sharing a residual and the coordinate ascent on
+their loadings (:func:`latent_sweeps`, :func:`closed_form_q`), a small
+client's basis and its products (:func:`basis_rows`, :func:`local_products_rows`),
+the fused local steps (:func:`cavi_local_steps`) and a small client's whole
+round in one call (:func:`cavi_round_small`): many small clients, where a
+round's cost is otherwise the Python and call overhead of its many small
+operations. Each is tested against the step-by-step numpy/LAPACK round.
 """
 
 import numpy as np
 from numba import njit
 
 from ..utils._compile_notice import install as _install_compile_notice
+from ._adam import adam_update
+from ._covariance import (
+    inducing_cholesky,
+    kernel_adjoint_cross,
+    kernel_adjoint_sym,
+    kernel_matrix,
+)
+from ._linalg import (
+    FASTMATH,
+    _block,
+    _chol_in_place,
+    _chol_solve_in_place,
+    _dot,
+    _inv_chol_block,
+    _matvec,
+    _matvec_t,
+    _solve_lower_t_rows,
+    _transposed,
+    _tril_pack,
+    chol_backward_small,
+    factor_stats,
+)
 
 _install_compile_notice()  # a notice while these kernels compile on first use
 
-__all__ = ["KERNEL_KINDS", "kernel_matrix", "kernel_adjoint", "kernel_adjoint_sym",
-           "kernel_adjoint_cross",
-           "inducing_cholesky", "chol_backward", "closed_form_q", "factor_stats",
-           "adam_update", "cavi_local_steps", "latent_sweeps"]
-
-#: public kernel names -> the ``kind`` code of the numba functions
-KERNEL_KINDS = {"rbf": 0, "matern32": 1, "matern52": 2}
-
-_SQRT3 = np.sqrt(3.0)
-_SQRT5 = np.sqrt(5.0)
-
-#: fastmath flags of the dense kernels: FMA contraction only. Never ``reassoc``:
-#: LLVM vectorizes a loop that stores to one array and reads another behind a
-#: runtime overlap check on their addresses, falling back to the scalar loop
-#: when they lie close in memory; with reassociation the two loops sum in
-#: different orders, so a result depended on where the allocator put the
-#: arrays (fits differed in the last bits within one process). Without it the
-#: vector and scalar loops do the same operations in the same order.
-#: Contraction fuses the same multiply-adds in both; no flag assumes finite
-#: values, so NaN checks stay valid.
-FASTMATH = {"contract"}
-
-
-# The transposes and slices the kernels copy to row-major: a plain loop, not
-# np.ascontiguousarray, whose general copy compiled once per argument type (five
-# types in the scalar round) and each into every caller's library.
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
-def _transposed(A):
-    """``A.T`` as a new row-major array."""
-    n, m = A.shape
-    out = np.empty((m, n))
-    for i in range(n):
-        for j in range(m):
-            out[j, i] = A[i, j]
-    return out
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
-def _block(A, start, n, j0, m):
-    """``A[start:start + n, j0:j0 + m]`` as a new row-major array."""
-    out = np.empty((n, m))
-    for i in range(n):
-        for j in range(m):
-            out[i, j] = A[start + i, j0 + j]
-    return out
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
-def _profile(r2, kind):
-    """Return ``(f(r), f'(r) / r)`` of the radial profile at ``r^2 = r2``."""
-    if kind == 0:
-        f = np.exp(-0.5 * r2)
-        return f, -f
-    r = np.sqrt(r2)
-    if kind == 1:
-        e = np.exp(-_SQRT3 * r)
-        return (1.0 + _SQRT3 * r) * e, -3.0 * e
-    e = np.exp(-_SQRT5 * r)
-    return (1.0 + _SQRT5 * r + (5.0 / 3.0) * r2) * e, -(5.0 / 3.0) * (1.0 + _SQRT5 * r) * e
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
-def _r2(X, i, Z, j, inv):
-    """Scaled squared distance between ``X[i]`` and ``Z[j]`` (``inv`` = 1 / lengthscale).
-
-    Inlined by numba: as a call per pair it doubles the time of a kernel matrix.
-    """
-    r2 = 0.0
-    for k in range(X.shape[1]):
-        t = (X[i, k] - Z[j, k]) * inv[k]
-        r2 += t * t
-    return r2
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
-def _slope_from_value(kval, r2, kind):
-    """``variance * f'(r) / r`` from ``kval = variance * f(r)`` without an ``exp``."""
-    if kind == 0:
-        return -kval
-    r = np.sqrt(r2)
-    if kind == 1:
-        return -3.0 * kval / (1.0 + _SQRT3 * r)
-    s = 1.0 + _SQRT5 * r
-    return -(5.0 / 3.0) * s * kval / (s + (5.0 / 3.0) * r2)
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
-def kernel_matrix(X, Z, lengthscale, variance, kind):
-    """Covariance matrix ``K[i, j] = k(X[i], Z[j])``.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, d)
-    Z : ndarray of shape (m, d)
-    lengthscale : ndarray of shape (d,)
-    variance : float
-    kind : int
-        0 squared exponential, 1 Matern 3/2, 2 Matern 5/2.
-
-    Returns
-    -------
-    K : ndarray of shape (n, m)
-    """
-    n, d = X.shape
-    m = Z.shape[0]
-    inv = 1.0 / lengthscale
-    K = np.empty((n, m))
-    for i in range(n):
-        for j in range(m):
-            r2 = _r2(X, i, Z, j, inv)
-            f, _ = _profile(r2, kind)
-            K[i, j] = variance * f
-    return K
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
-def kernel_adjoint(X, Z, lengthscale, variance, kind, Kbar):
-    """Gradients of ``sum(Kbar * k(X, Z))`` (reverse mode through the kernel).
-
-    Parameters
-    ----------
-    X, Z, lengthscale, variance, kind
-        As in :func:`kernel_matrix`.
-    Kbar : ndarray of shape (n, m)
-        Adjoint of the kernel matrix.
-
-    Returns
-    -------
-    g_variance : float
-    g_lengthscale : ndarray of shape (d,)
-    g_X : ndarray of shape (n, d)
-    g_Z : ndarray of shape (m, d)
-    """
-    n, d = X.shape
-    m = Z.shape[0]
-    inv = 1.0 / lengthscale
-    g_var = 0.0
-    g_ls = np.zeros(d)
-    g_X = np.zeros((n, d))
-    g_Z = np.zeros((m, d))
-    for i in range(n):
-        for j in range(m):
-            a = Kbar[i, j]
-            if a == 0.0:
-                continue
-            r2 = _r2(X, i, Z, j, inv)
-            f, g = _profile(r2, kind)
-            g_var += a * f
-            c = a * variance * g
-            for k in range(d):
-                diff = X[i, k] - Z[j, k]
-                # dk/dl = -variance g diff^2 / l^3 ; dk/dx = variance g diff / l^2
-                g_ls[k] -= c * diff * diff * inv[k] * inv[k] * inv[k]
-                gx = c * diff * inv[k] * inv[k]
-                g_X[i, k] += gx
-                g_Z[j, k] -= gx
-    return g_var, g_ls, g_X, g_Z
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def kernel_adjoint_sym(Z, lengthscale, variance, kind, Kbar):
-    """Gradients of ``sum(Kbar * k(Z, Z))`` for a symmetric ``Kbar``.
-
-    :func:`kernel_adjoint` with ``X = Z`` and the two ``Z`` gradients
-    summed, over the pairs ``i > j`` only (each counted twice; the diagonal
-    adds to the variance only, as ``f(0) = 1``): half the kernel
-    evaluations, and the inner loops run over contiguous rows. Only the
-    lower triangle of ``Kbar`` is read.
-
-    Returns
-    -------
-    g_variance : float
-    g_lengthscale : ndarray of shape (d,)
-    g_Z : ndarray of shape (m, d)
-    """
-    m, d = Z.shape
-    inv = 1.0 / lengthscale
-    Zt = _transposed(Z)  # (d, m)
-    g_var = 0.0
-    g_ls = np.zeros(d)
-    gZt = np.zeros((d, m))
-    r2 = np.empty(m)
-    c = np.empty(m)
-    for i in range(m):
-        g_var += Kbar[i, i]
-        if i == 0:
-            continue
-        ki = Kbar[i]
-        r2[:i] = 0.0
-        for k in range(d):
-            zi = Zt[k, i]
-            zk = Zt[k]
-            for j in range(i):
-                t = (zi - zk[j]) * inv[k]
-                r2[j] += t * t
-        for j in range(i):
-            f, g = _profile(r2[j], kind)
-            a = 2.0 * ki[j]
-            g_var += a * f
-            c[j] = a * variance * g
-        for k in range(d):
-            zi = Zt[k, i]
-            zk = Zt[k]
-            gk = gZt[k]
-            i2 = inv[k] * inv[k]
-            s_ls = 0.0
-            s_i = 0.0
-            for j in range(i):
-                diff = zi - zk[j]
-                gx = c[j] * diff * i2
-                s_ls += gx * diff
-                s_i += gx
-                gk[j] -= gx
-            gk[i] += s_i
-            g_ls[k] -= s_ls * inv[k]
-    return g_var, g_ls, _transposed(gZt)
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True)
-def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
-    """Gradients of ``sum(Kbar * k(X, Z))`` with ``Kbar = G + E P^T``, given ``K = k(X, Z)``.
-
-    The adjoint of the large cross-covariance of a sparse basis: it reads the
-    formed ``K`` instead of evaluating the kernel again (no ``exp``), skips
-    the gradient with respect to ``X`` (data, not a parameter), and takes the
-    adjoint in the factored form every caller has (a dense part plus a low
-    rank part), so the low-rank part is never formed as an ``(n, m)`` matrix.
-    One pass over the rows; the squared exponential needs no distances at all
-    (its slope is ``-K``).
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, d)
-    Z : ndarray of shape (m, d)
-    lengthscale, variance, kind
-        As in :func:`kernel_matrix`.
-    K : ndarray of shape (n, m)
-        ``kernel_matrix(X, Z, lengthscale, variance, kind)``.
-    G : ndarray of shape (n, m)
-        Dense part of the adjoint of ``K``.
-    E : ndarray of shape (n, k)
-    P : ndarray of shape (m, k)
-        Low-rank part of the adjoint of ``K``.
-
-    Returns
-    -------
-    g_variance : float
-    g_lengthscale : ndarray of shape (d,)
-    g_Z : ndarray of shape (m, d)
-    """
-    n, d = X.shape
-    m = Z.shape[0]
-    rank = P.shape[1]
-    inv = 1.0 / lengthscale
-    Zt = _transposed(Z)  # (d, m): the inner loops run over inducing inputs
-    s_var = 0.0
-    acc = np.zeros((d, m))  # sum_i c_ij (x_ik - z_jk)
-    acc2 = np.zeros((d, m))  # sum_i c_ij (x_ik - z_jk)^2
-    a = np.empty(m)
-    c = np.empty(m)
-    r2 = np.empty(m)
-    for i in range(n):
-        Gi = G[i]
-        Ki = K[i]
-        for j in range(m):
-            a[j] = Gi[j]
-        for q in range(rank):
-            eq = E[i, q]
-            for j in range(m):
-                a[j] += eq * P[j, q]
-        for j in range(m):
-            s_var += a[j] * Ki[j]
-        if kind == 0:
-            for j in range(m):
-                c[j] = -a[j] * Ki[j]
-        else:
-            r2[:] = 0.0
-            for k in range(d):
-                x = X[i, k]
-                zk = Zt[k]
-                for j in range(m):
-                    t = (x - zk[j]) * inv[k]
-                    r2[j] += t * t
-            for j in range(m):
-                c[j] = a[j] * _slope_from_value(Ki[j], r2[j], kind)
-        for k in range(d):
-            x = X[i, k]
-            zk = Zt[k]
-            ak = acc[k]
-            a2k = acc2[k]
-            for j in range(m):
-                diff = x - zk[j]
-                gx = c[j] * diff
-                ak[j] += gx
-                a2k[j] += gx * diff
-    # dk/dz = -variance g diff / l^2 ; dk/dl = -variance g diff^2 / l^3
-    g_Z = np.empty((m, d))
-    g_ls = np.zeros(d)
-    for k in range(d):
-        i2 = inv[k] * inv[k]
-        for j in range(m):
-            g_Z[j, k] = -acc[k, j] * i2
-            g_ls[k] -= acc2[k, j] * i2 * inv[k]
-    # d k / d variance = f = K / variance
-    return s_var / variance, g_ls, g_Z
-
 
 # ----------------------------------------------------------------------------
-# small dense algebra of the closed-form round (many calls on 20 x 20 to
-# 70 x 70 matrices: a numba pass costs less than a dozen LAPACK calls from Python)
+# the optimal q of latents sharing a residual
 # ----------------------------------------------------------------------------
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _chol_solve_in_place(L, x):
-    """Overwrite ``x`` with ``(L L^T)^{-1} x``, ``L`` lower triangular (``_chol_in_place``)."""
-    n = x.shape[0]
-    for i in range(n):  # L z = x
-        t = x[i]
-        for p in range(i):
-            t -= L[i, p] * x[p]
-        x[i] = t / L[i, i]
-    for i in range(n - 1, -1, -1):  # L^T out = z
-        t = x[i]
-        for p in range(i + 1, n):
-            t -= L[p, i] * x[p]
-        x[i] = t / L[i, i]
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _chol_column(A, j, col):
-    """Finish column ``j`` of :func:`_chol_in_place` (its entries fully updated):
-    scale it, copy it into ``col`` and zero the column above the diagonal.
-    Returns False if the pivot is not positive (or NaN)."""
-    s = A[j, j]
-    if not s > 0.0:  # also catches NaN
-        return False
-    d = np.sqrt(s)
-    A[j, j] = d
-    for i in range(j + 1, A.shape[0]):
-        A[i, j] = A[i, j] / d
-        col[i] = A[i, j]
-    for i in range(j):
-        A[i, j] = 0.0
-    return True
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _chol_in_place(A):
-    """Lower Cholesky factor of the SPD matrix whose lower triangle is ``A`` (in place).
-
-    The strict upper triangle is zeroed. Returns 0, or ``j + 1`` if the
-    leading minor of order ``j + 1`` is not positive definite (as LAPACK).
-    Right-looking, two columns at a time: once columns ``j`` and ``j + 1``
-    are final, the trailing rows take both updates in one pass of contiguous
-    row operations, which vectorize (the left-looking dot products are
-    reductions, which do not without reassociation, see ``FASTMATH``). Each
-    entry still gets the same subtractions in the same order, so the factor
-    is the left-looking one to the bit (tested).
-    """
-    n = A.shape[0]
-    c0 = np.empty(n)
-    c1 = np.empty(n)
-    for j in range(0, n, 2):
-        if not _chol_column(A, j, c0):
-            return j + 1
-        if j + 1 == n:
-            break
-        j1 = j + 1
-        for i in range(j1, n):  # column j + 1 takes column j's update first
-            A[i, j1] -= A[i, j] * c0[j1]
-        if not _chol_column(A, j1, c1):
-            return j1 + 1
-        for i in range(j1 + 1, n):
-            a0, a1 = A[i, j], A[i, j1]
-            # slices, not range(j1 + 1, i + 1): a loop from a variable start
-            # does not vectorize (numba's index wraparound check stays in it)
-            row, x0, x1 = A[i, j1 + 1:i + 1], c0[j1 + 1:i + 1], c1[j1 + 1:i + 1]
-            for k in range(row.shape[0]):
-                row[k] = (row[k] - a0 * x0[k]) - a1 * x1[k]
-    return 0
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _inv_chol_block(P, start, stop):
-    """Lower Cholesky factor of ``inv(P[start:stop, start:stop])`` (lower triangle of ``P``).
-
-    With ``J`` the exchange matrix, ``J B J = R R^T`` gives ``B = U U^T`` for
-    the upper ``U = J R J``, so ``inv(B) = U^{-T} U^{-1}`` and the lower factor
-    is ``U^{-T} = J R^{-T} J``: one factorization and one triangular
-    inversion, no explicit inverse. Returns ``(info, factor)``.
-    """
-    m = stop - start
-    R = np.empty((m, m))
-    for i in range(m):
-        for j in range(i + 1):
-            # (J B J)[i, j] = B[m-1-i, m-1-j]: an upper entry of B, read from the lower
-            R[i, j] = P[start + m - 1 - j, start + m - 1 - i]
-    info = _chol_in_place(R)
-    out = np.zeros((m, m))
-    if info != 0:
-        return info, out
-    # Rinv = R^{-1} (lower), row by row: row i is -sum_p R[i, p] Rinv[p] / R[i, i]
-    # over p < i, a sum of contiguous rows (the column-wise recurrence reads
-    # Rinv with a stride and runs several times slower)
-    Rinv = np.zeros((m, m))
-    for i in range(m):
-        ri = Rinv[i]
-        for p in range(i):
-            rip = R[i, p]
-            rp = Rinv[p]
-            for j in range(p + 1):
-                ri[j] -= rip * rp[j]
-        d = 1.0 / R[i, i]
-        for j in range(i):
-            ri[j] *= d
-        ri[i] = d
-    for i in range(m):
-        for j in range(i + 1):
-            out[i, j] = Rinv[m - 1 - j, m - 1 - i]
-    return 0, out
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
-def adam_update(p, g, m, v, lr, b1, b2, eps, c1, c2, scale):
-    """One Adam ascent step on flat arrays; returns new ``(p, m, v)``.
-
-    ``c1``, ``c2`` are the bias corrections ``1 - b1^t``, ``1 - b2^t``;
-    element ``i`` is scaled by ``scale[i % scale.size]`` (a per-feature step
-    unit along the last axis). The same operations, in the same order, as
-    the numpy expression it replaces (no fastmath): results are identical.
-    """
-    n = p.shape[0]
-    s = scale.shape[0]
-    p_new = np.empty(n)
-    m_new = np.empty(n)
-    v_new = np.empty(n)
-    for i in range(n):
-        gi = g[i]
-        mi = b1 * m[i] + (1 - b1) * gi
-        vi = b2 * v[i] + (1 - b2) * gi * gi
-        m_new[i] = mi
-        v_new[i] = vi
-        step = lr * (mi / c1) / (np.sqrt(vi / c2) + eps)
-        p_new[i] = p[i] + step * scale[i % s]
-    return p_new, m_new, v_new
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def factor_stats(L):
-    """``(|L|_F^2, log det(L L^T))`` of a lower triangular factor ``L``.
-
-    One call instead of half a dozen numpy reductions: a round needs these
-    for every covariance factor it sets.
-    """
-    n = L.shape[0]
-    sq = 0.0
-    logdet = 0.0
-    for i in range(n):
-        li = L[i]
-        for j in range(i + 1):
-            sq += li[j] * li[j]
-        logdet += np.log(np.abs(li[i]))
-    return sq, 2.0 * logdet
-
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _latent_q_step(G, C, off, prior, B, s2, want_cov, P, Ls, means):
@@ -707,82 +266,115 @@ def latent_sweeps(G, C, sizes, prior, kt, B0, s2, n_sweeps, want_cov):
     return 0, means, Ls, B
 
 
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _solve_lower_t_rows(L, B):
-    """``B <- L^{-T} B`` in place for lower ``L``, by whole rows of ``B``.
 
-    Back substitution as row updates (``B[m] -= L[i, m] B[i]``): every inner
-    loop is a contiguous axpy over the columns, which vectorizes; the
-    dot-product form reads ``L`` down a column.
-    """
-    n = L.shape[0]
-    for i in range(n - 1, -1, -1):
-        bi = B[i]
-        d = 1.0 / L[i, i]
-        for c in range(bi.shape[0]):
-            bi[c] *= d
-        for m in range(i):
-            lim = L[i, m]
-            bm = B[m]
-            for c in range(bi.shape[0]):
-                bm[c] -= lim * bi[c]
-
+# ----------------------------------------------------------------------------
+# a small basis and its products, by rows
+# ----------------------------------------------------------------------------
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def chol_backward(L, L_bar):
-    """Symmetric adjoint of ``K`` given the adjoint of its Cholesky factor ``L``.
+def basis_rows(X, Z, ls, var, kind, jitter):
+    """``_elbo.basis_forward`` for small ``Z`` in one call (constrained kernel
+    parameters): ``(info, L, K, Vt, jitter used)``.
 
-    Reverse mode of ``L = chol(K)`` (Murray 2016, "Differentiation of the
-    Cholesky decomposition"): ``P = Phi(L^T tril(L_bar))``, ``Phi`` the lower
-    triangle with the diagonal halved, then ``K_bar = L^{-T} P L^{-1}``,
-    symmetrized. Only the lower triangle of ``L_bar`` is read. Both solves
-    are ``L^{-T}`` applied to a matrix: ``Y = L^{-T} P^T``, ``K_bar^T = ... =
-    L^{-T} Y^T``.
-    """
-    n = L.shape[0]
-    P = np.zeros((n, n))
-    for k in range(n):
-        lbk = L_bar[k]
-        for i in range(k + 1):
-            lki = L[k, i]
-            pi = P[i]
-            for j in range(i + 1):
-                pi[j] += lki * lbk[j]
+    The jitter escalates as in ``_linalg.chol_jitter`` (x10, at least 1e-12, 8
+    tries); ``info`` is nonzero if every try failed. The substitution ``V =
+    L^{-1} K(Z, X)`` runs by rows of ``V`` (row ``a`` minus ``L[a, b]`` times
+    row ``b``, ``b < a`` in order, then divided by ``L[a, a]``): long loops
+    over independent entries, which vectorize."""
+    jit = jitter
+    info = 1
+    L = np.empty((0, 0))
+    for _ in range(8):
+        info, L = inducing_cholesky(Z, ls, var, kind, jit)
+        if info == 0:
+            ok = True
+            for i in range(L.shape[0]):
+                if not np.isfinite(L[i, i]):
+                    ok = False
+            if ok:
+                break
+            info = 1
+        jit = max(jit * 10.0, 1e-12)
+    K = kernel_matrix(X, Z, ls, var, kind)
+    n, m = K.shape
+    Vt = np.empty((n, m))
+    if info != 0:
+        return info, L, K, Vt, jit
+    V = np.empty((m, n))
+    for a in range(m):
+        va = V[a]
+        for i in range(n):
+            va[i] = K[i, a]
+        for b in range(a):
+            lab = L[a, b]
+            vb = V[b]
+            for i in range(n):
+                va[i] -= lab * vb[i]
+        d = L[a, a]
+        for i in range(n):
+            va[i] = va[i] / d
     for i in range(n):
-        P[i, i] *= 0.5
-    Y = _transposed(P)
-    _solve_lower_t_rows(L, Y)  # Y = L^{-T} P^T = (P L^{-1})^T
-    K = _transposed(Y)
-    _solve_lower_t_rows(L, K)  # K = L^{-T} P L^{-1}
-    out = np.empty((n, n))
-    for i in range(n):
-        for j in range(n):
-            out[i, j] = 0.5 * (K[i, j] + K[j, i])
-    return out
+        for a in range(m):
+            Vt[i, a] = V[a, i]
+    return 0, L, K, Vt, jit
+
+
+# inlined (numba IR; two calls, no arithmetic): as a function of its own it was one
+# more compiled library, which its callers link in and optimize again
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
+def local_basis_rows(X, Z, ls_raw, var_raw, kind, jitter):
+    """A small local basis from raw kernel parameters, as :func:`cavi_local_steps` forms it.
+
+    Returns ``(info, L, K, Vt, jitter used, lengthscales, variance)``.
+    """
+    ls, var = _constrained(ls_raw, var_raw, X.shape[1])
+    info, L, K, Vt, jit = basis_rows(X, Z, ls, var, kind, jitter)
+    return info, L, K, Vt, jit, ls, var
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def inducing_cholesky(Z, lengthscale, variance, kind, jitter):
-    """Lower Cholesky factor of ``k(Z, Z) + jitter I`` in one pass (small ``Z``).
+def local_products_rows(Wt, Vt, y):
+    """``V V^T``, ``W V^T`` and ``V y`` from the row-major ``W^T``, ``V^T``.
 
-    Returns ``(info, L)``; ``info`` is nonzero if the matrix is not positive
-    definite (the caller then escalates the jitter).
+    ``W V^T`` is accumulated transposed, so the inner loop runs over the
+    ``M`` shared-basis rows instead of the ``m`` local ones, and ``V V^T``
+    over full rows (the upper triangle then copied from the lower, as
+    there); each entry's sum still runs over the rows in order.
     """
-    m = Z.shape[0]
-    inv = 1.0 / lengthscale
-    L = np.empty((m, m))
-    for i in range(m):
-        for j in range(i):
-            f, _ = _profile(_r2(Z, i, Z, j, inv), kind)
-            L[i, j] = variance * f
-        L[i, i] = variance + jitter  # f(0) = 1 for every kind
-    return _chol_in_place(L), L
+    n, m = Vt.shape
+    M = Wt.shape[1]
+    Gv = np.zeros((m, m))
+    Ct = np.zeros((m, M))
+    vy = np.zeros(m)
+    for i in range(n):
+        vi = Vt[i]
+        wi = Wt[i]
+        yi = y[i]
+        for a in range(m):
+            va = vi[a]
+            vy[a] += va * yi
+            ga = Gv[a]
+            for b in range(m):
+                ga[b] += va * vi[b]
+            ca = Ct[a]
+            for b in range(M):
+                ca[b] += va * wi[b]
+    for a in range(m):
+        for b in range(a):
+            Gv[b, a] = Gv[a, b]
+    C = np.empty((M, m))
+    for a in range(M):
+        for b in range(m):
+            C[a, b] = Ct[b, a]
+    return Gv, C, vy
+
 
 
 # ----------------------------------------------------------------------------
-# the closed-form client's local loop, fused (many small clients: a round's
-# cost is then the Python and call overhead of its many small operations)
+# the closed-form client's local loop, fused (many small clients: a round's cost
+# is then the Python and call overhead of its many small operations)
 # ----------------------------------------------------------------------------
+
 _LOG2 = np.log(2.0)
 
 
@@ -877,11 +469,63 @@ def _local_adjoint(y, Wt, mbar, Vt, mu, Gv, C, vy, Lu, s2):
     return A, P, e, Ve
 
 
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
+def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
+    """``_elbo.basis_backward`` for a small basis with a rank-one adjoint part.
+
+    Gradients (variance, ARD lengthscales, ``Z``) of a function of ``W``
+    whose adjoint is ``W_bar = A W + P e^T`` (``A`` of shape ``(m, m)``,
+    ``P`` of shape ``(m,)``, ``e`` of shape ``(n,)``), given ``Wt = W^T``,
+    ``gram = W W^T`` and ``WE = W e``: ``C_bar^T = W^T (L^{-T} A)^T + e
+    (L^{-T} P)^T`` and ``L_bar = -(L^{-T} P) WE^T - (L^{-T} A) W W^T``, the
+    same products as ``basis_backward``, in loops (the local basis's too:
+    :func:`_local_adjoint`).
+    """
+    n, m = Wt.shape
+    LAP = np.empty((m, m + 1))
+    for a in range(m):
+        for b in range(m):
+            LAP[a, b] = A[a, b]
+        LAP[a, m] = P[a]
+    _solve_lower_t_rows(L, LAP)
+    # row updates (independent multiply-adds; each sum in the order of a dot product)
+    L_bar = np.empty((m, m))
+    T = np.empty(m)
+    for a in range(m):
+        T[:] = 0.0
+        for c in range(m):
+            lac = LAP[a, c]
+            gc = gram[c]
+            for b in range(m):
+                T[b] += lac * gc[b]
+        for b in range(m):
+            L_bar[a, b] = -LAP[a, m] * WE[b] - T[b]
+    LAt = np.empty((m, m))
+    for a in range(m):
+        for c in range(m):
+            LAt[c, a] = LAP[a, c]
+    G = np.zeros((n, m))
+    for i in range(n):
+        wi = Wt[i]
+        gi = G[i]
+        for c in range(m):
+            wic = wi[c]
+            lc = LAt[c]
+            for a in range(m):
+                gi[a] += wic * lc[a]
+    LP = _block(LAP, 0, m, m, 1)
+    Kzz_bar = chol_backward_small(L, L_bar)
+    gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
+    gv2, gl2, gZ2 = kernel_adjoint_cross(X, Z, ls, var, kind, K, G, e.reshape(n, 1), LP)
+    return gv1 + gv2, gl1 + gl2, gZ1 + gZ2
+
+
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def cavi_local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw, adam_m0,
                      adam_v0, c1s, c2s, lr, b1, b2, eps, z_scale, s2, inv_prior, kind, jitter,
                      ard, learn_inducing, L0, K0, Vt0, Gv0, C0, vy0):
-    """The local steps of a closed-form client round, fused (``_steps._cavi_local``).
+    """The local steps of a closed-form client round, fused
+    (``_optimizers.ClosedForm.local_steps``).
 
     Each step: the gradient of the client's ELBO terms with respect to the
     local kernel (``Z``, raw lengthscales, raw variance), one Adam ascent step
@@ -1003,6 +647,89 @@ def _local_steps(X, y, Wt, mbase, Gw, rw, md0, mu0, Lu0, Z0, ls_raw0, var_raw, a
             jit, jit_max)
 
 
+
+# ----------------------------------------------------------------------------
+# the local step's algebra with fewer dependent operations (the same results to
+# the bit: each sum is taken in the same order, only the loops run in another order)
+# ----------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
+def prior_block_factor(Gw, s2, inv_prior):
+    """Lower Cholesky factor of ``Gw / s2 + inv_prior I``: the leading block of the
+    factor :func:`closed_form_q` forms (the same operations, so the same bits).
+
+    Returns ``(info, L11)``. Within a round ``Gw``, ``s2`` and the prior stay
+    put while the local kernel moves, so the local steps factor it once
+    (:func:`joint_solve_cached`).
+    """
+    k = Gw.shape[0]
+    P = np.empty((k, k))
+    for i in range(k):
+        for j in range(i + 1):
+            P[i, j] = Gw[i, j] / s2
+        P[i, i] += inv_prior
+    info = _chol_in_place(P)
+    return info, P
+
+
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
+def joint_solve_cached(L11, C, Gv, rw, rv, s2):
+    """:func:`closed_form_q` (without ``Ld``) given the factor of its leading block.
+
+    ``L11`` is :func:`prior_block_factor`'s factor of ``Gw / s2 + inv_prior
+    I``; the rest of the joint factor is formed as ``_chol_in_place`` forms
+    it (left-looking, each sum in the same order), so means and ``Lu`` are
+    those of :func:`closed_form_q` to the bit, without the ``k x k`` block's
+    divisions and factorization. Returns ``(info, means, Lu)``.
+    """
+    k = L11.shape[0]
+    nu = Gv.shape[0]
+    N = k + nu
+    P = np.empty((N, N))
+    for i in range(k):
+        for j in range(i + 1):
+            P[i, j] = L11[i, j]
+    _local_precision_rows(P, k, C, Gv, s2)
+    Lu = np.zeros((nu, nu))
+    x = np.empty(N)
+    if nu > 0:
+        info, Lu = _inv_chol_block(P, k, N)
+        if info != 0:
+            return info, x, Lu
+    # columns of the leading block: only the rows below it are new
+    for j in range(k):
+        d = P[j, j]
+        for i in range(k, N):
+            t = P[i, j]
+            for p in range(j):
+                t -= P[i, p] * P[j, p]
+            P[i, j] = t / d
+    for j in range(k, N):
+        s = P[j, j]
+        for p in range(j):
+            s -= P[j, p] * P[j, p]
+        if not s > 0.0:  # also catches NaN
+            return j + 1, x, Lu
+        d = np.sqrt(s)
+        P[j, j] = d
+        for i in range(j + 1, N):
+            t = P[i, j]
+            for p in range(j):
+                t -= P[i, p] * P[j, p]
+            P[i, j] = t / d
+    for i in range(k):
+        x[i] = rw[i] / s2
+    for i in range(nu):
+        x[k + i] = rv[i] / s2
+    _chol_solve_in_place(P, x)
+    return 0, x, Lu
+
+
+
+# ----------------------------------------------------------------------------
+# a small closed-form client's whole round in one call
+# ----------------------------------------------------------------------------
+
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
     """``(A_i, a_i)`` of ``ClosedFormClient.marginal_global_stats`` with a deviation.
@@ -1066,110 +793,12 @@ def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
     return 0, A, a
 
 
-# ----------------------------------------------------------------------------
-# a small closed-form client's whole round in one call (many small clients: after
-# the local loop was fused, the round's cost was the Python around it: the first
-# solve, the message, the global kernel gradient, the joint statistics)
-# ----------------------------------------------------------------------------
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
-    """``_elbo.basis_backward`` for a small basis with a rank-one adjoint part.
-
-    Gradients (variance, ARD lengthscales, ``Z``) of a function of ``W``
-    whose adjoint is ``W_bar = A W + P e^T`` (``A`` of shape ``(m, m)``,
-    ``P`` of shape ``(m,)``, ``e`` of shape ``(n,)``), given ``Wt = W^T``,
-    ``gram = W W^T`` and ``WE = W e``: ``C_bar^T = W^T (L^{-T} A)^T + e
-    (L^{-T} P)^T`` and ``L_bar = -(L^{-T} P) WE^T - (L^{-T} A) W W^T``, the
-    same products as ``basis_backward``, in loops (the local basis's too:
-    :func:`_local_adjoint`).
-    """
-    n, m = Wt.shape
-    LAP = np.empty((m, m + 1))
-    for a in range(m):
-        for b in range(m):
-            LAP[a, b] = A[a, b]
-        LAP[a, m] = P[a]
-    _solve_lower_t_rows(L, LAP)
-    # row updates (independent multiply-adds; each sum in the order of a dot product)
-    L_bar = np.empty((m, m))
-    T = np.empty(m)
-    for a in range(m):
-        T[:] = 0.0
-        for c in range(m):
-            lac = LAP[a, c]
-            gc = gram[c]
-            for b in range(m):
-                T[b] += lac * gc[b]
-        for b in range(m):
-            L_bar[a, b] = -LAP[a, m] * WE[b] - T[b]
-    LAt = np.empty((m, m))
-    for a in range(m):
-        for c in range(m):
-            LAt[c, a] = LAP[a, c]
-    G = np.zeros((n, m))
-    for i in range(n):
-        wi = Wt[i]
-        gi = G[i]
-        for c in range(m):
-            wic = wi[c]
-            lc = LAt[c]
-            for a in range(m):
-                gi[a] += wic * lc[a]
-    LP = _block(LAP, 0, m, m, 1)
-    Kzz_bar = chol_backward(L, L_bar)
-    gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
-    gv2, gl2, gZ2 = kernel_adjoint_cross(X, Z, ls, var, kind, K, G, e.reshape(n, 1), LP)
-    return gv1 + gv2, gl1 + gl2, gZ1 + gZ2
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _tril_pack(A):
-    """Lower triangle (with diagonal) of a square matrix, row by row (``_elbo.tril_pack``)."""
-    m = A.shape[0]
-    out = np.empty(m * (m + 1) // 2)
-    o = 0
-    for i in range(m):
-        for j in range(i + 1):
-            out[o] = A[i, j]
-            o += 1
-    return out
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _dot(a, b):
-    t = 0.0
-    for i in range(a.shape[0]):
-        t += a[i] * b[i]
-    return t
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _matvec(A, x):
-    """``A @ x`` for a row-major ``A``."""
-    out = np.empty(A.shape[0])
-    for i in range(A.shape[0]):
-        out[i] = _dot(A[i], x)
-    return out
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def _matvec_t(A, x):
-    """``A.T @ x`` for a row-major ``A``, by rows of ``A``."""
-    out = np.zeros(A.shape[1])
-    for i in range(A.shape[0]):
-        xi = x[i]
-        ai = A[i]
-        for j in range(A.shape[1]):
-            out[j] += ai[j] * xi
-    return out
-
-
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True)
 def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, ls_raw,
                      adam_m, adam_v, z_scale, L0, K0, Vt0, sc, ints):
     """A small client's closed-form round with all three components, in one call.
 
-    The round of ``_steps._cavi_local`` and ``_cavi_message`` (plus
+    The round of ``_optimizers.ClosedForm.local_steps`` and ``ClosedForm.message`` (plus
     ``ClosedFormClient.marginal_global_stats``) when the client fuses its
     local steps: the products of the local basis with the round's shared
     basis (:func:`local_products_rows`), the joint solve of ``q(delta_i)``,
@@ -1350,176 +979,3 @@ def cavi_round_small(X, y, Wt, Kg, Lkg, Gw, wy, mg, Lg, Zg, ls_g, ls_g_raw, Zl, 
     return (0, Zl, ls_raw, var_raw, adam_m, adam_v, md, mu, Lu, Ld, L, K, Vt, ls, var,
             jit_last, jit_max, stats, b, Phi, A_packed, a_joint, g_ls, g_var, g_Z)
 
-
-# ----------------------------------------------------------------------------
-# the local step's algebra with fewer dependent operations (the same results to the
-# bit: each sum is taken in the same order, only the loops run in another order)
-# ----------------------------------------------------------------------------
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def prior_block_factor(Gw, s2, inv_prior):
-    """Lower Cholesky factor of ``Gw / s2 + inv_prior I``: the leading block of the
-    factor :func:`closed_form_q` forms (the same operations, so the same bits).
-
-    Returns ``(info, L11)``. Within a round ``Gw``, ``s2`` and the prior stay
-    put while the local kernel moves, so the local steps factor it once
-    (:func:`joint_solve_cached`).
-    """
-    k = Gw.shape[0]
-    P = np.empty((k, k))
-    for i in range(k):
-        for j in range(i + 1):
-            P[i, j] = Gw[i, j] / s2
-        P[i, i] += inv_prior
-    info = _chol_in_place(P)
-    return info, P
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def joint_solve_cached(L11, C, Gv, rw, rv, s2):
-    """:func:`closed_form_q` (without ``Ld``) given the factor of its leading block.
-
-    ``L11`` is :func:`prior_block_factor`'s factor of ``Gw / s2 + inv_prior
-    I``; the rest of the joint factor is formed as ``_chol_in_place`` forms
-    it (left-looking, each sum in the same order), so means and ``Lu`` are
-    those of :func:`closed_form_q` to the bit, without the ``k x k`` block's
-    divisions and factorization. Returns ``(info, means, Lu)``.
-    """
-    k = L11.shape[0]
-    nu = Gv.shape[0]
-    N = k + nu
-    P = np.empty((N, N))
-    for i in range(k):
-        for j in range(i + 1):
-            P[i, j] = L11[i, j]
-    _local_precision_rows(P, k, C, Gv, s2)
-    Lu = np.zeros((nu, nu))
-    x = np.empty(N)
-    if nu > 0:
-        info, Lu = _inv_chol_block(P, k, N)
-        if info != 0:
-            return info, x, Lu
-    # columns of the leading block: only the rows below it are new
-    for j in range(k):
-        d = P[j, j]
-        for i in range(k, N):
-            t = P[i, j]
-            for p in range(j):
-                t -= P[i, p] * P[j, p]
-            P[i, j] = t / d
-    for j in range(k, N):
-        s = P[j, j]
-        for p in range(j):
-            s -= P[j, p] * P[j, p]
-        if not s > 0.0:  # also catches NaN
-            return j + 1, x, Lu
-        d = np.sqrt(s)
-        P[j, j] = d
-        for i in range(j + 1, N):
-            t = P[i, j]
-            for p in range(j):
-                t -= P[i, p] * P[j, p]
-            P[i, j] = t / d
-    for i in range(k):
-        x[i] = rw[i] / s2
-    for i in range(nu):
-        x[k + i] = rv[i] / s2
-    _chol_solve_in_place(P, x)
-    return 0, x, Lu
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def local_products_rows(Wt, Vt, y):
-    """``V V^T``, ``W V^T`` and ``V y`` from the row-major ``W^T``, ``V^T``.
-
-    ``W V^T`` is accumulated transposed, so the inner loop runs over the
-    ``M`` shared-basis rows instead of the ``m`` local ones, and ``V V^T``
-    over full rows (the upper triangle then copied from the lower, as
-    there); each entry's sum still runs over the rows in order.
-    """
-    n, m = Vt.shape
-    M = Wt.shape[1]
-    Gv = np.zeros((m, m))
-    Ct = np.zeros((m, M))
-    vy = np.zeros(m)
-    for i in range(n):
-        vi = Vt[i]
-        wi = Wt[i]
-        yi = y[i]
-        for a in range(m):
-            va = vi[a]
-            vy[a] += va * yi
-            ga = Gv[a]
-            for b in range(m):
-                ga[b] += va * vi[b]
-            ca = Ct[a]
-            for b in range(M):
-                ca[b] += va * wi[b]
-    for a in range(m):
-        for b in range(a):
-            Gv[b, a] = Gv[a, b]
-    C = np.empty((M, m))
-    for a in range(M):
-        for b in range(m):
-            C[a, b] = Ct[b, a]
-    return Gv, C, vy
-
-
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
-def basis_rows(X, Z, ls, var, kind, jitter):
-    """``_elbo.basis_forward`` for small ``Z`` in one call (constrained kernel
-    parameters): ``(info, L, K, Vt, jitter used)``.
-
-    The jitter escalates as in ``_elbo.chol_jitter`` (x10, at least 1e-12, 8
-    tries); ``info`` is nonzero if every try failed. The substitution ``V =
-    L^{-1} K(Z, X)`` runs by rows of ``V`` (row ``a`` minus ``L[a, b]`` times
-    row ``b``, ``b < a`` in order, then divided by ``L[a, a]``): long loops
-    over independent entries, which vectorize."""
-    jit = jitter
-    info = 1
-    L = np.empty((0, 0))
-    for _ in range(8):
-        info, L = inducing_cholesky(Z, ls, var, kind, jit)
-        if info == 0:
-            ok = True
-            for i in range(L.shape[0]):
-                if not np.isfinite(L[i, i]):
-                    ok = False
-            if ok:
-                break
-            info = 1
-        jit = max(jit * 10.0, 1e-12)
-    K = kernel_matrix(X, Z, ls, var, kind)
-    n, m = K.shape
-    Vt = np.empty((n, m))
-    if info != 0:
-        return info, L, K, Vt, jit
-    V = np.empty((m, n))
-    for a in range(m):
-        va = V[a]
-        for i in range(n):
-            va[i] = K[i, a]
-        for b in range(a):
-            lab = L[a, b]
-            vb = V[b]
-            for i in range(n):
-                va[i] -= lab * vb[i]
-        d = L[a, a]
-        for i in range(n):
-            va[i] = va[i] / d
-    for i in range(n):
-        for a in range(m):
-            Vt[i, a] = V[a, i]
-    return 0, L, K, Vt, jit
-
-
-# inlined (numba IR; two calls, no arithmetic): as a function of its own it was one
-# more compiled library, which its callers link in and optimize again
-@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
-def local_basis_rows(X, Z, ls_raw, var_raw, kind, jitter):
-    """A small local basis from raw kernel parameters, as :func:`cavi_local_steps` forms it.
-
-    Returns ``(info, L, K, Vt, jitter used, lengthscales, variance)``.
-    """
-    ls, var = _constrained(ls_raw, var_raw, X.shape[1])
-    info, L, K, Vt, jit = basis_rows(X, Z, ls, var, kind, jitter)
-    return info, L, K, Vt, jit, ls, var
