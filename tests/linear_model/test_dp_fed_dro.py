@@ -157,6 +157,26 @@ def test_pass_takes_numpy_until_numba_pays(monkeypatch):
     assert calls == ["numpy"]
 
 
+def test_small_private_fit_does_not_load_numba():
+    # a Flower site's process makes one pass per message: on small data it stays in numpy
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings; warnings.simplefilter('ignore')\n"
+            "from skfed.datasets import make_federated_regression\n"
+            "from skfed.linear_model import DPFedDROClassifier\n"
+            "import numpy as np\n"
+            "X, y, g = make_federated_regression(n_clients=3, n_samples=60, random_state=0)\n"
+            "X /= np.linalg.norm(X, axis=1, keepdims=True)\n"
+            "DPFedDROClassifier(epsilon=0.5, n_rounds=3, random_state=0).fit(\n"
+            "    X, (y > 0).astype(int), groups=g)\n"
+            "print('numba' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+
 def test_subgradient_matches_finite_differences():
     rng = np.random.default_rng(1)
     X = _unit_rows(rng, 40, 3)
