@@ -16,16 +16,21 @@ each estimator
 
 Both time a round the same way (from sending the messages to the last reply,
 pulling every 0.25 s as skfed's ``exchange`` does; skfed adds its server step)
-and report the median over the rounds, beside the whole ``flwr run``.
+and report the median over the rounds, beside the whole ``flwr run``. With
+``--repeat N`` the two apps take turns N times (skfed, minimal, skfed, ...), so
+that a change in the machine's load hits both; the table then gives the median
+over all rounds of each app's runs and the median ``flwr run``. The load
+average (1 min) is printed before and after each estimator.
 
 Needs the ``flower`` extra. Run:
-``python benchmarks/flower_overhead.py [--rounds 5] [--estimators DPFedDROClassifier ...]``.
+``python benchmarks/flower_overhead.py [--rounds 5] [--repeat 1] [--estimators ...]``.
 The in-process fit runs first, so the numba kernels are compiled and cached
 before any Flower process needs them.
 """
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -139,6 +144,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rows", type=int, default=200, help="rows per site")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each app, taking turns")
     parser.add_argument("--estimators", nargs="*",
                         default=["DPFedDROClassifier", "PFedHGPRegressor"])
     args = parser.parse_args()
@@ -154,20 +161,30 @@ def main():
             local = in_process(name, X, y, groups, args.rounds)  # compiles, fills the cache
             app = write_app(work / f"app-{name}", app_source(name),
                             {"estimator": name, "n-rounds": args.rounds})
-            output = work / f"{name}.skops"
-            total = _flwr_run(fed, app, {"estimator": name, "n-rounds": args.rounds,
-                                         "min-nodes": 3, "output": str(output)})
-            ledger = load_fitted(output).communication_
-            assert ledger.n_messages == local.communication_.n_messages
-            plan = plan_of(ledger, len(configs))
-            seconds_out = work / f"{name}-minimal.json"
-            total_min = _flwr_run(fed, minimal, {**plan, "min-nodes": 3,
-                                                 "output": str(seconds_out)})
-            minimal_seconds = json.loads(seconds_out.read_text())
+            load_before = os.getloadavg()[0]
+            skfed_rounds, minimal_rounds, totals, totals_min = [], [], [], []
+            for run in range(args.repeat):
+                output = work / f"{name}-{run}.skops"
+                totals.append(_flwr_run(fed, app, {"estimator": name, "n-rounds": args.rounds,
+                                                   "min-nodes": 3, "output": str(output)}))
+                ledger = load_fitted(output).communication_
+                assert ledger.n_messages == local.communication_.n_messages
+                skfed_rounds += ledger.round_seconds
+                plan = plan_of(ledger, len(configs))
+                seconds_out = work / f"{name}-minimal-{run}.json"
+                totals_min.append(_flwr_run(fed, minimal, {**plan, "min-nodes": 3,
+                                                           "output": str(seconds_out)}))
+                this_run = json.loads(seconds_out.read_text())
+                minimal_rounds += this_run
+                print(f"{name} run {run}: skfed {statistics.median(ledger.round_seconds):.2f} "
+                      f"s/round, minimal {statistics.median(this_run):.2f} s/round, load "
+                      f"{os.getloadavg()[0]:.1f}", flush=True)
             n_exchanges = 1 + len(ledger.round_seconds) + bool(plan["final"])
-            rows.append((name, n_exchanges, statistics.median(ledger.round_seconds),
-                         statistics.median(minimal_seconds), total, total_min))
-            print(rows[-1], flush=True)
+            rows.append((name, n_exchanges, statistics.median(skfed_rounds),
+                         statistics.median(minimal_rounds), statistics.median(totals),
+                         statistics.median(totals_min)))
+            print(rows[-1], f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}",
+                  flush=True)
     print("| estimator | exchanges | skfed s/round | minimal s/round | ratio "
           "| skfed `flwr run` (s) | minimal `flwr run` (s) | ratio |")
     print("|---|---|---|---|---|---|---|---|")

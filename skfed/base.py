@@ -5,7 +5,6 @@ import inspect
 
 import numpy as np
 import sklearn
-from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from .federated import fit_federated
@@ -208,6 +207,10 @@ class FederatedEstimatorMixin:
         if n_outputs is not None and Q != n_outputs:
             raise ValueError(f"y has {Q} output(s) but the model was fitted with "
                              f"n_outputs_={n_outputs}.")
+        # sklearn.metrics on first use: a Flower site's process, started for each message,
+        # does not score
+        from sklearn.metrics import accuracy_score, r2_score
+
         y_pred = self.predict(X, groups=groups)
         if _is_classifier(self):
             return accuracy_score(y, y_pred, sample_weight=sample_weight)

@@ -76,7 +76,7 @@ def local_terms(X, y, coef, lam, tau, kappa, gamma, dual):
     grad_lam : float
         ``d_lambda f``.
     """
-    from ._kernels import dro_cs_pass  # numba: loaded by the first fit, not on import
+    from ._dro_pass import dro_cs_pass  # numpy, or numba's kernel once it pays
 
     n = X.shape[0]
     grad = np.empty_like(coef)
@@ -342,7 +342,7 @@ def solve_cs_dro_local(X, y, n_classes, center, *, radius, kappa, rho, dual,
 def cs_dro_objective(X, y, coef, lam, *, radius, kappa, sample_weight=None):
     """``lambda r + (1/N) sum_n L_n(M, lambda)`` (no constraint check); weighted
     mean ``sum_n w_n L_n / sum_n w_n`` with ``sample_weight``."""
-    from ._kernels import dro_cs_pass
+    from ._dro_pass import dro_cs_pass
 
     coef = np.ascontiguousarray(coef, dtype=float)
     if sample_weight is None:

@@ -20,7 +20,7 @@ from ..utils._validation import (
     check_groups, check_scale, map_clients, user_stacklevel, validate_data,
 )
 from ._checks import _label_array, check_known_classes, check_norm_bound, client_weights
-from ._privacy_plan import classical_multiplier, privacy_plan, privacy_report
+from ._privacy_plan import classical_multiplier, privacy_plan, privacy_report, privacy_spent
 
 
 #: ``privacy_spent_["outside"]`` of a private fit without ``classes``
@@ -186,10 +186,14 @@ class _LinearFederatedClassifier(FederatedEstimator, LinearPredictionMixin, Clas
         noise multiplier; ``None`` without noise (see ``FederatedEstimator``)."""
         if self._plan is None:
             return None
-        report = privacy_report(int(self.n_rounds), self._plan,
-                                getattr(self, "accountant", "paper"))
-        least = min(r["noise_multiplier"] for r in report["releases"])
-        return {"epsilon": float(report["epsilon"]), "delta": float(report["delta"]),
+        # the report's total and its releases' least multiplier, without the report's
+        # per-release compositions (a site asks once per run; a PLD composition is slow)
+        eps, delta, delta_bar, extras = self._plan
+        epsilon = privacy_spent(int(self.n_rounds), eps, delta, delta_bar,
+                                getattr(self, "accountant", "paper"), extras)
+        least = min([classical_multiplier(e, delta) for e in eps if e > 0]
+                    + [z for _, z in extras])
+        return {"epsilon": float(epsilon), "delta": float(delta_bar),
                 "noise_multiplier": float(least)}
 
     def _validate_site_data(self, X, y, reset=False, groups=None):

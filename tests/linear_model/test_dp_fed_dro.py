@@ -106,6 +106,77 @@ def test_kernel_ties_match_numpy():
     np.testing.assert_array_equal(grad, grad_ref)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_numpy_pass_gives_the_kernels_bits(seed):
+    # the numpy pass sums in the kernel's order: a fit is the same whichever runs
+    from skfed.linear_model._dro_pass import dro_cs_pass_numpy as numpy_pass
+
+    rng = np.random.default_rng(seed)
+    n, k, p = int(rng.integers(1, 120)), int(rng.integers(2, 7)), int(rng.integers(1, 30))
+    if seed % 3 == 0:  # ties everywhere
+        X = rng.integers(-1, 2, (n, p)).astype(float)
+        coef = rng.integers(-1, 2, (k, p)).astype(float)
+    else:
+        X, coef = rng.standard_normal((n, p)), rng.uniform(0, 2) * rng.standard_normal((k, p))
+    y = rng.integers(0, k, n)
+    lam, kappa = [0.0, 0.3, 2.0, np.inf][seed % 4], float(rng.uniform(0, 2))
+    grad, grad_np = np.empty_like(coef), np.full_like(coef, np.nan)
+    out = numpy_pass(X, y, coef, lam, kappa, grad_np)
+    assert out == dro_cs_pass(X, y, coef, lam, kappa, grad)
+    np.testing.assert_array_equal(grad_np, grad)
+    if np.isfinite(lam):  # and both are the loss (the plain reference, to rounding)
+        loss_ref, glam_ref, grad_ref = dro_cs_pass_numpy(X, y, coef, lam, kappa)
+        assert out == pytest.approx((loss_ref, glam_ref), abs=1e-10)
+        np.testing.assert_allclose(grad_np, grad_ref, atol=1e-12)
+
+
+def test_pass_takes_numpy_until_numba_pays(monkeypatch):
+    from skfed.linear_model import _dro_pass
+
+    rng = np.random.default_rng(0)
+    X, y, coef = rng.standard_normal((50, 4)), rng.integers(0, 3, 50), rng.standard_normal((3, 4))
+    grad = np.empty_like(coef)
+    calls = []
+    monkeypatch.setattr(_dro_pass, "dro_cs_pass_numpy",
+                        lambda *a: calls.append("numpy") or (0.0, 0.0))
+    monkeypatch.setattr(_dro_pass, "_kernel_loaded", lambda: False)
+    monkeypatch.setattr(_dro_pass, "_spent", [0.0])
+    _dro_pass.dro_cs_pass(X, y, coef, 0.0, 1.0, grad)
+    assert calls == ["numpy"]
+    monkeypatch.setattr(_dro_pass, "_spent", [_dro_pass.NUMPY_BUDGET_S])  # numpy took long
+    assert _dro_pass.dro_cs_pass(X, y, coef, 0.0, 1.0, grad) == dro_cs_pass(
+        X, y, coef, 0.0, 1.0, np.empty_like(coef))
+    assert calls == ["numpy"]
+    monkeypatch.setattr(_dro_pass, "_spent", [0.0])
+    monkeypatch.setattr(_dro_pass, "LARGE_PASS", 50 * 3 * 4)  # one large pass
+    _dro_pass.dro_cs_pass(X, y, coef, 0.0, 1.0, grad)
+    assert calls == ["numpy"]
+    monkeypatch.setattr(_dro_pass, "_kernel_loaded", lambda: True)  # numba's kernel is here
+    monkeypatch.setattr(_dro_pass, "LARGE_PASS", 10**9)
+    _dro_pass.dro_cs_pass(X, y, coef, 0.0, 1.0, grad)
+    assert calls == ["numpy"]
+
+
+def test_small_private_fit_does_not_load_numba():
+    # a Flower site's process makes one pass per message: on small data it stays in numpy
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings; warnings.simplefilter('ignore')\n"
+            "from skfed.datasets import make_federated_regression\n"
+            "from skfed.linear_model import DPFedDROClassifier\n"
+            "import numpy as np\n"
+            "X, y, g = make_federated_regression(n_clients=3, n_samples=60, random_state=0)\n"
+            "X /= np.linalg.norm(X, axis=1, keepdims=True)\n"
+            "DPFedDROClassifier(epsilon=0.5, n_rounds=3, random_state=0).fit(\n"
+            "    X, (y > 0).astype(int), groups=g)\n"
+            "print('numba' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+
 def test_subgradient_matches_finite_differences():
     rng = np.random.default_rng(1)
     X = _unit_rows(rng, 40, 3)
