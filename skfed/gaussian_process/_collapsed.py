@@ -49,6 +49,8 @@ __all__ = ["Layout", "design", "site_statistics", "site_gradient", "server_objec
            "server_gradient", "fit_collapsed", "site_posterior", "posterior_moments",
            "predict_collapsed", "scattered_starts", "CollapsedProtocol", "PFedHGPCollapsed"]
 
+#: the slopes' prior variance where a start gives none (standardized inputs and target)
+SLOPE_PRIOR_START = 1.0
 #: relative jitter on the inducing covariance
 JITTER = 1e-6
 #: prior precision of the fixed effects (standardized units): a flat prior up to a
@@ -228,7 +230,7 @@ class Layout:
         return np.concatenate([
             np.log(np.broadcast_to(p["ls_g"], self.d)), [np.log(p["var_g"]), np.log(p["phi"])],
             np.log(np.broadcast_to(p["ls_l"], self.d)), [np.log(p["var_l"]), np.log(p["s2"])],
-            L[self.tril], [np.log(p.get("tau2", 1.0))] if self.slope_prior else []])
+            L[self.tril], [np.log(p.get("tau2", SLOPE_PRIOR_START))] if self.slope_prior else []])
 
     def bounds(self):
         """Box bounds of the optimizer (switched-off parts pinned at their start)."""
@@ -396,20 +398,20 @@ def _inverse_kzz(p, Z, pairs=None):
 def server_objective(p, layout, Z, messages, pairs=None):
     """The NLL and the server's ``(w, Lam^{-1}, K^{-1})`` from the sites' messages
     (``pairs``: ``Pairs(Z, Z)``, to compute ``K`` as the sites do)."""
-    K_inv, logdet_K = _inverse_kzz(p, Z, pairs)
+    K_inv, logdet_prior = _inverse_kzz(p, Z, pairs)  # log|prior precision of w|
     f = layout.f
     Lam = np.zeros((f + Z.shape[0],) * 2)
     Lam[f:, f:] = _kzz(p, Z, pairs)
     Lam[:f, :f] += BETA_PRECISION * np.eye(f)
     if layout.slope_prior:  # beta_s ~ N(0, tau2 I): its precision, and -log|prior precision|
         Lam[1:f, 1:f] += np.eye(f - 1) / p["tau2"]
-        logdet_K -= layout.n_slopes * np.log(p["tau2"])
+        logdet_prior -= layout.n_slopes * np.log(p["tau2"])
     Lam += sum(m["HCH"] for m in messages)
     b = sum(m["HCy"] for m in messages)
     lf = cho_factor(Lam, lower=True)
     w = cho_solve(lf, b)
     nll = 0.5 * (sum(m["logdet"] for m in messages) + 2.0 * np.log(np.diag(lf[0])).sum()
-                 - logdet_K + sum(m["yCy"] for m in messages) - b @ w)
+                 - logdet_prior + sum(m["yCy"] for m in messages) - b @ w)
     return float(nll), w, cho_solve(lf, np.eye(Lam.shape[0])), K_inv
 
 
