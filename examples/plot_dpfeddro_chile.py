@@ -55,7 +55,7 @@ for eps, model in models.items():
 # %%
 # Macro-F1 and log loss on the held-out voters against the total epsilon
 # (delta 1e-6); "none" is the fit without privacy. One split, one seed:
-# ``benchmarks/dro_privacy_utility.py`` averages three on both data sets.
+# ``benchmarks/defaults/dro_privacy_utility.py`` averages three on both data sets.
 xs = [*epsilons, 2 * epsilons[-1]]
 fig, axes = plt.subplots(1, 2, figsize=(10, 4))
 for ax, m, title in ((axes[0], 0, "macro-F1 (higher is better)"),

@@ -3,7 +3,7 @@
 ``skfed warmup`` (``python -m skfed warmup``) fits each estimator at its defaults on
 small generated data and predicts, so that numba compiles and caches the kernels a
 default fit and prediction use (installers, CI images). Nothing needs it: a first
-fit compiles what it uses anyway, once per install (``benchmarks/cold_start.py``
+fit compiles what it uses anyway, once per install (``benchmarks/speed/cold_start.py``
 measures that first fit on the same problems).
 """
 

@@ -1,23 +1,48 @@
 """The scripts of ``benchmarks/`` are committed evidence: each must at least compile on
-every Python the package supports, and ``benchmarks/README.md`` must list each one."""
+every Python the package supports, and ``benchmarks/README.md`` must list each one in the
+section of its folder (and list no script that does not exist)."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-SCRIPTS = sorted(BENCHMARKS.glob("*.py"))
+SCRIPTS = sorted(BENCHMARKS.glob("*/*.py"))
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def _index():
+    """``folder/script.py`` of every table row of the README, by the ``## `folder/` `` heading
+    above it."""
+    listed, folder = set(), None
+    for line in (BENCHMARKS / "README.md").read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"## `([\w-]+)/`", line)
+        if heading:
+            folder = heading.group(1)
+        row = re.match(r"\| `([\w.-]+\.py)` \|", line)
+        if row:
+            assert folder is not None, f"{row.group(1)} is listed before any folder heading"
+            listed.add(f"{folder}/{row.group(1)}")
+    return listed
+
+
+def test_scripts_are_in_folders():
+    assert SCRIPTS, "no benchmark script found"
+    assert not sorted(BENCHMARKS.glob("*.py")), "benchmark scripts belong in a purpose folder"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_script_compiles(script):
     # ast.parse at this interpreter's grammar: the f-string quoting of Python 3.12 (the same
     # quote inside a replacement field) is a SyntaxError on 3.10-3.11
     ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
 
 
-def test_every_script_is_in_the_index():
-    index = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
-    missing = [p.name for p in SCRIPTS if f"`{p.name}`" not in index]
+def test_index_matches_the_scripts():
+    on_disk = {p.relative_to(BENCHMARKS).as_posix() for p in SCRIPTS}
+    listed = _index()
+    missing = sorted(on_disk - listed)
     assert not missing, f"benchmarks/README.md does not list {missing}"
+    stale = sorted(listed - on_disk)
+    assert not stale, f"benchmarks/README.md lists scripts that do not exist: {stale}"

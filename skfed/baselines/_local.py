@@ -181,7 +181,7 @@ class LocalEstimator(_BaseWrapper):
     no ``predict_proba``). With one client it is that client's model.
 
     That rule was measured against its alternatives for a classifier
-    (``benchmarks/local_population_rule.py``): the weighted mean
+    (``benchmarks/defaults/local_population_rule.py``): the weighted mean
     of log-probabilities (for a logistic model, of the log-odds) and equal
     client weights predicted new sites no better, by macro-F1 on 9 grouped
     data sets (up to 0.035 worse). With clients of a few rows, each local model sits near its

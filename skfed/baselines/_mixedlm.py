@@ -154,7 +154,7 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
         converges (each continues from the best previous estimate; an
         optimizer that raises is skipped). Any of ``"bfgs"``, ``"lbfgs"``,
         ``"cg"``, ``"powell"``, ``"nm"``. The default was chosen by
-        ``benchmarks/mixedlm_method.py``: BFGS is fast on identified problems
+        ``benchmarks/defaults/mixedlm_method.py``: BFGS is fast on identified problems
         and derivative-free Powell reaches the boundary (a zero variance), where
         gradient methods stall.
     max_iter : int, default=200

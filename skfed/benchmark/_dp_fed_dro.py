@@ -77,7 +77,7 @@ GRIDS = {  # 5-fold CV grids (full mode)
            for r in (1e-5, 1e-4, 1e-3, 1e-2)],
 }
 # rho and T of the non-private ADMM models: the paper does not state them for UCI; chosen
-# so that Algorithm 1 converges from M = 0 (benchmarks/dro_admm_convergence.py, Iris and
+# so that Algorithm 1 converges from M = 0 (benchmarks/papers/dro_admm_convergence.py, Iris and
 # Wine seeds 0-1: at rho = 0.01 the relative objective gap is 0.3-1.3% after 100 rounds,
 # 1.4-4.1% after 50; rho 0.001-0.003 and 0.1 are slower)
 UCI_ROUNDS = {"quick": {"private": 50, "np": 15, "np_rho": 0.01},

@@ -48,14 +48,14 @@ SINGLE = {
     250: ((0.01, 0.01, 0.05, 10.0), 0.001, 0.01),
 }
 
-# the re-tuned private row (T_g, eta): selected by benchmarks/pftr_private_tuning.py on
+# the re-tuned private row (T_g, eta): selected by benchmarks/papers/pftr_private_tuning.py on
 # replications 1000-1049, disjoint from the reported ones (criterion in its docstring)
 TUNED_ROUNDS, TUNED_STEP = 1, 0.7
 TUNED_NAME = f"Fed private eps=20 (T_g={TUNED_ROUNDS}, eta={TUNED_STEP:g})"
 
 # the strict private rows: privacy_mode="strict" (the default), PLD-calibrated to the paper's
 # total (eps, delta); tau_x = sqrt(p) from the design's scale (standardized covariates, not
-# tuned); (T_g, eta, tau_e) selected by benchmarks/pftr_strict_tuning.py on replications
+# tuned); (T_g, eta, tau_e) selected by benchmarks/defaults/pftr_strict_tuning.py on replications
 # 1000-1019, disjoint from the reported ones (criterion in its docstring)
 STRICT_TAU_X = math.sqrt(50)
 STRICT_ROUNDS, STRICT_STEP, STRICT_TAU_E = 2, 1.0, 0.7

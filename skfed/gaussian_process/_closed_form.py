@@ -47,7 +47,7 @@ from ._linalg import CholeskyError, cho_solve, cholesky, factor_stats, solve_tri
 #: (:meth:`ClosedFormClient.fused_local_steps`); with more, the per-call overhead
 #: it saves is small against the row work, which BLAS does faster than its
 #: loops, and the step-by-step loop keeps its last basis for the next round
-#: (measured: ``benchmarks/bench_pfedhgp.py``, doc/performance.md)
+#: (measured: ``benchmarks/speed/bench_pfedhgp.py``, doc/performance.md)
 FUSED_MAX_ROWS = 256
 
 #: up to this many joint coefficients (M + M_i) the marginal statistics (and the

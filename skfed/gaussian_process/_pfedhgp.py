@@ -40,7 +40,7 @@ MEAN_FUNCTIONS = ("constant", "linear")
 SLOPE_PRIORS = ("auto", "flat", "learned")
 INFERENCES = ("auto", "variational", "collapsed")
 SITE_TRENDS = ("none", "linear")
-# init_variance_local=None for 1-D y (benchmarks/pfedhgp_start.py)
+# init_variance_local=None for 1-D y (benchmarks/defaults/pfedhgp_start.py)
 SCALAR_INIT_VARIANCE_LOCAL = 0.1
 
 
@@ -186,7 +186,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         One lengthscale per feature (automatic relevance determination), else
         one shared lengthscale per kernel (``False``, the former default;
         the same model for one feature). The default was chosen by
-        the committed protocol of ``benchmarks/pfedhgp_local_linear.py`` on
+        the committed protocol of ``benchmarks/defaults/pfedhgp_local_linear.py`` on
         five real data sets (``doc/results/real_data_defaults.md``).
     n_latents : int or tuple of 3 int, default=2
         Multi-output ``y`` only: the latent ranks ``(R_g, R_delta, R_l)``, or
@@ -218,8 +218,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         GPs take each site's signal in the first rounds, before the global
         lengthscale has moved, and the fit stays there: started at 0.1 the
         scalar model predicts better on every real data set measured and
-        on a hierarchy drawn from the model (``benchmarks/pfedhgp_start.py``,
-        ``benchmarks/pfedhgp_windowed.py``, see
+        on a hierarchy drawn from the model (``benchmarks/defaults/pfedhgp_start.py``,
+        ``benchmarks/defaults/pfedhgp_windowed.py``, see
         ``doc/results/pfedhgp_start.md``; 1.0 before).
     init_phi : float, default=1.0
         Initial deviation scale ``phi``.
@@ -230,7 +230,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         ``"cavi"``: closed-form variational blocks, ``phi`` and noise (derived
         here, not in the paper) plus Adam steps on the kernel
         hyperparameters; it reaches a higher ELBO in fewer rounds and
-        predicts better on held-out data (``benchmarks/pfedhgp_defaults.py``).
+        predicts better on held-out data (``benchmarks/defaults/pfedhgp_defaults.py``).
         ``"paper"``: the paper's protocol (Sec. 3.6, Alg. 1): Adam on every
         parameter with analytic gradients (``local_steps`` client steps, one
         server step per round); about 15 times slower. The paper's protocol is ``optimizer="paper",
@@ -251,7 +251,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         blocks then mix slowly (the deviation kernel ``phi k_g`` has the
         shape of ``k_g``): the deviations absorb the shared trend and the
         population prediction stays nearly flat for many rounds
-        (``benchmarks/pfedhgp_mixing.py``). Both maximize the same ELBO over
+        (``benchmarks/defaults/pfedhgp_mixing.py``). Both maximize the same ELBO over
         the same mean-field family (paper Assumption 2).
     n_rounds : int, default=60
         Maximum number of training rounds (after the set-up round); the fit
@@ -264,7 +264,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         step), so a fit that stops after ``k`` rounds is the fit with
         ``n_rounds=k``. ``None`` (or 0) runs all ``n_rounds``. The defaults
         ``tol``, ``n_rounds`` and ``server_lr`` were chosen on real grouped
-        data (``benchmarks/pfedhgp_convergence.py``, selection split seeds,
+        data (``benchmarks/defaults/pfedhgp_convergence.py``, selection split seeds,
         see ``doc/results/real_data_defaults.md``): ``tol=1e-3`` with 60 rounds at most
         stopped some fits before their kernel converged and predicted worse.
     local_steps : int or None, default=None
@@ -318,7 +318,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         Williams 2006, Sec. 2.7, with the basis coefficients plugged in)
         instead of the pooled mean. ``"constant"``: the pooled mean with
         ``normalize_y`` (0 without): the paper's model. Chosen on real
-        grouped data (``benchmarks/pfedhgp_mean.py``, see
+        grouped data (``benchmarks/defaults/pfedhgp_mean.py``, see
         ``doc/results/real_data_defaults.md``).
     site_trend : {"none", "linear"}, default="none"
         ``"linear"``: each client adds an affine deviation ``b_i^T [1, x]``
@@ -332,7 +332,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         I)^-1 [1, x]``. ``b_i`` stays on the client (nothing more is sent);
         a new client's population prediction is unchanged. 1-D ``y`` only.
         Measured on real grouped data and not adopted as the default
-        (``benchmarks/pfedhgp_local_linear.py``, see
+        (``benchmarks/defaults/pfedhgp_local_linear.py``, see
         ``doc/results/real_data_defaults.md``): fitted in two steps, it leaves the
         noise to be learned after the trend, so on small sites the intervals
         are too narrow (seen-site 95% coverage 0.82 on sleepstudy).
@@ -374,7 +374,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         fits the linear mean by ridge regression (``mean_function``) and
         accepts only ``"auto"``. Chosen by measurement (split seeds 0-2 of
         the five regression sets and the windowed hierarchy,
-        ``benchmarks/pfedhgp_collapsed.py``, see
+        ``benchmarks/defaults/pfedhgp_collapsed.py``, see
         ``doc/results/pfedhgp_start.md``).
     input_bounds : array-like of shape (2,) or (2, n_features), default=None
         The box, in raw input units, where ``Z_g`` starts (an even grid for
@@ -435,7 +435,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         ``client_fraction=1.0`` (the defaults) where a site has 3 rows or more,
         else ``"variational"``; ``inference_`` says which ran.
         Chosen by measurement on real grouped data (split seeds 0-2, five
-        regression sets, ``benchmarks/pfedhgp_collapsed.py``, see
+        regression sets, ``benchmarks/defaults/pfedhgp_collapsed.py``, see
         ``doc/results/pfedhgp_start.md``): the collapsed fit's seen-site RMSE
         is at most statsmodels' MixedLM's on every set, the variational
         fit's up to 1.5% above it (Exam). ``"variational"``: the paper's sparse

@@ -214,7 +214,7 @@ def solve_prox_qp(c, A_ub, b_ub, bounds, quad_cols, center, rho):
     One convex QP (diagonal Hessian ``rho`` on ``quad_cols``; ``rho = 0`` is
     a linear program) solved by PIQP's sparse interior-point solver. PIQP was
     chosen over HiGHS's QP solver, Clarabel, OSQP and the former tangent-cut
-    LPs by ``benchmarks/bench_dro_local_qp.py`` (no failures, the smallest
+    LPs by ``benchmarks/speed/bench_dro_local_qp.py`` (no failures, the smallest
     times; see ``doc/performance.md``).
 
     Parameters

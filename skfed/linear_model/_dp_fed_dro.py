@@ -26,7 +26,8 @@ CLASS_WEIGHTS = (None, "balanced")
 OUTPUT_MODELS = ("last", "average")
 BETA = 0.4  # weight of the consensus violation in the paper's convergence metric
 # "auto" values: (private, non-private). Private: the paper's DP-Fed DRO values (Sec. 7.1);
-# non-private: chosen by benchmarks/dro_nonprivate_defaults.py (doc/results/real_data_defaults.md)
+# non-private: chosen by benchmarks/defaults/dro_nonprivate_defaults.py
+# (doc/results/real_data_defaults.md)
 AUTO_PARAMS = {"kappa": (0.5, 2.0), "radius": (0.1, 1e-3), "fit_intercept": (False, True)}
 # a non-private released model below this Frobenius norm is the zero model plus round-off
 ZERO_MODEL = 1e-6
@@ -148,7 +149,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         DRO value, Sec. 7.1), 2.0 without (its non-private Fed DRO value).
         The non-private ``"auto"`` values of ``kappa``, ``radius`` and
         ``fit_intercept`` were chosen by
-        ``benchmarks/dro_nonprivate_defaults.py`` (``doc/results/real_data_defaults.md``):
+        ``benchmarks/defaults/dro_nonprivate_defaults.py`` (``doc/results/real_data_defaults.md``):
         with the private values, and on WVS with any ``kappa`` and ``radius``
         but no intercept, the exact non-private problem is solved by the zero
         model (``fit`` then warns: ``predict`` would rest on solver round-off).

@@ -32,7 +32,7 @@ INIT_MODES = ("auto", "admm", "moment")
 DEFAULT_GRID = {"step_size": (0.01, 0.02, 0.04, 0.1), "alpha": (0.01, 0.035, 0.1)}
 #: what ``"auto"`` gives ``n_rounds``, ``init_share``, ``tau_grad`` (a multiple of ``tau_e
 #: tau_x``) and ``accountant`` in a strict private fit in the scaled space (the tuned strict
-#: recipe, ``benchmarks/pftr_strict_tuning.py --grid split``), and in every other fit
+#: recipe, ``benchmarks/defaults/pftr_strict_tuning.py --grid split``), and in every other fit
 STRICT_RECIPE = {"n_rounds": 3, "init_share": 0.4, "tau_grad": 0.3, "accountant": "pld"}
 OTHER_DEFAULTS = {"n_rounds": 20, "init_share": None, "tau_grad": None, "accountant": "paper"}
 #: above this epsilon the recipe's "auto" accountant is RDP: PLD's calibration grows with
@@ -178,13 +178,13 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         twice as large, so its 0.02 is 0.04 here). ``"auto"``: ``1 / sum_k
         (n_k / n) L_k`` with ``L_k = ||X_k^T X_k / n_k||_op`` of the rows the
         steps see, each site sending its ``L_k`` in the set-up (a fixed step is
-        not scale-free: chosen on real data, ``benchmarks/pftr_real_data.py``).
+        not scale-free: chosen on real data, ``benchmarks/defaults/pftr_real_data.py``).
     n_rounds : int or "auto", default="auto"
         Stage-I rounds ``T_g``; the noise grows linearly with it. ``"auto"``:
         3 in a strict private fit in the scaled space (the private scaling or
         public bounds, see ``standardize``: the tuned strict recipe
         ``n_rounds=3``, ``init_share=0.4``, ``tau_grad=0.3 tau_e tau_x``,
-        ``accountant="pld"``, of ``benchmarks/pftr_strict_tuning.py --grid
+        ``accountant="pld"``, of ``benchmarks/defaults/pftr_strict_tuning.py --grid
         split``), 20 in every other fit.
     alpha : float, default=0.035
         Stage-II penalty scale. With ``penalty_scaling="adaptive"``,
@@ -223,7 +223,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         term, so a level below ``tau_e tau_x`` removes much of the rounds'
         noise (not in the paper; on its simulation design ``0.3 tau_e tau_x``
         with ``n_rounds=3`` and ``init_share=0.4`` was selected,
-        ``benchmarks/pftr_strict_tuning.py --grid split``). A public constant
+        ``benchmarks/defaults/pftr_strict_tuning.py --grid split``). A public constant
         like ``tau_x`` and ``tau_e``. ``None``:
         the paper's bound. Only with ``tangent="exact"`` (the surrogate is
         not linear). ``"auto"``: ``0.3 tau_e tau_x`` of the scaled space's
@@ -250,7 +250,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         centring errors shift the clipped rows of every later release, so
         the means need a large share: 0.5 was the best of {0.05, 0.1, 0.2,
         0.3, 0.5} on the paper's simulation design made raw
-        (``benchmarks/pftr_private_intercept.py``), and small clients still
+        (``benchmarks/defaults/pftr_private_intercept.py``), and small clients still
         pay much (there A0 error 0.66 against 0.21 for rows centred on
         public means at ``n_k = 50``; 0.094 against 0.088 at 250). With public
         means, centre by them and pass ``fit_intercept=False``. Ignored
@@ -290,7 +290,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         At ``epsilon=20`` with ``accountant="paper"`` 0.1 left most bins
         under the noise threshold for 500 rows of 20 entries, 0.2 and 0.3
         both found the range within a few tenths of its width (a measurement
-        of the ranges, ``benchmarks/pftr_private_raw.py``). Ignored without
+        of the ranges, ``benchmarks/defaults/pftr_private_raw.py``). Ignored without
         the release.
     init_share : float in (0, 1), None or "auto", default="auto"
         Share of the remaining budget spent on the private moment start

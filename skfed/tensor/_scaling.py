@@ -30,7 +30,7 @@ One range per tensor, not per entry: a per-entry map would not keep the
 Tucker rank of the coefficient tensor in raw units (a mode-wise rank is not
 invariant under entrywise rescaling), and the pooled histogram is ``sqrt(p)``
 times less noisy relative to its counts (measured in
-``benchmarks/pftr_private_raw.py``). Each row adds its entries with weight
+``benchmarks/defaults/pftr_private_raw.py``). Each row adds its entries with weight
 ``1 / p`` (``1 / q`` for y), so a row moves at most 1 in total between bins:
 replacing it changes a histogram by at most ``sqrt(2)`` in L2 norm, and the
 release of both by 2.
@@ -62,7 +62,7 @@ RANGE_SD = float(ndtri(RANGE_QUANTILES[1]))
 
 #: the public constants of a fit in the scaled space, as multiples of sqrt(p) (covariates)
 #: and sqrt(q) (responses): a standardized row has norm about sqrt(p); chosen on the paper's
-#: simulation design made raw (benchmarks/pftr_private_raw.py --tune)
+#: simulation design made raw (benchmarks/defaults/pftr_private_raw.py --tune)
 SCALED_LEVELS = {"tau_x": 1.0, "tau_e": 0.25, "intercept_tau_x": 1.0, "intercept_tau_y": 1.0,
                  "step_size": 1.0}
 
@@ -94,7 +94,7 @@ KEEP_FIRST = (0.2, 1.3)
 #: design 0.1% were clipped at 2 times) and leaves it a sd of about 0.4, near what
 #: SCALED_LEVELS were chosen for. Margins 1, 1.5, 2, 2.5, 3 gave A0 errors 0.46, 0.25, 0.12,
 #: 0.10, 0.10 at n_k = 250 and 0.77, 0.71, 0.68, 0.66, 0.66 at 50 (2.5 and 3 tie;
-#: benchmarks/pftr_private_raw.py --tune-margin, replications 1000-1004). Covariates keep
+#: benchmarks/defaults/pftr_private_raw.py --tune-margin, replications 1000-1004). Covariates keep
 #: the read range: 1.5 times it adds noise relative to their spread (A0 0.12 -> 0.42)
 RESPONSE_MARGIN = 2.5
 

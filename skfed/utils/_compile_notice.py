@@ -27,7 +27,7 @@ _logger = logging.getLogger("skfed")
 #: variant on a warm cache, stay silent)
 NOTICE_AFTER_S = 3.0
 
-#: measured by ``benchmarks/cold_start.py`` (doc/performance.md, "Cold start")
+#: measured by ``benchmarks/speed/cold_start.py`` (doc/performance.md, "Cold start")
 MESSAGE = ("skfed: compiling numerical kernels on first use (once per install, up to "
            "about 45 s on 2 cores)...")
 

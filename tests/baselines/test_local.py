@@ -125,7 +125,7 @@ def test_classifier_with_string_clients_and_missing_classes():
 
 def test_new_site_class_is_the_argmax_of_the_size_weighted_mean_probability():
     # sites of unequal size and class shares; a new site's rows get the class of the
-    # mixture of the site models (benchmarks/local_population_rule.py chose this rule)
+    # mixture of the site models (benchmarks/defaults/local_population_rule.py chose this rule)
     rng = np.random.default_rng(0)
     sizes, shift = [30, 60, 120], [-1.0, 0.0, 1.0]
     X = np.vstack([rng.normal(m, 1.0, size=(n, 2)) for n, m in zip(sizes, shift)])

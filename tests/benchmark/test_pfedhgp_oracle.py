@@ -1,4 +1,4 @@
-"""The Bayes oracle of benchmarks/pfedhgp_oracle.py against Monte Carlo draws of the generator."""
+"""The Bayes oracle of benchmarks/papers/pfedhgp_oracle.py against draws of its generator."""
 
 import importlib.util
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_path = Path(__file__).resolve().parents[2] / "benchmarks" / "pfedhgp_oracle.py"
+_path = Path(__file__).resolve().parents[2] / "benchmarks" / "papers" / "pfedhgp_oracle.py"
 _spec = importlib.util.spec_from_file_location("pfedhgp_oracle", _path)
 oracle = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(oracle)

@@ -1,0 +1,92 @@
+"""Two ideas for PFedHGP's new-site gap to Pooled Ridge on the real regression sets.
+
+The collapsed default's population prediction is the generalized least squares
+fixed effects plus the global GP; on Produc it is above Pooled Ridge's
+(``doc/results/real_data.md``). On the new-site folds of the real-data
+benchmark (``GroupKFold``, split seeds given by ``--seeds``; the selection
+seeds are 0-2), new-site RMSE of:
+
+* ``mundlak``: Mundlak's within-between fixed effects, each site's mean of
+  ``X`` appended as covariates (a new site's from its own rows), in the mixed
+  model (``MixedLMRegressor``) and in Pooled Ridge, beside both without them;
+* ``pooled``: PFedHGP's population prediction plus a pooled least-squares line
+  fitted to its training residuals (the population-averaged linear trend), beside
+  PFedHGP and Pooled Ridge.
+
+Usage::
+
+    python benchmarks/defaults/pfedhgp_new_site.py mundlak --datasets produc sleepstudy --seeds 0-2
+    python benchmarks/defaults/pfedhgp_new_site.py pooled --datasets produc sleepstudy --seeds 0-2
+"""
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LinearRegression, Ridge
+
+from skfed.baselines import MixedLMRegressor, PooledEstimator
+from skfed.benchmark._real_data import _splits
+from skfed.datasets import load_multilevel
+from skfed.gaussian_process import PFedHGPRegressor
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pfedhgp_windowed import _seeds  # noqa: E402
+
+
+def site_means(X, groups):
+    """Each row's site mean of ``X``."""
+    M = np.empty_like(X)
+    for k in np.unique(groups):
+        M[groups == k] = X[groups == k].mean(0)
+    return M
+
+
+def mundlak(X, y, g, tr, te):
+    out = {}
+    Xa_tr = np.hstack([X[tr], site_means(X[tr], g[tr])])
+    Xa_te = np.hstack([X[te], site_means(X[te], g[te])])
+    for name, make in (("MixedLM", MixedLMRegressor), ("Pooled Ridge",
+                                                      lambda: PooledEstimator(Ridge()))):
+        out[name] = make().fit(X[tr], y[tr], groups=g[tr]).predict(X[te])
+        out[name + " + site means"] = make().fit(Xa_tr, y[tr], groups=g[tr]).predict(Xa_te)
+    return out
+
+
+def pooled(X, y, g, tr, te, seed):
+    model = PFedHGPRegressor(random_state=seed).fit(X[tr], y[tr], groups=g[tr])
+    mu_tr, mu_te = model.predict(X[tr]), model.predict(X[te])
+    line = LinearRegression().fit(X[tr], y[tr] - mu_tr)
+    return {"Pooled Ridge": PooledEstimator(Ridge()).fit(X[tr], y[tr], groups=g[tr])
+            .predict(X[te]),
+            "PFedHGP": mu_te, "PFedHGP + pooled residual line": mu_te + line.predict(X[te])}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["mundlak", "pooled"])
+    p.add_argument("--datasets", nargs="*", default=["produc", "sleepstudy"])
+    p.add_argument("--seeds", default="0-2")
+    a = p.parse_args(argv)
+    warnings.simplefilter("ignore")
+    for name in a.datasets:
+        d = load_multilevel(name)
+        X, y, g = d.data, d.target, d.groups
+        rmse = {}
+        for seed in _seeds(a.seeds):
+            sse = {}
+            for tr, te in _splits(X, y, g, seed)["new-site"]:
+                pred = mundlak(X, y, g, tr, te) if a.what == "mundlak" else pooled(
+                    X, y, g, tr, te, seed)
+                for k, v in pred.items():
+                    sse[k] = sse.get(k, 0.0) + float(np.sum((y[te] - v) ** 2))
+            for k, v in sse.items():
+                rmse.setdefault(k, []).append(np.sqrt(v / len(y)))
+        print(name, "new-site RMSE, mean over seeds:",
+              ", ".join(f"{k} {np.mean(v):.4g}" for k, v in rmse.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
