@@ -60,7 +60,7 @@ DEFAULT = %r
 
 
 def make_estimator(run_config):
-    R = int(run_config.get("n-rounds", 5))  # also called with {} to probe the contract
+    R = int(run_config.get("n-rounds", 5))
     name = run_config.get("estimator", DEFAULT)
     cls = getattr(importlib.import_module(MODULES[name]), name)
     return eval(ESTIMATORS[name], {name: cls, "R": R})

@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.utils.parallel import Parallel, delayed
 
 from ..utils._validation import check_fraction
 from ._ledger import Ledger
@@ -205,7 +204,7 @@ class InProcessTransport:
         self.labels = [c.label for c in federation.clients]
         self.clients = None
         self.states = None
-        self._parallel = Parallel(n_jobs=n_jobs, prefer="threads")
+        self._parallel = None
 
     def init(self):
         """Prepare every client's rows and run its ``client_init`` (nothing is sent)."""
@@ -228,6 +227,11 @@ class InProcessTransport:
         if self.n_jobs in (None, 1) or len(args) == 1:
             outcomes = [_run_client(*a) for a in args]
         else:
+            # imported here: a Flower site's process runs one client and needs no joblib
+            from sklearn.utils.parallel import Parallel, delayed
+
+            if self._parallel is None:
+                self._parallel = Parallel(n_jobs=self.n_jobs, prefer="threads")
             outcomes = self._parallel(delayed(_run_client)(*a) for a in args)
         results = []
         for k, (ok, state, payload) in zip(asked, outcomes):

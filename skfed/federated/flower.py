@@ -81,6 +81,9 @@ _STATE_KEY = "skfed"
 SITE_NOISE = ("secret", "shared")
 #: Node-config keys of a site's privacy limits (see :class:`FlowerFederation`).
 LIMIT_KEYS = ("max-epsilon", "max-delta", "min-noise-multiplier")
+#: A site keeps its validated rows in its Flower state between messages up to this size
+#: (larger sites load and validate them again at every message).
+KEEP_ROWS_BYTES = 32 * 2**20
 
 #: The types a fitted estimator sent to a site may hold besides numpy's and
 #: scikit-learn's (skops trusts those by default): :func:`load_fitted` refuses
@@ -461,9 +464,11 @@ class FlowerFederation:
     make_estimator : callable
         ``make_estimator(run_config) -> estimator``: an unfitted skfed
         estimator (the same on the server and on every site). ``run_config``
-        is the run's Flower config (a dict); it is also called once with
-        ``{}`` when the app is built, to check the estimator's contract, so
-        read keys with defaults.
+        is the run's Flower config (a dict). It is called when a run starts
+        (on the coordinator) and by each site at its set-up and first round,
+        not when the app is built: a site's later rounds run without it, so
+        their processes do not import the estimator (nor scikit-learn). Import
+        the estimator inside it; :meth:`check` calls it to test it early.
     load_data : callable
         ``load_data(node_config) -> (X, y)``: the site's own rows, read on
         the SuperNode from its node config (e.g. a file path). A function of
@@ -552,16 +557,6 @@ class FlowerFederation:
                  connect_timeout=120.0, round_timeout=600.0, offline_grace=10.0,
                  site_model_key="model-path", load_test_data=None, sites=None,
                  site_noise="secret"):
-        probe = make_estimator({})
-        if getattr(probe, "_pools_rows", False):
-            raise TypeError(f"{type(probe).__name__} does not support federation: it pools the "
-                            "rows of all sites (a centralized reference).")
-        if not supports_federation(probe):
-            raise TypeError(
-                f"{type(probe).__name__} does not support federation: it needs "
-                f"{', '.join(n for n in _CONTRACT if not hasattr(probe, n))} "
-                "(see skfed.federated.FederatedContract)."
-            )
         if site_noise not in SITE_NOISE:
             raise ValueError(f"site_noise must be one of {SITE_NOISE}, got {site_noise!r}.")
         self.make_estimator = make_estimator
@@ -584,6 +579,40 @@ class FlowerFederation:
         self.client_app.train()(self._guarded(self._client_round))
         self.client_app.train("finalize")(self._guarded(self._client_finalize))
         self.client_app.query("evaluate")(self._guarded(self._client_evaluate))
+
+    def check(self, run_config=None):
+        """Build the run's estimator and check that it supports federation.
+
+        Runs start with this check on the coordinator and on each site; call
+        it to test ``make_estimator`` before a run.
+
+        Parameters
+        ----------
+        run_config : dict or None, default=None
+            The run config passed to ``make_estimator`` (``{}`` if None).
+
+        Returns
+        -------
+        estimator : skfed estimator
+            The estimator, its parameters validated.
+
+        Raises
+        ------
+        TypeError
+            If the estimator pools the rows of all sites or lacks a hook of
+            :class:`skfed.federated.FederatedContract`.
+        """
+        estimator = self.make_estimator({} if run_config is None else dict(run_config))
+        if getattr(estimator, "_pools_rows", False):
+            raise TypeError(f"{type(estimator).__name__} does not support federation: it "
+                            "pools the rows of all sites (a centralized reference).")
+        if not supports_federation(estimator):
+            raise TypeError(
+                f"{type(estimator).__name__} does not support federation: it needs "
+                f"{', '.join(n for n in _CONTRACT if not hasattr(estimator, n))} "
+                "(see skfed.federated.FederatedContract)."
+            )
+        return check_params(estimator)
 
     # ------------------------------------------------------------------ site side
     def _label(self, node_config):
@@ -608,7 +637,7 @@ class FlowerFederation:
         config = dict(context.node_config)
         label = self._label(config)
         with _stage("building the estimator"):
-            estimator = check_params(self.make_estimator(dict(context.run_config)))
+            estimator = self.check(context.run_config)
         if check_limits:
             with _stage("checking the privacy limits"):
                 _check_limits(estimator, config)
@@ -629,16 +658,23 @@ class FlowerFederation:
         return Message(RecordDict({"arrays": _to_record(summary),
                                    "config": ConfigRecord({"label": label})}), reply_to=msg)
 
-    def _save_state(self, context, state, index, entropy, algorithm, last_round, finalized):
-        # site-local: context.state stays on the SuperNode (never on the wire)
+    def _save_state(self, context, run):
+        # site-local: context.state stays on the SuperNode (never on the wire). The rows
+        # are kept when small, so that later rounds need neither the loader nor the
+        # estimator's validation (and the site's process imports no scikit-learn)
+        X, y = run["X"], run["y"]
+        small = X.nbytes + np.asarray(y).nbytes <= KEEP_ROWS_BYTES
         context.state[_STATE_KEY] = ConfigRecord({
-            "state": pickle.dumps(state), "index": index, "entropy": str(entropy),
-            "algorithm": pickle.dumps(algorithm), "last-round": last_round,
-            "finalized": finalized,
+            "state": pickle.dumps(run["state"]), "index": run["index"],
+            "entropy": str(run["entropy"]), "algorithm": pickle.dumps(run["algorithm"]),
+            "last-round": run["last_round"], "finalized": run["finalized"],
+            "n-rounds": run["n_rounds"], "estimator": run["estimator"],
+            "rows": pickle.dumps((X, y)) if small else b"",
         })
 
-    def _start(self, msg, context, estimator, X, y, label):
+    def _start(self, msg, context):
         """Verify the set-up, then build the algorithm and the initial local state."""
+        estimator, X, y, label = self._site(context)
         config = msg.content["config"]
         index = int(config["client-index"])
         with _stage("reading the set-up"):
@@ -657,21 +693,33 @@ class FlowerFederation:
             data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
         with _stage("the site's first step"):
             state = algorithm.client_init(data, round_rng(entropy, Stream.CLIENT_INIT, index))
-        return algorithm, data, state, index, entropy
+        n_rounds = int(estimator._engine_params()["n_rounds"])
+        return dict(algorithm=algorithm, data=data, state=state, index=index,
+                    entropy=entropy, X=X, y=y, label=label, n_rounds=n_rounds,
+                    estimator=type(estimator).__name__, last_round=-1, finalized=False)
+
+    def _resume(self, context):
+        """The site's run as its last step left it (the site's own state, never sent)."""
+        record = context.state[_STATE_KEY]
+        if record["rows"]:
+            X, y = pickle.loads(record["rows"])
+            label = self._label(dict(context.node_config))
+        else:
+            _, X, y, label = self._site(context)
+        run = dict(state=pickle.loads(record["state"]), index=int(record["index"]),
+                   entropy=int(record["entropy"]), algorithm=pickle.loads(record["algorithm"]),
+                   last_round=int(record["last-round"]), finalized=bool(record["finalized"]),
+                   n_rounds=int(record["n-rounds"]), estimator=str(record["estimator"]),
+                   X=X, y=y, label=label)
+        run["data"] = run["algorithm"].prepare_client(
+            ClientData(X=X, y=y, label=label, index=run["index"]))
+        return run
 
     def _step(self, msg, context, final):
-        estimator, X, y, label = self._site(context)
-        last_round, finalized = -1, False
         if _STATE_KEY in context.state:
-            record = context.state[_STATE_KEY]
-            state, index, entropy = (pickle.loads(record["state"]), int(record["index"]),
-                                     int(record["entropy"]))
-            algorithm = pickle.loads(record["algorithm"])
-            last_round, finalized = int(record["last-round"]), bool(record["finalized"])
-            data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
+            run = self._resume(context)
         elif "setup" in msg.content.array_records:
-            algorithm, data, state, index, entropy = self._start(msg, context, estimator, X, y,
-                                                                 label)
+            run = self._start(msg, context)
         else:
             raise _Refusal("a training message came before the set-up",
                            f"a {msg.metadata.message_type!r} message came before the set-up")
@@ -679,7 +727,7 @@ class FlowerFederation:
         # one reply per round, rounds in order, no more than the run's: the budget the site
         # checked covers n_rounds releases, and a round asked twice with another broadcast
         # would give two releases with the same noise (their difference is noise-free)
-        n_rounds = int(estimator._engine_params()["n_rounds"])
+        n_rounds, last_round, finalized = run["n_rounds"], run["last_round"], run["finalized"]
         if finalized or rnd <= last_round or rnd > n_rounds or (rnd == n_rounds and not final):
             raise _Refusal("a round the site already answered or beyond the run's rounds",
                            f"round {rnd} after round {last_round} of {n_rounds} "
@@ -687,19 +735,20 @@ class FlowerFederation:
         with _stage("reading the broadcast"):
             broadcast = check_message(_from_record(msg.content["arrays"]), sender="server")
         with _stage(f"the client step of round {rnd}"):
-            state, message = client_round(algorithm, data, state, broadcast, entropy, rnd, final)
-        self._save_state(context, state, index, entropy, algorithm, rnd, final)
+            run["state"], message = client_round(run["algorithm"], run["data"], run["state"],
+                                                 broadcast, run["entropy"], rnd, final)
+        run.update(last_round=rnd, finalized=final)
+        self._save_state(context, run)
         path = context.node_config.get(self.site_model_key)
         if path:
-            self._keep_site_state(str(path), estimator, label, state)
+            self._keep_site_state(str(path), run["estimator"], run["label"], run["state"])
         return self._reply(msg, message)
 
     @staticmethod
-    def _keep_site_state(path, estimator, label, state):
+    def _keep_site_state(path, estimator_name, label, state):
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "wb") as fh:
-            pickle.dump({"estimator": type(estimator).__name__, "label": label,
-                         "state": state}, fh)
+            pickle.dump({"estimator": estimator_name, "label": label, "state": state}, fh)
         os.replace(tmp, path)  # a reader never sees half a file
 
     def _client_evaluate(self, msg, context):
@@ -768,7 +817,7 @@ class FlowerFederation:
 
     def _server_main(self, grid: Grid, context: Context):
         run_config = dict(context.run_config)
-        estimator = check_params(self.make_estimator(run_config))
+        estimator = self.check(run_config)
         params = estimator._engine_params()
         allow = self.sites
         if allow is None and run_config.get("sites"):

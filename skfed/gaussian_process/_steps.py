@@ -24,7 +24,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import qmc
 from threadpoolctl import ThreadpoolController
 
 from ..federated import FederatedAlgorithm
@@ -270,6 +269,10 @@ def grid_in_box(lo, hi, m, rng):
     d = lo.shape[0]
     if d == 1:
         return np.linspace(lo[0], hi[0], m)[:, None]
+    # imported here: scipy.stats takes about 1 s to import, and a Flower site's process
+    # (a new one for every message) never places inducing inputs
+    from scipy.stats import qmc
+
     seed = int(rng.integers(2**31 - 1))
     u = qmc.Halton(d=d, scramble=True, seed=seed).random(m)
     return lo + u * (hi - lo)

@@ -10,13 +10,11 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy import sparse
 
 from ..federated import FederatedAlgorithm
 from ..federated._release import sends_curve
 from ..privacy import gaussian_noise
-from ._base import LinearClientMixin
-from ._personalize import fit_site_adaptation
+from ._client import LinearClientMixin
 
 DUAL_NORM = {"linf": "l1", "l1": "linf", "l2": "l2"}
 
@@ -253,6 +251,8 @@ def solve_prox_qp(c, A_ub, b_ub, bounds, quad_cols, center, rho):
     lower = np.array([-np.inf if lo is None else lo for lo, _ in bounds], dtype=float)
     upper = np.array([np.inf if up is None else up for _, up in bounds], dtype=float)
     b_ub = np.asarray(b_ub, dtype=float)
+    from scipy import sparse
+
     args = (sparse.diags(diag, format="csc"), q, None, None, sparse.csc_matrix(A_ub),
             np.full(b_ub.size, -np.inf), b_ub, lower, upper)
     # PIQP's default (scaled) run, then without its Ruiz scaling: rare local
@@ -301,6 +301,8 @@ def cs_dro_local_lp(X, y, n_classes, *, radius, kappa, dual):
     rows = np.concatenate([r1, r2 + b1.size])
     cols = np.concatenate([c1, c2])
     vals = np.concatenate([v1, v2])
+    from scipy import sparse
+
     A = sparse.csr_matrix((vals, (rows, cols)), shape=(b1.size + b2.size, n_vars))
     b = np.concatenate([b1, b2])
     c = np.zeros(n_vars)
@@ -386,6 +388,8 @@ def solve_binary_dro_local(X, y_pm, center, *, radius, kappa, rho, dual):
                            np.full(n, -kappa)])
     blocks = [(feat[:, None], np.ones((p, 1)))]
     r2, c2, v2, b2, n_vars = _dual_norm_constraints(blocks, lam_col, aux_start, dual)
+    from scipy import sparse
+
     A = sparse.csr_matrix(
         (np.concatenate([vals, v2]), (np.concatenate([rows, r2 + 2 * n]),
                                       np.concatenate([cols, c2]))),
@@ -683,6 +687,10 @@ class DPFedDROAlgorithm(LinearClientMixin, _ConsensusADMM, FederatedAlgorithm):
 
     def client_finalize(self, data, state, broadcast, rng):
         """The site's adaptation of the released model (:mod:`._personalize`), kept here."""
+        # imported here, as scipy's sparse matrices below: a Flower site's process imports
+        # this module for every message and needs scipy.optimize only for this last one
+        from ._personalize import fit_site_adaptation
+
         data = self._scaled_rows(data, broadcast)
         M = np.asarray(broadcast["coef"], dtype=float)
         n_cols = self.n_features - (self.intercept_scaling is not None)

@@ -29,36 +29,6 @@ LABEL_SETS = ("classes: each site's set of class labels, sent in the set-up exch
               "noise scale and every message's shape); pass classes= to keep it on the sites")
 
 
-class LinearClientMixin:
-    """``prepare_client`` of the linear algorithms: encode labels, add the intercept.
-
-    ``classes`` and ``intercept_scaling`` are set by the estimator from the
-    set-up summary; the rewrite happens on the site.
-    """
-
-    classes = None
-    intercept_scaling = None
-    #: set from the set-up summary when the estimator standardizes (non-private only)
-    feature_mean = None
-    feature_scale = None
-
-    def prepare_client(self, data):
-        if self.classes is None:  # built by hand on encoded rows (no set-up exchange)
-            return data
-        y = _label_array(data.y, "y")
-        codes = np.searchsorted(self.classes, y)
-        codes = np.minimum(codes, self.classes.size - 1)
-        if not np.array_equal(self.classes[codes], y):
-            raise ValueError(f"client {data.label!r} holds class labels outside classes_.")
-        X = data.X
-        if self.feature_mean is not None:
-            X = (X - self.feature_mean) / self.feature_scale
-        if self.intercept_scaling is not None:
-            X = np.hstack([X, np.full((X.shape[0], 1), self.intercept_scaling)])
-        return ClientData(X=X, y=codes.astype(np.int64), sample_weight=data.sample_weight,
-                          label=data.label, index=data.index)
-
-
 @fill_doc
 class LinearPredictionMixin:
     """Prediction with one global linear model ``scores = X @ coef_.T + intercept_``."""

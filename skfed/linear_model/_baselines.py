@@ -35,7 +35,8 @@ from ._admm import (
     solve_binary_dro_local,
     solve_cs_dro_local,
 )
-from ._base import LinearClientMixin, LinearPredictionMixin, _LinearFederatedClassifier
+from ._base import LinearPredictionMixin, _LinearFederatedClassifier
+from ._client import LinearClientMixin
 from ._checks import per_client
 from ._privacy_plan import classical_multiplier
 

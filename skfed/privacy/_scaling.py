@@ -17,7 +17,6 @@ bin to another, ``sqrt(2 p)`` in all.
 import math
 
 import numpy as np
-from scipy.special import ndtri
 
 from ._mechanisms import gaussian_mechanism
 
@@ -100,6 +99,8 @@ def kept_counts(counts, noise_std, false_bin_rate=FALSE_BIN_RATE):
     which all the bins of ``counts`` together keep ``false_bin_rate`` empty
     bins on average; ``noise_std`` may be one value per bin (merged bins).
     """
+    from scipy.special import ndtri  # here: a Flower site's process needs no scipy
+
     counts = np.asarray(counts, dtype=float)
     threshold = float(ndtri(1.0 - false_bin_rate / counts.size))
     return np.where(counts >= threshold * noise_std, np.maximum(counts, 0.0), 0.0)

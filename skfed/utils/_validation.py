@@ -8,9 +8,10 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-import sklearn
-from sklearn.utils.validation import check_array
-from sklearn.utils.validation import validate_data as _sklearn_validate_data
+
+# scikit-learn is imported by the functions that use it: the federated engine and a Flower
+# site's process import this module, and a site's round needs no scikit-learn (its import
+# is most of what a Flower message costs a site's new process)
 
 UNKNOWN_CLIENT_OPTIONS = ("global", "error")
 
@@ -87,6 +88,8 @@ def check_params(estimator):
     estimator : skfed estimator
         The same object.
     """
+    import sklearn
+
     if not sklearn.get_config()["skip_parameter_validation"]:
         estimator._validate_params()  # the one call of scikit-learn's private check
     estimator._check_params()
@@ -204,6 +207,8 @@ def _warn_if_groups_not_routed():
     are visible (a worker process of ``n_jobs > 1``), whether groups were
     given is unknown and the warning is given.
     """
+    import sklearn
+
     if sklearn.get_config().get("enable_metadata_routing", False):
         return
     frame = sys._getframe(2)
@@ -479,6 +484,8 @@ def validate_data(estimator, X=_NO_Y, y=_NO_Y, **kwargs):
     ...     print(str(exc).splitlines()[0])
     X: Expected 2D array, got 1D array instead:
     """
+    from sklearn.utils.validation import validate_data as _sklearn_validate_data
+
     has_y = not (isinstance(y, str) and y == _NO_Y) and y is not None
     if has_y and kwargs.get("y_numeric") and np.asarray(y).dtype.kind in "US":
         try:  # numbers written as text are read like scikit-learn's regressors do
@@ -501,6 +508,8 @@ def _culprit(X, y, has_y, kwargs):
     """Which of ``X`` and ``y`` scikit-learn refused (``X`` is checked first)."""
     if not has_y or (isinstance(X, str) and X == _NO_Y):
         return "X" if not (isinstance(X, str) and X == _NO_Y) else "y"
+    from sklearn.utils.validation import check_array
+
     try:
         check_array(
             X, accept_sparse=kwargs.get("accept_sparse", False),

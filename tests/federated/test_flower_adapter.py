@@ -172,7 +172,7 @@ def test_estimator_without_the_contract_is_refused():
     from sklearn.linear_model import Ridge
 
     with pytest.raises(TypeError, match="Ridge does not support federation"):
-        FlowerFederation(lambda config: Ridge(), lambda config: None)
+        FlowerFederation(lambda config: Ridge(), lambda config: None).check()
 
 
 def test_site_keeps_its_personalized_model_on_the_site(regression_sites, tmp_path):
@@ -238,4 +238,4 @@ def test_centralized_reference_is_refused():
     from skfed.linear_model import CentralizedDROClassifier
 
     with pytest.raises(TypeError, match="does not support federation"):
-        FlowerFederation(lambda run_config: CentralizedDROClassifier(), lambda cfg: None)
+        FlowerFederation(lambda run_config: CentralizedDROClassifier(), lambda cfg: None).check()

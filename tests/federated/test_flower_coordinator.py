@@ -243,7 +243,7 @@ _LOADERS = {("pickle", "loads"), ("pickle", "load"), ("joblib", "load"), ("cloud
 # the only pickle loads in skfed: the site's own state (Flower's context.state, local to the
 # SuperNode) and the site's own model file, both written by the site's own steps
 _SITE_OWN = {("skfed/federated/flower.py", "site_model"),
-             ("skfed/federated/flower.py", "_step"),
+             ("skfed/federated/flower.py", "_resume"),
              ("skfed/federated/flower.py", "_client_evaluate")}
 
 
