@@ -15,6 +15,7 @@ from ..utils._validation import (
     check_scale,
     check_unknown_client,
     install_hint,
+    user_stacklevel,
     validate_data,
 )
 from ._mixedlm_core import fit_mixedlm
@@ -108,6 +109,17 @@ def resolve_random_slopes(slopes, n_features, feature_names=None):
     return np.asarray(out, dtype=np.intp)
 
 
+def warn_collinear_slopes(fit):
+    """Warn that the requested random slopes of a ``MixedLMFit`` were dropped as collinear."""
+    if fit.collinear_slopes.size:
+        warnings.warn(
+            f"random slopes on features {fit.collinear_slopes.tolist()} were dropped: those "
+            "columns are constant or linear combinations of the intercept and the "
+            "other random-slope columns.",
+            UserWarning, stacklevel=user_stacklevel(),
+        )
+
+
 class MixedPredictMixin(RandomEffectsPredictMixin):
     """``predict`` of the mixed models: fixed effects plus each seen client's random effects.
 
@@ -117,6 +129,19 @@ class MixedPredictMixin(RandomEffectsPredictMixin):
 
     def _fixed_part(self, X):
         return X @ self.coef_ + self.intercept_
+
+    def _set_mixed_fit(self, fit, random_effects, clients):
+        """Fitted attributes from a ``MixedLMFit``, the BLUPs by client and their labels."""
+        self.coef_ = fit.coef
+        self.intercept_ = fit.intercept
+        self.random_slopes_ = fit.slopes
+        self.random_effects_ = random_effects
+        self.random_effects_cov_ = fit.random_effects_cov
+        self.noise_variance_ = fit.noise_variance
+        self.converged_ = fit.converged
+        self.method_ = fit.method
+        self.n_iter_ = fit.n_iter
+        self.clients_ = clients
 
 
 @fill_doc
@@ -276,32 +301,15 @@ class MixedLMRegressor(MixedPredictMixin, FederatedEstimatorMixin, RegressorMixi
         fit = fit_mixedlm(X, y, client_index, len(clients), slopes,
                           fit_intercept=bool(self.fit_intercept), reml=bool(self.reml),
                           methods=methods, max_iter=max_iter)
-        if fit.collinear_slopes.size:
-            warnings.warn(
-                f"random slopes on features {fit.collinear_slopes.tolist()} were dropped: those "
-                "columns are constant or linear combinations of the intercept and the "
-                "other random-slope columns.",
-                UserWarning,
-                stacklevel=2,
-            )
+        warn_collinear_slopes(fit)
         if not fit.converged:
             warnings.warn(
                 f"MixedLM did not converge with methods {methods} in max_iter={max_iter} "
                 "iterations each; the estimate with the highest likelihood is kept. "
                 "Increase max_iter, try other methods or fewer random slopes.",
-                ConvergenceWarning,
-                stacklevel=2,
+                ConvergenceWarning, stacklevel=user_stacklevel(),
             )
-        self.coef_ = fit.coef
-        self.intercept_ = fit.intercept
-        self.random_slopes_ = fit.slopes
-        self.random_effects_ = fit.random_effects
-        self.random_effects_cov_ = fit.random_effects_cov
-        self.noise_variance_ = fit.noise_variance
-        self.converged_ = fit.converged
-        self.method_ = fit.method
-        self.n_iter_ = fit.n_iter
-        self.clients_ = clients
+        self._set_mixed_fit(fit, fit.random_effects, clients)
         return self
 
 

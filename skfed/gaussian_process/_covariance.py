@@ -71,6 +71,22 @@ def _r2(X, i, Z, j, inv):
 
 
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
+def _r2_row(X, i, Zt, inv, r2, n):
+    """``r2[j] = _r2(X, i, Z, j, inv)`` for ``j < n``, from ``Zt = Z^T`` (inner loops over ``j``).
+
+    Inlined by numba, so each caller lowers it with its own fastmath flags:
+    the same bits as the loop written in.
+    """
+    r2[:n] = 0.0
+    for k in range(X.shape[1]):
+        x = X[i, k]
+        zk = Zt[k]
+        for j in range(n):
+            t = (x - zk[j]) * inv[k]
+            r2[j] += t * t
+
+
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
 def _slope_from_value(kval, r2, kind):
     """``variance * f'(r) / r`` from ``kval = variance * f(r)`` without an ``exp``."""
     if kind == 0:
@@ -212,13 +228,7 @@ def kernel_adjoint_sym(Z, lengthscale, variance, kind, Kbar):
         if i == 0:
             continue
         ki = Kbar[i]
-        r2[:i] = 0.0
-        for k in range(d):
-            zi = Zt[k, i]
-            zk = Zt[k]
-            for j in range(i):
-                t = (zi - zk[j]) * inv[k]
-                r2[j] += t * t
+        _r2_row(Z, i, Zt, inv, r2, i)
         for j in range(i):
             f, g = _profile(r2[j], kind)
             a = 2.0 * ki[j]
@@ -299,13 +309,7 @@ def kernel_adjoint_cross(X, Z, lengthscale, variance, kind, K, G, E, P):
             for j in range(m):
                 c[j] = -a[j] * Ki[j]
         else:
-            r2[:] = 0.0
-            for k in range(d):
-                x = X[i, k]
-                zk = Zt[k]
-                for j in range(m):
-                    t = (x - zk[j]) * inv[k]
-                    r2[j] += t * t
+            _r2_row(X, i, Zt, inv, r2, m)
             for j in range(m):
                 c[j] = a[j] * _slope_from_value(Ki[j], r2[j], kind)
         for k in range(d):

@@ -9,7 +9,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import StrOptions
 
 from ..base import FederatedEstimator
-from ..baselines._mixedlm import MixedPredictMixin, resolve_random_slopes
+from ..baselines._mixedlm import (
+    MixedPredictMixin, resolve_random_slopes, warn_collinear_slopes,
+)
 from ..baselines._mixedlm_core import _blups
 from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, gram_gated
@@ -243,13 +245,7 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
                 "effects (excluded_clients_).",
                 UserWarning, stacklevel=user_stacklevel(),
             )
-        if mixed.collinear_slopes.size:
-            warnings.warn(
-                f"random slopes on features {mixed.collinear_slopes.tolist()} were dropped: "
-                "those columns are constant or linear combinations of the intercept and the "
-                "other random-slope columns.",
-                UserWarning, stacklevel=user_stacklevel(),
-            )
+        warn_collinear_slopes(mixed)
         if not mixed.converged:
             warnings.warn(
                 f"FedMixedLMRegressor did not converge in max_iter={self.max_iter} "
@@ -257,16 +253,8 @@ class FedMixedLMRegressor(FederatedEstimator, MixedPredictMixin, RegressorMixin,
                 ConvergenceWarning, stacklevel=user_stacklevel(),
             )
         states = result.client_states
-        self.coef_ = mixed.coef
-        self.intercept_ = mixed.intercept
-        self.random_slopes_ = mixed.slopes
-        self.random_effects_ = None if states is None else np.array(states, dtype=float)
-        self.random_effects_cov_ = mixed.random_effects_cov
-        self.noise_variance_ = mixed.noise_variance
-        self.converged_ = mixed.converged
-        self.method_ = mixed.method
-        self.n_iter_ = mixed.n_iter
-        self.clients_ = labels
+        self._set_mixed_fit(
+            mixed, None if states is None else np.array(states, dtype=float), labels)
         self.excluded_clients_ = labels[excluded]
         self.communication_ = result.ledger
         self.n_features_in_ = int(fit.setup["n_features"])
