@@ -131,9 +131,9 @@ def plan_of(ledger, n_sites):
             "up": join(per_node("up", rnd) for rnd in range(n_rounds)), "final": join(final)}
 
 
-def _flwr_run(fed, app, run_config):
+def _flwr_run(fed, app, run_config, timeout):
     tic = time.perf_counter()
-    done = fed.run(app, run_config)
+    done = fed.run(app, run_config, timeout=timeout)
     seconds = time.perf_counter() - tic
     if done.returncode != 0 or not Path(run_config["output"]).exists():
         raise RuntimeError(done.stdout + done.stderr + fed.logs())
@@ -147,7 +147,10 @@ def main():
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each app, taking turns")
     parser.add_argument("--estimators", nargs="*",
-                        default=["DPFedDROClassifier", "PFedHGPRegressor"])
+                        default=["DPFedDROClassifier", "PFedHGPRegressor"],
+                        help="of bench_flower.ESTIMATORS (e.g. PFedHGPRegressor-default)")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds a `flwr run` may take")
     args = parser.parse_args()
     data = {name: d for name, d in datasets(args.rows).items() if name in args.estimators}
     work = Path(tempfile.mkdtemp(prefix="skfed-flower-overhead-"))
@@ -166,14 +169,16 @@ def main():
             for run in range(args.repeat):
                 output = work / f"{name}-{run}.skops"
                 totals.append(_flwr_run(fed, app, {"estimator": name, "n-rounds": args.rounds,
-                                                   "min-nodes": 3, "output": str(output)}))
+                                                   "min-nodes": 3, "output": str(output)},
+                                     args.timeout))
                 ledger = load_fitted(output).communication_
                 assert ledger.n_messages == local.communication_.n_messages
                 skfed_rounds += ledger.round_seconds
                 plan = plan_of(ledger, len(configs))
                 seconds_out = work / f"{name}-minimal-{run}.json"
                 totals_min.append(_flwr_run(fed, minimal, {**plan, "min-nodes": 3,
-                                                           "output": str(seconds_out)}))
+                                                           "output": str(seconds_out)},
+                                         args.timeout))
                 this_run = json.loads(seconds_out.read_text())
                 minimal_rounds += this_run
                 print(f"{name} run {run}: skfed {statistics.median(ledger.round_seconds):.2f} "

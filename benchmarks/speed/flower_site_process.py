@@ -59,14 +59,19 @@ print(repr(dict(runtime_cpu=runtime, import_cpu=c1 - c0, handler_cpu=handled, ki
 """
 
 
+def app_module(name):
+    """The app's module name for an estimator name of ``bench_flower.ESTIMATORS``."""
+    return "app_" + name.replace("-", "_")
+
+
 def record(work, name, rounds, rows):
     """Write the messages site 0 receives in a run (message and context, serialized)."""
     from flwr.common.serde import context_to_proto, message_to_proto
 
     configs = write_sites(work, {name: datasets(rows)[name]})
-    (work / f"app_{name}.py").write_text(app_source(name))
+    (work / f"{app_module(name)}.py").write_text(app_source(name))
     sys.path.insert(0, str(work))
-    module = __import__(f"app_{name}")
+    module = __import__(app_module(name))
     federation = module.federation
     client_app = federation.client_app
     recorded = []
@@ -125,7 +130,7 @@ def main():
         where = work / name
         where.mkdir()
         for i, path in enumerate(record(where, name, args.rounds, args.rows)):
-            runs = [replay(where, f"app_{name}", path) for _ in range(args.repeat)]
+            runs = [replay(where, app_module(name), path) for _ in range(args.repeat)]
             kind = f"{i}: {runs[0]['kind']}"
             rows.append((name, kind, statistics.median(r["runtime_cpu"] for r in runs),
                          statistics.median(r["import_cpu"] for r in runs),

@@ -93,6 +93,7 @@ TRUSTED_TYPES = frozenset({
     "skfed.federated._ledger.Ledger",
     "skfed.federated._ledger.LedgerRecord",
     "skfed.gaussian_process._baselines.PFedGPRegressor",
+    "skfed.gaussian_process._collapsed.Layout",
     "skfed.gaussian_process._elbo.ModelConfig",
     "skfed.gaussian_process._ilmm.IlmmConfig",
     "skfed.gaussian_process._pfedhgp.PFedHGPRegressor",

@@ -33,7 +33,8 @@ from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ._ilmm import IlmmConfig, global_bases, ilmm_terms, local_bases
 from ._linalg import tril_pack, tril_unpack
 from ._optimizers import IlmmClosedForm, PaperAdam
-from ._steps import _PFedHGPSteps, check_pooled_scale, row_shift
+from ._setup import check_pooled_scale, row_shift
+from ._steps import _PFedHGPSteps
 
 
 def pca_loadings(C, R, n_components, prior_var, rng, perturb=0.1):

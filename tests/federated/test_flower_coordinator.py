@@ -174,6 +174,30 @@ def test_non_private_runs_are_reproducible_message_by_message():
         assert na == nb and all(np.array_equal(ma[k], mb[k]) for k in ma)
 
 
+def test_a_site_too_large_to_keep_its_rows_loads_them_at_every_message(monkeypatch):
+    """Above ``KEEP_ROWS_BYTES`` a site's later rounds load and validate its rows again
+    (from its loader) instead of its Flower state: the same replies either way."""
+    import skfed.federated.flower as flower
+
+    data = _regression_sites()
+    seen, loads = [], []
+    for keep in (flower.KEEP_ROWS_BYTES, 0):
+        monkeypatch.setattr(flower, "KEEP_ROWS_BYTES", keep)
+        calls = []
+        federation = FlowerFederation(_fedavg, lambda cfg: calls.append(1) or data[
+            cfg["client-id"]], round_timeout=5, offline_grace=0.0)
+        grid = InMemoryGrid(federation, [{"client-id": k} for k in sorted(data)],
+                            {"min-nodes": 3})
+        spy = Spy(grid)
+        grid.run()
+        seen.append(_train_replies(spy))
+        loads.append(len(calls))
+    for (na, ma), (nb, mb) in zip(*seen):
+        assert na == nb and all(np.array_equal(ma[k], mb[k]) for k in ma)
+    n_train = len(seen[0])
+    assert loads[1] >= loads[0] + n_train - 3  # every training message but the first loads
+
+
 # -- 2. the site verifies the set-up ---------------------------------------------------------
 
 def _forge_count(message, node=101, count=30_000):
@@ -304,6 +328,37 @@ def test_the_trusted_types_cover_every_federated_estimator():
         groups=np.repeat([0, 1, 2], [20, 25, 30]))
     types = set(sio.get_untrusted_types(data=sio.dumps(model)))
     assert "skfed.federated._ledger.Ledger" in types and types <= TRUSTED_TYPES
+
+
+@pytest.mark.parametrize("kind", ["pfedhgp-collapsed", "pfedhgp-variational",
+                                  "pfedhgp-multioutput", "tensor", "fed-mixedlm"])
+def test_every_fitted_state_loads_from_its_skops_file(kind):
+    """What each kind of fit holds is on the trusted list: the file loads and predicts the
+    same (a collapsed PFedHGP fit's ``Layout`` was once refused)."""
+    from skfed import PersonalizedTensorRegressor, PFedHGPRegressor
+    from skfed.linear_model import FedMixedLMRegressor
+
+    rng = np.random.default_rng(0)
+    groups = np.repeat([0, 1, 2], 20)
+    X = rng.standard_normal((60, 2))
+    y = X[:, 0] + 0.3 * groups + 0.1 * rng.standard_normal(60)
+    if kind == "pfedhgp-collapsed":
+        model = PFedHGPRegressor(random_state=0)
+    elif kind == "pfedhgp-variational":
+        model = PFedHGPRegressor(inference="variational", n_rounds=3, n_inducing_local=5,
+                                 random_state=0)
+    elif kind == "pfedhgp-multioutput":
+        model = PFedHGPRegressor(inference="variational", n_rounds=3, n_inducing_local=5,
+                                 random_state=0)
+        y = np.column_stack([y, -y + 0.1 * rng.standard_normal(60)])
+    elif kind == "tensor":
+        model = PersonalizedTensorRegressor(tensor_shape=(2, 1), rank=(1, 1), n_rounds=3,
+                                            random_state=0)
+    else:
+        model = FedMixedLMRegressor()
+    model.fit(X, y, groups=groups)
+    back = load_fitted(save_fitted(model, None))
+    np.testing.assert_allclose(back.predict(X, groups=groups), model.predict(X, groups=groups))
 
 
 # -- 4. errors carry no data values -----------------------------------------------------------

@@ -1,4 +1,5 @@
-"""A site's later rounds on Flower run in a process that imports no scikit-learn.
+"""A site's later rounds on Flower run in a process that imports no scikit-learn (nor numba,
+for the collapsed PFedHGP fit).
 
 Flower starts a new ``flwr-clientapp`` process for every message; importing
 scikit-learn (with scipy.stats and pandas) is about a second of it. A site keeps
@@ -18,15 +19,27 @@ pytest.importorskip("flwr")
 
 from skfed.federated.flower import InMemoryGrid  # noqa: E402
 
+# the estimator of each app: imported inside make_estimator, which later rounds never call
+ESTIMATORS = {
+    "dpfeddro": """
+    from skfed.linear_model import DPFedDROClassifier
+
+    return DPFedDROClassifier(epsilon=0.5, classes=[0, 1, 2], n_rounds=4, random_state=0)
+""",
+    # the default (collapsed) fit, whose site step needs no compiled kernel
+    "pfedhgp": """
+    from skfed import PFedHGPRegressor
+
+    return PFedHGPRegressor(random_state=0)
+""",
+}
+
 APP = """
 import numpy as np
 from skfed.federated.flower import FlowerFederation
 
 
-def make_estimator(run_config):
-    from skfed.linear_model import DPFedDROClassifier
-
-    return DPFedDROClassifier(epsilon=0.5, classes=[0, 1, 2], n_rounds=4, random_state=0)
+def make_estimator(run_config):%s
 
 
 def load_data(node_config):
@@ -71,16 +84,18 @@ class _Recording:
         return self.federation.client_app(message=message, context=context)
 
 
-def test_later_rounds_import_no_scikit_learn(tmp_path, monkeypatch):
+@pytest.mark.parametrize("estimator", list(ESTIMATORS))
+def test_later_rounds_import_no_scikit_learn(estimator, tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     configs = []
     for k in range(3):
         X = rng.standard_normal((30, 4))
         X /= np.linalg.norm(X, axis=1, keepdims=True)
-        np.savez(tmp_path / f"site{k}.npz", X=X, y=rng.integers(0, 3, 30))
+        y = rng.integers(0, 3, 30) if estimator == "dpfeddro" else X[:, 0] + 0.3 * k
+        np.savez(tmp_path / f"site{k}.npz", X=X, y=y)
         configs.append({"client-id": k, "data-path": str(tmp_path / f"site{k}.npz")})
-    module = "skfed_test_site_app"
-    (tmp_path / f"{module}.py").write_text(APP)
+    module = f"skfed_test_site_app_{estimator}"
+    (tmp_path / f"{module}.py").write_text(APP % ESTIMATORS[estimator])
     monkeypatch.syspath_prepend(str(tmp_path))
     app = __import__(module)
     recording = _Recording(app.federation)

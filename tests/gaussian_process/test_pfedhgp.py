@@ -432,7 +432,7 @@ def test_input_scaling_ignores_one_clients_outlier():
 
 
 def test_weighted_median_is_per_column_with_several_features():
-    from skfed.gaussian_process._steps import weighted_median
+    from skfed.gaussian_process._setup import weighted_median
 
     rng = np.random.default_rng(0)
     values = rng.normal(size=(9, 4)) * [1.0, 10.0, 100.0, 0.1]

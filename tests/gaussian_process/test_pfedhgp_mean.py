@@ -5,7 +5,7 @@ import pytest
 from sklearn.linear_model import Ridge
 
 from skfed import PFedHGPRegressor
-from skfed.gaussian_process._steps import (
+from skfed.gaussian_process._setup import (
     LINEAR_MEAN_ALPHA, cross_summary, input_summary, linear_mean, target_summary,
 )
 

@@ -6,7 +6,8 @@ import pytest
 from skfed import PFedHGPRegressor
 from skfed.gaussian_process._linalg import CholeskyError
 from skfed.gaussian_process._optimizers import ClosedForm
-from skfed.gaussian_process._steps import _PFedHGPSteps, _scaled_sum_of_squares
+from skfed.gaussian_process._setup import _scaled_sum_of_squares
+from skfed.gaussian_process._steps import _PFedHGPSteps
 
 SMALL = dict(inference="variational",
              n_inducing_global=6, n_inducing_local=2, n_rounds=4, random_state=0)
