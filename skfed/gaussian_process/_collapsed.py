@@ -24,7 +24,9 @@ and ``b = sum_i H_i^T C_i^{-1} y_i``, the negative log marginal likelihood is
 (up to a constant; with a Gaussian prior ``N(0, tau2 I)`` on the slopes,
 ``Lam``'s slope block adds ``I / tau2`` and ``-log|K|`` becomes
 ``-log|K| + p_s log tau2``): sums of what each site computes from its own rows, plus
-the server's ``m + p``-square terms. Its gradient splits the same way once the
+the server's ``m + p``-square terms. With a noise variance per site
+(``Layout(n_sites=...)``, ``noise="per_client"``), site ``i``'s is ``s2 exp(e_i)``, and the
+NLL adds the offsets' prior ``sum_i e_i^2 / (2 NOISE_SPREAD^2)``. Its gradient splits the same way once the
 server broadcasts ``w = Lam^{-1} b`` and ``Lam^{-1}`` (:func:`site_gradient`).
 With the GP parts switched off it is exactly the linear mixed model's REML
 criterion, so the model nests it.
@@ -66,6 +68,13 @@ LOG_BOUNDS = (-7.0, 7.0)
 #: bounds of the random-effect covariance's factor: log diagonal, off-diagonal entries
 LOG_DIAG_BOUNDS = (-7.0, 3.0)
 OFFDIAG_BOUNDS = (-20.0, 20.0)
+#: with a noise variance per site (``noise="per_client"``), ``log s2_i = log s2 + e_i`` with
+#: ``e_i ~ N(0, NOISE_SPREAD**2)``: the spread of the sites' log noise variances about the
+#: population's (1: a site's noise standard deviation within a factor of about 1.6 of the
+#: population's for one standard deviation of the prior)
+NOISE_SPREAD = 1.0
+#: bounds of each site's offset ``e_i``
+NOISE_OFFSET_BOUNDS = (-10.0, 10.0)
 
 
 def rbf(A, B, lengthscale, variance):
@@ -171,8 +180,9 @@ def design(X, kind):
 class Layout:
     """Where each hyperparameter sits in the optimizer's vector (log scales).
 
-    ``[log ls_g (d), log var_g, log phi, log ls_l (d), log var_l, log s2, L (tril)]``
-    with ``Sigma = L L^T`` and ``L``'s diagonal stored as logs.
+    ``[log ls_g (d), log var_g, log phi, log ls_l (d), log var_l, log s2, L (tril),
+    log tau2 (with slope_prior), e (n_sites, with per-site noise)]`` with ``Sigma = L L^T``
+    and ``L``'s diagonal stored as logs.
 
     Parameters
     ----------
@@ -186,10 +196,15 @@ class Layout:
         The linear fixed effects' slopes ``beta_s ~ N(0, tau2 I)`` with
         ``log tau2`` the last entry (a linear kernel beside the global GP),
         instead of a flat prior; the intercept stays flat.
+    n_sites : int, default=0
+        With ``n_sites > 0``, a noise variance per site: site ``i``'s is ``s2 exp(e_i)``
+        with ``e_i ~ N(0, NOISE_SPREAD**2)`` (estimated with the hyperparameters, a
+        penalized likelihood), and ``s2`` is the population's (a new site's). With 0,
+        one noise variance ``s2`` for every site (the paper's model).
     """
 
     def __init__(self, n_features, random_effects="linear", fixed_effects="linear",
-                 deviation=True, local=True, global_gp=True, slope_prior=False):
+                 deviation=True, local=True, global_gp=True, slope_prior=False, n_sites=0):
         self.d = int(n_features)
         self.global_gp = bool(global_gp)
         self.random_effects = random_effects
@@ -205,7 +220,11 @@ class Layout:
         self.slope_prior = bool(slope_prior) and self.f > 1
         self.n_slopes = self.f - 1 if self.slope_prior else 0
         self.re_end = 2 * self.d + 4 + self.tril[0].size
-        self.size = self.re_end + int(self.slope_prior)
+        self.tau_index = self.re_end if self.slope_prior else None
+        self.n_sites = int(n_sites)
+        start = self.re_end + int(self.slope_prior)
+        self.noise_offsets = slice(start, start + self.n_sites)
+        self.size = start + self.n_sites
 
     def unpack(self, theta):
         """Hyperparameters as a dict of arrays and floats."""
@@ -219,8 +238,20 @@ class Layout:
         L[self.tril] = theta[2 * d + 4:self.re_end]
         L.flat[::self.q + 1] = np.exp(L.diagonal())
         p["L"] = L
-        p["tau2"] = float(np.exp(theta[-1])) if self.slope_prior else np.inf
+        p["tau2"] = float(np.exp(theta[self.tau_index])) if self.slope_prior else np.inf
+        p["noise_offsets"] = np.array(theta[self.noise_offsets], dtype=float)
         return p
+
+    def site(self, p, index):
+        """``p`` as site ``index`` sees it: ``s2`` its own noise variance (``p`` itself
+        with one noise variance for every site)."""
+        if not self.n_sites:
+            return p
+        return {**p, "s2": p["s2"] * float(np.exp(p["noise_offsets"][index]))}
+
+    def noise_variances(self, p):
+        """Each site's noise variance (standardized units), shape ``(n_sites,)``."""
+        return p["s2"] * np.exp(p["noise_offsets"])
 
     def pack(self, p):
         """The inverse of :meth:`unpack` (``phi`` and ``var_l`` must be positive)."""
@@ -229,7 +260,8 @@ class Layout:
         return np.concatenate([
             np.log(np.broadcast_to(p["ls_g"], self.d)), [np.log(p["var_g"]), np.log(p["phi"])],
             np.log(np.broadcast_to(p["ls_l"], self.d)), [np.log(p["var_l"]), np.log(p["s2"])],
-            L[self.tril], [np.log(p.get("tau2", SLOPE_PRIOR_START))] if self.slope_prior else []])
+            L[self.tril], [np.log(p.get("tau2", SLOPE_PRIOR_START))] if self.slope_prior else [],
+            np.broadcast_to(p.get("noise_offsets", 0.0), self.n_sites)])
 
     def bounds(self):
         """Box bounds of the optimizer (switched-off parts pinned at their start)."""
@@ -238,7 +270,7 @@ class Layout:
             out.append(LOG_DIAG_BOUNDS if i == j else OFFDIAG_BOUNDS)
         if self.slope_prior:
             out.append(LOG_BOUNDS)
-        return out
+        return out + [NOISE_OFFSET_BOUNDS] * self.n_sites
 
     def mask(self):
         """Which entries the model uses (the others get a zero gradient)."""
@@ -337,8 +369,11 @@ def site_statistics(X, y, p, layout, Z, K_inv, geom=None):
     return message, (cf, H, CiH, Ciy, B, Phi, Kg, Kl, geom)
 
 
-def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
+def site_gradient(X, p, layout, Z, cache, w, Lam_inv, index=None):
     """The site's part of the NLL's gradient given the server's ``w`` and ``Lam^{-1}``.
+
+    ``p`` is the site's (:meth:`Layout.site`) and ``index`` its position in the
+    noise offsets (with a noise variance per site).
 
     Adjoints: ``G_C = 1/2 (C^{-1} - C^{-1} H Lam^{-1} H^T C^{-1} - a a^T)`` with
     the residual ``a = C^{-1} (y - H w)``; ``G_H = C^{-1} H Lam^{-1} - a w^T``;
@@ -378,6 +413,8 @@ def site_gradient(X, p, layout, Z, cache, w, Lam_inv):
         g[2 * d + 2] = own[1, 0]
         g[d + 2:2 * d + 2] = own[1, 1:]
     g[2 * d + 3] = p["s2"] * Gc.trace()
+    if layout.n_sites:  # log s2_i = log s2 + e_i: the same derivative for both
+        g[layout.noise_offsets.start + index] = g[2 * d + 3]
     if layout.q:
         R = geom.R
         G_L = 2.0 * (R.T @ Gc @ R) @ p["L"]
@@ -411,6 +448,8 @@ def server_objective(p, layout, Z, messages, pairs=None):
     w = cho_solve(lf, b)
     nll = 0.5 * (sum(m["logdet"] for m in messages) + 2.0 * np.log(np.diag(lf[0])).sum()
                  - logdet_prior + sum(m["yCy"] for m in messages) - b @ w)
+    # the sites' noise offsets' prior (with a noise variance per site)
+    nll += 0.5 * float(p["noise_offsets"] @ p["noise_offsets"]) / NOISE_SPREAD**2
     return float(nll), w, cho_solve(lf, np.eye(Lam.shape[0])), K_inv
 
 
@@ -425,7 +464,9 @@ def server_gradient(p, layout, Z, w, Lam_inv, K_inv, site_grads):
     g[:layout.d] += glob[1:]
     if layout.slope_prior:
         s = slice(1, f)
-        g[-1] = 0.5 * (layout.n_slopes - (np.trace(Lam_inv[s, s]) + w[s] @ w[s]) / p["tau2"])
+        g[layout.tau_index] = 0.5 * (layout.n_slopes
+                                     - (np.trace(Lam_inv[s, s]) + w[s] @ w[s]) / p["tau2"])
+    g[layout.noise_offsets] += p["noise_offsets"] / NOISE_SPREAD**2
     return g * layout.mask()
 
 
@@ -444,14 +485,14 @@ def fit_collapsed(sites, layout, Z, theta0, max_iter=500):
         p = layout.unpack(theta)
         try:
             K_inv = _inverse_kzz(p, Z, geoms[0].ZZ)[0]
-            out = [site_statistics(X, y, p, layout, Z, K_inv, geom)
-                   for (X, y), geom in zip(sites, geoms)]
+            out = [site_statistics(X, y, layout.site(p, i), layout, Z, K_inv, geom)
+                   for i, ((X, y), geom) in enumerate(zip(sites, geoms))]
             nll, w, Lam_inv, K_inv = server_objective(p, layout, Z, [m for m, _ in out],
                                                       geoms[0].ZZ)
         except np.linalg.LinAlgError:
             return np.inf, np.zeros(layout.size)
-        grads = [site_gradient(X, p, layout, Z, cache, w, Lam_inv)
-                 for (X, _), (_, cache) in zip(sites, out)]
+        grads = [site_gradient(X, layout.site(p, i), layout, Z, cache, w, Lam_inv, i)
+                 for i, ((X, _), (_, cache)) in enumerate(zip(sites, out))]
         return nll, server_gradient(p, layout, Z, w, Lam_inv, K_inv, grads)
 
     opt = AskTellLBFGS(theta0, np.array(layout.bounds()), max_iter=max_iter)
@@ -524,7 +565,8 @@ def predict_collapsed(p, layout, Z, w, Lam_inv, X, site=None):
     """Predictive mean and variance of noisy targets at ``X`` (standardized units).
 
     ``site`` is ``(X_i, y_i)`` of the site the rows belong to, or None for a
-    new site (the population prediction: fixed effects and global GP).
+    new site (the population prediction: fixed effects and global GP); ``p`` is
+    that site's (:meth:`Layout.site`), or the population's.
     """
     index = np.full(X.shape[0], -1 if site is None else 0)
     sites = {} if site is None else {0: site_posterior(*site, p, layout, Z, w)}
@@ -539,7 +581,7 @@ def scattered_starts(theta0, layout, n, rng):
     logs = np.zeros(layout.size, dtype=bool)
     logs[:2 * layout.d + 4] = True
     logs[2 * layout.d + 4:layout.re_end] = [i == j for i, j in zip(*layout.tril)]
-    logs[layout.re_end:] = True
+    logs[layout.re_end:layout.noise_offsets.start] = True  # log tau2; not the offsets
     for _ in range(int(n)):
         shift = rng.uniform(-1.0, 1.0, size=layout.size) * np.log(10.0)
         starts.append(starts[0] + np.where(logs, shift, 0.0))
@@ -636,9 +678,9 @@ class CollapsedProtocol(FederatedAlgorithm):
             if cache is None:  # this site's block failed at this point
                 return (geom, None, None), {"failed": np.int64(1)}
             grad = site_gradient(geom.X, p, self.layout, Z, cache, broadcast["w"],
-                                 broadcast["lam_inv"])
+                                 broadcast["lam_inv"], data.index)
             return (geom, cache, p), {"grad": grad}
-        p = self.layout.unpack(broadcast["theta"])
+        p = self.layout.site(self.layout.unpack(broadcast["theta"]), data.index)
         K_inv = np.asarray(broadcast["k_inv"], dtype=float)
         try:
             if not np.isfinite(K_inv).all():
@@ -653,7 +695,7 @@ class CollapsedProtocol(FederatedAlgorithm):
         return data.X, data.y
 
     def client_finalize(self, data, state, broadcast, rng):
-        p = self.layout.unpack(broadcast["theta"])
+        p = self.layout.site(self.layout.unpack(broadcast["theta"]), data.index)
         X, y = self._site_rows(data, broadcast)
         return site_posterior(X, y, p, self.layout, np.asarray(broadcast["Z"]),
                               np.asarray(broadcast["w"]))

@@ -468,6 +468,19 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         the windowed hierarchy of ``doc/results/pfedhgp_start.md``, 4 restarts
         make the answer the same from every start tried (at 3-5x the time);
         not the default, for the time (Hsb82: 45 s against 11 s).
+    noise : {"shared", "per_client"}, default="shared"
+        The observation noise. ``"shared"``: one noise variance for every
+        client (the paper's model). ``"per_client"`` (collapsed inference
+        only): client ``i``'s noise variance is ``noise_variance_ *
+        exp(e_i)``, with ``e_i ~ N(0, 1)`` estimated with the other
+        hyperparameters (a penalized marginal likelihood); for clients
+        whose measurements differ in precision (sensors, sites, states).
+        Seen clients' predictive variances use their own noise variance
+        (``client_noise_variances_``), a new client's the population's
+        (``noise_variance_``). A client with fewer than 3 rows, which sends
+        no statistics, gets the population's. Its client's offset is one
+        more entry of the hyperparameter vector, whose gradient the client
+        sends with the others (no other message).
     random_state : int, RandomState instance or None, default=None
         Seeds the Halton placement of ``Z_g`` (more than one feature).
     n_jobs : int or None, default=None
@@ -485,7 +498,12 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         Learned deviation scale (0 without the deviation component).
     noise_variance_ : float or ndarray of shape (Q,)
         Learned noise variance, in units of ``y`` (per output for
-        multi-output ``y``: ``sigma^2`` times the squared output scale).
+        multi-output ``y``: ``sigma^2`` times the squared output scale);
+        with ``noise="per_client"`` the population's (a new client's).
+    client_noise_variances_ : ndarray of shape (n_clients,) or None
+        Collapsed inference: each client's noise variance, in units of
+        ``y`` (all ``noise_variance_`` with ``noise="shared"``). None for
+        the variational fit.
     lengthscale_global_ : ndarray of shape (1,) or (n_features,)
         Global kernel lengthscale(s) on the standardized inputs (see
         ``x_std_``; ``None`` without a global basis);
@@ -618,6 +636,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         population_local="median",
         inference="auto",
         n_restarts=0,
+        noise="shared",
         random_state=None,
         n_jobs=None,
         verbose=0,
@@ -657,6 +676,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.population_local = population_local
         self.inference = inference
         self.n_restarts = n_restarts
+        self.noise = noise
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
@@ -690,6 +710,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         "population_local": [StrOptions(set(POPULATION_LOCAL))],
         "inference": [StrOptions(set(INFERENCES))],
         "n_restarts": [positive_int(0)],
+        "noise": [StrOptions({"shared", "per_client"})],
     }
 
     _inducing_local_name = "n_inducing_local"  # the parameter named in the small-client warning
@@ -737,6 +758,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
 
     def _check_variational_params(self):
         """The checks of ``inference="variational"`` (for ``"auto"``, once resolved)."""
+        if self.noise != "shared":
+            raise ValueError(
+                f"noise={self.noise!r} applies to the collapsed fit (the variational one "
+                "shares one noise variance); use noise='shared' or inference='collapsed'.")
         if self.slope_prior != "auto":
             raise ValueError(
                 f"slope_prior={self.slope_prior!r} applies to the collapsed fit (the variational "
@@ -839,14 +864,15 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         """Whether the fitted model is the collapsed one (``inference_``)."""
         return getattr(self, "inference_", None) == "collapsed"
 
-    def _collapsed_algorithm(self, n_features):
+    def _collapsed_algorithm(self, n_features, n_clients):
         """The collapsed model's rounds (``inference="collapsed"``)."""
         comps = self._components
         layout = Layout(n_features, random_effects=self._effects_for("collapsed"),
                         fixed_effects="linear" if self.mean_function == "linear" else "intercept",
                         slope_prior=self.slope_prior != "flat",
                         deviation="deviation" in comps, local="local" in comps,
-                        global_gp="global" in comps)
+                        global_gp="global" in comps,
+                        n_sites=n_clients if self.noise == "per_client" else 0)
 
         def start(init):
             var_l = init["init_variance_local"]
@@ -989,7 +1015,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                     f"inference='collapsed' needs a site with at least {MIN_ROWS_MOMENTS} rows "
                     f"(smaller sites send no statistics); the largest has n_samples = "
                     f"{counts.max()}.")
-            return self._collapsed_algorithm(int(setup["n_features"]))
+            return self._collapsed_algorithm(int(setup["n_features"]), len(counts))
         if self.inference == "auto":
             self._check_variational_params()
         return self._steps_algorithm(int(setup["n_features"]), n_outputs if n_outputs > 1 else None)
@@ -1057,8 +1083,12 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         p = layout.unpack(server["theta"])
         y_std = float(server["y_scale"])
         self._cfg = self._global = self._released = None
+        # each client's noise variance (standardized), aligned with clients_
+        s2_clients = layout.noise_variances(p) if layout.n_sites \
+            else np.full(len(fit.labels), p["s2"])
         self._fit_collapsed = {"p": p, "layout": layout, "Z": np.asarray(server["Z"]),
-                               "w": np.asarray(server["w"]), "lam_inv": server["lam_inv"]}
+                               "w": np.asarray(server["w"]), "lam_inv": server["lam_inv"],
+                               "s2_clients": s2_clients}
         self._locals = None if result.client_states is None else list(result.client_states)
         self.clients_ = fit.labels
         self.n_features_in_ = int(fit.setup["n_features"])
@@ -1073,6 +1103,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.jitter_ = float(self.jitter)
         self.phi_ = p["phi"]
         self.noise_variance_ = p["s2"] * y_std**2
+        self.client_noise_variances_ = s2_clients * y_std**2
         uses_kg = layout.global_gp or layout.deviation
         self.lengthscale_global_ = p["ls_g"] if uses_kg else None
         self.variance_global_ = p["var_g"] * y_std**2 if uses_kg else None
@@ -1127,6 +1158,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     def _with_site_state(self, label, state):
         """This fitted model with one site's personalized parts (see ``skfed.federated.flower``)."""
         site = copy.deepcopy(self)
+        if self._collapsed:  # the site's own noise variance
+            k = [i for i, c in enumerate(self.clients_) if c == label]
+            site._fit_collapsed["s2_clients"] = site._fit_collapsed["s2_clients"][k]
+            site.client_noise_variances_ = site.client_noise_variances_[k]
         site.clients_ = np.array([label])
         site._locals = [state if self._collapsed else dict(state["loc"])]
         site._set_client_attributes()
@@ -1141,6 +1176,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.y_mean_ = float(server["y_shift"])
         self.y_std_ = float(server["y_scale"])
         self.noise_variance_ = float(softplus(g["noise"])) * scale2
+        self.client_noise_variances_ = None
         if cfg.global_basis:
             self.lengthscale_global_ = softplus(g["ls_g"])
             self.variance_global_ = float(softplus(g["var_g"])) * scale2
@@ -1155,6 +1191,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.y_mean_ = np.asarray(server["y_shift"], dtype=float)
         self.y_std_ = scale
         self.noise_variance_ = float(softplus(g["noise"])) * scale**2
+        self.client_noise_variances_ = None
         self.loadings_global_ = g["Bg"] * scale[:, None] if cfg.use_global else None
         if cfg.global_basis:
             self.lengthscale_global_ = softplus(g["ls_g"])
@@ -1243,7 +1280,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         sites = {k: self._locals[k] for k in np.unique(index) if k >= 0}
         mean, cov = posterior_moments(fit["p"], fit["layout"], fit["Z"], fit["w"],
                                       fit["lam_inv"], self._scale_X(X), index, sites, full)
-        s2 = fit["p"]["s2"]
+        # each row's noise: its client's, or the population's for a new client
+        s2 = np.where(index >= 0, fit["s2_clients"][np.maximum(index, 0)], fit["p"]["s2"])
         if full:
             cov[np.diag_indices_from(cov)] += s2
         else:

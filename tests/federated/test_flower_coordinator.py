@@ -330,8 +330,9 @@ def test_the_trusted_types_cover_every_federated_estimator():
     assert "skfed.federated._ledger.Ledger" in types and types <= TRUSTED_TYPES
 
 
-@pytest.mark.parametrize("kind", ["pfedhgp-collapsed", "pfedhgp-variational",
-                                  "pfedhgp-multioutput", "tensor", "fed-mixedlm"])
+@pytest.mark.parametrize("kind", ["pfedhgp-collapsed", "pfedhgp-per-client",
+                                  "pfedhgp-variational", "pfedhgp-multioutput", "tensor",
+                                  "fed-mixedlm"])
 def test_every_fitted_state_loads_from_its_skops_file(kind):
     """What each kind of fit holds is on the trusted list: the file loads and predicts the
     same (a collapsed PFedHGP fit's ``Layout`` was once refused)."""
@@ -344,6 +345,8 @@ def test_every_fitted_state_loads_from_its_skops_file(kind):
     y = X[:, 0] + 0.3 * groups + 0.1 * rng.standard_normal(60)
     if kind == "pfedhgp-collapsed":
         model = PFedHGPRegressor(random_state=0)
+    elif kind == "pfedhgp-per-client":
+        model = PFedHGPRegressor(noise="per_client", random_state=0)
     elif kind == "pfedhgp-variational":
         model = PFedHGPRegressor(inference="variational", n_rounds=3, n_inducing_local=5,
                                  random_state=0)

@@ -23,15 +23,17 @@ def _sites(seed, n_sites=4, n=12, d=2):
 def _nll_and_grad(theta, sites, layout, Z):
     p = layout.unpack(theta)
     K_inv = col._inverse_kzz(p, Z)[0]
-    out = [col.site_statistics(X, y, p, layout, Z, K_inv) for X, y in sites]
+    out = [col.site_statistics(X, y, layout.site(p, i), layout, Z, K_inv)
+           for i, (X, y) in enumerate(sites)]
     nll, w, Lam_inv, K_inv = col.server_objective(p, layout, Z, [m for m, _ in out])
-    grads = [col.site_gradient(X, p, layout, Z, c, w, Lam_inv)
-             for (X, _), (_, c) in zip(sites, out)]
+    grads = [col.site_gradient(X, layout.site(p, i), layout, Z, c, w, Lam_inv, i)
+             for i, ((X, _), (_, c)) in enumerate(zip(sites, out))]
     return nll, col.server_gradient(p, layout, Z, w, Lam_inv, K_inv, grads)
 
 
 def _dense_reml(theta, sites, layout, Z):
-    """1/2 [log|V| + log|F^T V^-1 F| + y^T P y] from the full covariance of all rows."""
+    """1/2 [log|V| + log|F^T V^-1 F| + y^T P y] from the full covariance of all rows (plus
+    the noise offsets' prior with a noise variance per site)."""
     p = layout.unpack(theta)
     X = np.vstack([s[0] for s in sites])
     y = np.concatenate([s[1] for s in sites])
@@ -43,7 +45,8 @@ def _dense_reml(theta, sites, layout, Z):
     R = col.design(X, layout.random_effects)
     site = (layout.global_weight(p) * Kg - Q + col.rbf(X, X, p["ls_l"], p["var_l"])
             + R @ p["L"] @ p["L"].T @ R.T)
-    V = Q + same * site + p["s2"] * np.eye(len(y))
+    noise = [layout.site(p, i)["s2"] for i in g]
+    V = Q + same * site + np.diag(noise)
     F = col.design(X, layout.fixed_effects)
     if layout.slope_prior:  # the slopes' prior is a linear kernel; the intercept stays flat
         V += p["tau2"] * F[:, 1:] @ F[:, 1:].T
@@ -51,16 +54,20 @@ def _dense_reml(theta, sites, layout, Z):
     Vi = np.linalg.inv(V)
     A = F.T @ Vi @ F
     P = Vi - Vi @ F @ np.linalg.solve(A, F.T @ Vi)
-    return 0.5 * (np.linalg.slogdet(V)[1] + np.linalg.slogdet(A)[1] + y @ P @ y)
+    e = p["noise_offsets"]
+    return 0.5 * (np.linalg.slogdet(V)[1] + np.linalg.slogdet(A)[1] + y @ P @ y
+                  + e @ e / col.NOISE_SPREAD**2)
 
 
-@pytest.mark.parametrize("random_effects, deviation, local, slope_prior",
-                         [("linear", True, True, False), ("intercept", False, True, False),
-                          ("none", True, False, False), ("intercept", True, True, True)])
+@pytest.mark.parametrize("random_effects, deviation, local, slope_prior, n_sites",
+                         [("linear", True, True, False, 0), ("intercept", False, True, False, 0),
+                          ("none", True, False, False, 0), ("intercept", True, True, True, 0),
+                          ("intercept", True, True, True, 4)])
 def test_likelihood_and_gradient_match_dense_references(random_effects, deviation, local,
-                                                        slope_prior):
+                                                        slope_prior, n_sites):
     sites = _sites(0)
-    layout = col.Layout(2, random_effects, "linear", deviation, local, slope_prior=slope_prior)
+    layout = col.Layout(2, random_effects, "linear", deviation, local, slope_prior=slope_prior,
+                        n_sites=n_sites)
     Z = np.random.default_rng(1).normal(size=(5, 2))
     theta = np.random.default_rng(2).normal(scale=0.4, size=layout.size)
     nll, grad = _nll_and_grad(theta, sites, layout, Z)
@@ -226,6 +233,34 @@ def test_learned_slope_prior_shrinks_an_absent_trend_and_keeps_a_strong_one():
     y = np.exp(-X[:, 0] ** 2) + noise
     a, b = flat.fit(X, y, groups=groups), learned.fit(X, y, groups=groups)
     assert abs(b.mean_coef_[0]) < abs(a.mean_coef_[0])
+
+
+def test_noise_per_client_learns_each_sites_precision():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(6), 25)
+    X = rng.uniform(-2, 2, (150, 1))
+    sd = np.where(groups < 3, 0.05, 0.5)
+    y = np.sin(2 * X[:, 0]) + 0.3 * rng.normal(size=6)[groups] + sd * rng.normal(size=150)
+    model = _collapsed_model(noise="per_client").fit(X, y, groups=groups)
+    shared = _collapsed_model().fit(X, y, groups=groups)
+    v = model.client_noise_variances_
+    assert v[:3].max() < v[3:].min() and v[3:].mean() > 10 * v[:3].mean()
+    np.testing.assert_array_equal(shared.client_noise_variances_,
+                                  np.full(6, shared.noise_variance_))
+    assert model.log_marginal_likelihood_value_ > shared.log_marginal_likelihood_value_
+    # seen rows: their client's noise; a new client: the population's
+    _, std = model.predict(X, groups=groups, return_std=True)
+    assert std[groups < 3].max() < std[groups >= 3].min()
+    _, std_new = model.predict(X[:5], return_std=True)
+    assert np.all(std_new > np.sqrt(model.noise_variance_))
+    # a site's own copy (as on Flower) predicts its rows with its own noise
+    rows = groups == 4
+    site = model._with_site_state(4, model._locals[4])
+    np.testing.assert_allclose(site.predict(X[rows], groups=groups[rows], return_std=True)[1],
+                               std[rows], rtol=1e-10)
+    with pytest.raises(ValueError, match="noise='per_client' applies to the collapsed fit"):
+        _collapsed_model(noise="per_client").set_params(inference="variational").fit(
+            X, y, groups=groups)
 
 
 def test_slope_prior_is_the_collapsed_fits():
