@@ -26,8 +26,9 @@ and ``b = sum_i H_i^T C_i^{-1} y_i``, the negative log marginal likelihood is
 ``-log|K| + p_s log tau2``): sums of what each site computes from its own rows, plus
 the server's ``m + p``-square terms. With a noise variance per site
 (``Layout(n_sites=...)``, ``noise="per_client"``), site ``i``'s is ``s2 exp(e_i)``, and the
-NLL adds the offsets' prior ``sum_i e_i^2 / (2 NOISE_SPREAD^2)``. Its gradient splits the same way once the
-server broadcasts ``w = Lam^{-1} b`` and ``Lam^{-1}`` (:func:`site_gradient`).
+NLL adds the offsets' prior ``sum_i e_i^2 / (2 NOISE_SPREAD^2)``. Its gradient splits the
+same way once the server broadcasts ``w = Lam^{-1} b`` and ``Lam^{-1}``
+(:func:`site_gradient`).
 With the GP parts switched off it is exactly the linear mixed model's REML
 criterion, so the model nests it.
 
