@@ -195,7 +195,7 @@ class Layout:
         ``Z`` with no rows).
     slope_prior : bool
         The linear fixed effects' slopes ``beta_s ~ N(0, tau2 I)`` with
-        ``log tau2`` the last entry (a linear kernel beside the global GP),
+        ``log tau2`` an entry of its own (a linear kernel beside the global GP),
         instead of a flat prior; the intercept stays flat.
     n_sites : int, default=0
         With ``n_sites > 0``, a noise variance per site: site ``i``'s is ``s2 exp(e_i)``
@@ -248,7 +248,7 @@ class Layout:
         with one noise variance for every site)."""
         if not self.n_sites:
             return p
-        return {**p, "s2": p["s2"] * float(np.exp(p["noise_offsets"][index]))}
+        return {**p, "s2": float(self.noise_variances(p)[index])}
 
     def noise_variances(self, p):
         """Each site's noise variance (standardized units), shape ``(n_sites,)``."""
