@@ -76,6 +76,25 @@ def test_likelihood_and_gradient_match_dense_references(random_effects, deviatio
     np.testing.assert_allclose(grad, fd * layout.mask(), atol=2e-5 * max(1, abs(fd).max()))
 
 
+def test_small_and_large_site_factorizations_agree(monkeypatch):
+    # up to NUMPY_ROWS rows numpy factorizes a site's block, above it LAPACK's Cholesky
+    # routines do: the same likelihood and gradient, the same refusal of a block that
+    # is not positive definite
+    sites = _sites(3)
+    layout = col.Layout(2, "linear", "linear", True, True)
+    Z = np.random.default_rng(1).normal(size=(5, 2))
+    theta = np.random.default_rng(4).normal(scale=0.4, size=layout.size)
+    small = _nll_and_grad(theta, sites, layout, Z)
+    monkeypatch.setattr(col, "NUMPY_ROWS", 0)
+    large = _nll_and_grad(theta, sites, layout, Z)
+    assert small[0] == pytest.approx(large[0], rel=1e-12)
+    np.testing.assert_allclose(small[1], large[1], rtol=1e-9, atol=1e-12)
+    for rows in (0, 256):
+        monkeypatch.setattr(col, "NUMPY_ROWS", rows)
+        with pytest.raises(np.linalg.LinAlgError):
+            col._site_factor(np.array([[1.0, 2.0], [2.0, 1.0]]))
+
+
 def test_without_the_gps_it_is_the_linear_mixed_model():
     # random intercept and slope, no GP: the REML fit of FedMixedLMRegressor (exact, one round)
     sites = _sites(3, n_sites=12, n=15, d=1)
