@@ -9,8 +9,8 @@ after the other in one run.
 """
 
 from ._engine import (
-    ClientDropout, FederationResult, Stream, client_round, round_rng, run_federation, run_rounds,
-    seed_entropy,
+    ClientDropout, FederationResult, Stream, client_round, client_start, round_rng,
+    run_federation, run_rounds, seed_entropy,
 )
 from ._fit import (
     FederatedContract, FederatedFit, client_summary, combine_summaries, fit_federated,
@@ -35,6 +35,7 @@ __all__ = [
     "Stream",
     "check_message",
     "client_round",
+    "client_start",
     "client_summary",
     "combine_summaries",
     "fit_federated",

@@ -1,5 +1,6 @@
 """The in-process engine: runs rounds of client and server steps."""
 
+import contextlib
 import enum
 import math
 import numbers
@@ -124,6 +125,38 @@ def _sample_clients(n_clients, client_fraction, entropy, rnd):
     return np.sort(rng.choice(n_clients, size=m, replace=False))
 
 
+_BLAS_LIMITED = []  # the limit in force (set by the thread that entered it)
+
+
+@contextlib.contextmanager
+def blas_threads(n):
+    """Run the enclosed steps with ``n`` BLAS threads (``None``: leave BLAS alone).
+
+    Within an enclosing limit it does nothing: an engine limits a whole fit once
+    (threadpoolctl scans the loaded libraries, about 5 ms), and the client steps it
+    runs, on its threads too, stay inside that limit. A BLAS library loaded after
+    the scan is not limited: load what the steps need first
+    (:meth:`FederatedAlgorithm.prepare_client`).
+    """
+    if n is None or _BLAS_LIMITED:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=int(n), user_api="blas"):
+        _BLAS_LIMITED.append(int(n))
+        try:
+            yield
+        finally:
+            _BLAS_LIMITED.pop()
+
+
+def client_start(algorithm, data, entropy):
+    """A client's ``client_init`` (its initial local state), on every engine."""
+    with blas_threads(algorithm.blas_threads):
+        return algorithm.client_init(data, round_rng(entropy, Stream.CLIENT_INIT, data.index))
+
+
 def client_round(algorithm, data, state, broadcast, entropy, rnd, final=False):
     """One client's step of round ``rnd``, on every engine: ``(new_state, message)``.
 
@@ -154,13 +187,14 @@ def client_round(algorithm, data, state, broadcast, entropy, rnd, final=False):
     message : mapping
         The checked reply (``{}`` after ``client_finalize``).
     """
-    if final:
-        rng = round_rng(entropy, Stream.CLIENT_FINAL, data.index, rnd)
-        return algorithm.client_finalize(data, state, broadcast, rng), {}
-    # no stream for a client step that never draws (FederatedAlgorithm.client_step_draws)
-    rng = (round_rng(entropy, Stream.CLIENT_STEP, data.index, rnd)
-           if algorithm.client_step_draws else None)
-    state, message = algorithm.client_step(data, state, broadcast, rng)
+    with blas_threads(algorithm.blas_threads):
+        if final:
+            rng = round_rng(entropy, Stream.CLIENT_FINAL, data.index, rnd)
+            return algorithm.client_finalize(data, state, broadcast, rng), {}
+        # no stream for a client step that never draws (FederatedAlgorithm.client_step_draws)
+        rng = (round_rng(entropy, Stream.CLIENT_STEP, data.index, rnd)
+               if algorithm.client_step_draws else None)
+        state, message = algorithm.client_step(data, state, broadcast, rng)
     return state, check_message(message, sender=f"client {data.label!r}")
 
 
@@ -209,10 +243,8 @@ class InProcessTransport:
     def init(self):
         """Prepare every client's rows and run its ``client_init`` (nothing is sent)."""
         self.clients = [self.algorithm.prepare_client(c) for c in self.federation.clients]
-        self.states = [
-            self.algorithm.client_init(c, round_rng(self.entropy, Stream.CLIENT_INIT, c.index))
-            for c in self.clients
-        ]
+        with blas_threads(self.algorithm.blas_threads):
+            self.states = [client_start(self.algorithm, c, self.entropy) for c in self.clients]
 
     def round(self, rnd, asked, broadcast, final=False):
         """Run the asked clients' steps; keep their new state, return their messages.
@@ -376,10 +408,11 @@ def run_rounds(algorithm, transport, entropy, *, n_rounds, client_fraction=1.0,
     """
     client_fraction = _check_options(n_rounds, client_fraction, on_client_error)
     ledger = Ledger() if ledger is None else ledger
-    server_state, participation = drive_rounds(
-        algorithm, transport, n_rounds, client_fraction, on_client_error, entropy, ledger,
-        verbose,
-    )
+    with blas_threads(algorithm.blas_threads):
+        server_state, participation = drive_rounds(
+            algorithm, transport, n_rounds, client_fraction, on_client_error, entropy, ledger,
+            verbose,
+        )
     return FederationResult(
         server_state=server_state,
         client_states=getattr(transport, "states", None),

@@ -193,6 +193,14 @@ class FederatedAlgorithm:
     #: other draw changes.
     client_step_draws = True
 
+    #: BLAS threads of every step wherever it runs (in process, on a Flower
+    #: coordinator or site); ``None`` leaves the BLAS libraries as they are. A
+    #: threaded LAPACK routine may round differently with another thread count
+    #: (OpenBLAS's ``dpotri`` does, even on a 25 x 25 matrix), so an algorithm whose
+    #: steps must give the same bits on every machine (a Flower run equal to the
+    #: in-process fit) fixes it; ``1`` also suits many small BLAS calls.
+    blas_threads = None
+
     def client_init(self, data, rng):
         """Return the initial local state of one client (default: ``None``)."""
         return None
@@ -247,9 +255,9 @@ def check_message(message, *, sender="client", allow_text=False):
     Returns
     -------
     message : mappingproxy of str to ndarray
-        Read-only arrays owning their memory: copies, except for arrays that
-        were already so (such as this function returns), which are kept as
-        they are: the sender made them read-only, so they are taken as
+        Read-only C-ordered arrays owning their memory: copies, except for
+        arrays that were already so (such as this function returns), which are
+        kept as they are: the sender made them read-only, so they are taken as
         immutable (a step must not write to them through an older view).
     """
     if not hasattr(message, "items"):
@@ -274,10 +282,11 @@ def check_message(message, *, sender="client", allow_text=False):
             )
         if arr is not value and isinstance(value, (np.generic, numbers.Number)):
             arr.setflags(write=False)  # a scalar's array is new: nobody else holds it
-        elif arr.flags.writeable or arr.base is not None:
+        elif arr.flags.writeable or arr.base is not None or not arr.flags.c_contiguous:
             # a private read-only copy: later mutation by a step cannot change
-            # what was recorded as sent
-            arr = np.array(arr, copy=True)
+            # what was recorded as sent. In C order, as a distributed engine
+            # delivers it: a product with an F-ordered array rounds differently
+            arr = np.array(arr, copy=True, order="C")
             arr.setflags(write=False)
         out[name] = arr
     return MappingProxyType(out)

@@ -62,8 +62,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from ..utils import check_params
 from . import (
-    ClientData, ClientDropout, FederatedContract, FederatedFit, Stream, check_message,
-    client_round, client_summary, round_rng, run_rounds, seed_entropy, setup_exchange,
+    ClientData, ClientDropout, FederatedContract, FederatedFit, check_message,
+    client_round, client_start, client_summary, run_rounds, seed_entropy, setup_exchange,
 )
 from ._flower_local import LocalFederation, make_certificates, write_app
 from ._flower_memory import InMemoryGrid
@@ -693,7 +693,7 @@ class FlowerFederation:
             algorithm = estimator._federated_algorithm(setup)
             data = algorithm.prepare_client(ClientData(X=X, y=y, label=label, index=index))
         with _stage("the site's first step"):
-            state = algorithm.client_init(data, round_rng(entropy, Stream.CLIENT_INIT, index))
+            state = client_start(algorithm, data, entropy)
         n_rounds = int(estimator._engine_params()["n_rounds"])
         return dict(algorithm=algorithm, data=data, state=state, index=index,
                     entropy=entropy, X=X, y=y, label=label, n_rounds=n_rounds,

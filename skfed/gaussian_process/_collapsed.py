@@ -41,6 +41,7 @@ import copy
 import numpy as np
 
 from ..federated import FederatedAlgorithm
+from ..federated._engine import blas_threads
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ..utils._optimize import AskTellLBFGS
 from ._setup import check_pooled_scale, input_setup, input_summary, target_summary
@@ -326,7 +327,8 @@ def _inverse(cf):
     inv = dpotri(cf[0], lower=1)[0]  # the lower triangle; the upper one stays 0 (clean=1)
     inv += inv.T
     inv.flat[::inv.shape[0] + 1] *= 0.5
-    return inv
+    # C order, as a message delivers it on every engine: products round the same
+    return np.ascontiguousarray(inv)
 
 
 def _site_factor(C):
@@ -521,8 +523,9 @@ def fit_collapsed(sites, layout, Z, theta0, max_iter=500):
         return nll, server_gradient(p, layout, Z, w, Lam_inv, K_inv, grads)
 
     opt = AskTellLBFGS(theta0, np.array(layout.bounds()), max_iter=max_iter)
-    while not opt.done:
-        opt.tell(*fun(opt.ask()))
+    with blas_threads(CollapsedProtocol.blas_threads):  # as the protocol's steps run
+        while not opt.done:
+            opt.tell(*fun(opt.ask()))
     # imported here: scipy.optimize (with scipy.sparse) is a third of a second of the
     # import of a Flower site's process, which steps the fit without solving it
     from scipy.optimize import OptimizeResult
@@ -651,6 +654,9 @@ class CollapsedProtocol(FederatedAlgorithm):
 
     client_step_draws = False
     finalize_clients = True
+    # one BLAS thread wherever a step runs: the same bits on every engine (a Flower run
+    # equals the in-process fit), and the steps are many small BLAS calls
+    blas_threads = 1
 
     def __init__(self, layout, Z, theta0, max_iter=MAX_ITER, ftol=1e-10,
                  restart_iter=RESTART_ITER):
@@ -691,6 +697,13 @@ class CollapsedProtocol(FederatedAlgorithm):
 
     def _sends(self, data):
         return data.n_samples >= MIN_ROWS_MOMENTS
+
+    def prepare_client(self, data):
+        if data.n_samples > NUMPY_ROWS:
+            # this site's factorizations use scipy's LAPACK: load it before the engine
+            # limits the BLAS threads (blas_threads), which reaches only loaded libraries
+            import scipy.linalg.lapack  # noqa: F401
+        return data
 
     def client_step(self, data, state, broadcast, rng):
         # the state: the site's SiteGeometry, its last statistics' cache and their point

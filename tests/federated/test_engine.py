@@ -227,6 +227,70 @@ def test_check_message_copies_only_what_a_step_could_still_write():
     assert all(again[name] is msg[name] for name in msg)
 
 
+def test_check_message_gives_c_ordered_arrays():
+    # as a distributed engine delivers them: a step's products then round the same
+    # on every engine (an F-ordered operand takes another BLAS kernel)
+    fortran = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    frozen = fortran.copy(order="F")
+    frozen.setflags(write=False)
+    msg = check_message({"f": fortran, "frozen": frozen})
+    for name in msg:
+        assert msg[name].flags.c_contiguous and not msg[name].flags.writeable
+        np.testing.assert_array_equal(msg[name], fortran)
+
+
+class BlasThreads(FederatedAlgorithm):
+    """Records the BLAS threads each step sees."""
+
+    client_step_draws = False
+
+    def __init__(self, threads):
+        self.blas_threads = threads
+        self.seen = []
+
+    def _record(self):
+        from threadpoolctl import threadpool_info
+
+        self.seen.append({i["num_threads"] for i in threadpool_info()
+                          if i["user_api"] == "blas"})
+
+    def client_init(self, data, rng):
+        self._record()
+
+    def server_init(self, rng):
+        self._record()
+        return None, {}
+
+    def client_step(self, data, state, broadcast, rng):
+        self._record()
+        return state, {"n": data.n_samples}
+
+    def server_step(self, state, messages, rng):
+        self._record()
+        return state, {}
+
+
+def test_steps_run_with_the_algorithms_blas_threads(federation):
+    from threadpoolctl import threadpool_limits
+
+    from skfed.federated import client_round, client_start
+
+    federation = federation[0]
+    with threadpool_limits(limits=2, user_api="blas"):  # as on a machine with 2 cores
+        algorithm = BlasThreads(1)
+        run_federation(algorithm, federation, n_rounds=2, n_jobs=2, random_state=0)
+        assert algorithm.seen and all(seen == {1} for seen in algorithm.seen)
+        # a distributed site calls the steps itself
+        site = BlasThreads(1)
+        data = federation.clients[0]
+        state = client_start(site, data, 0)
+        client_round(site, data, state, {}, 0, 0)
+        assert site.seen == [{1}, {1}]
+        free = BlasThreads(None)  # None leaves BLAS as it is
+        run_federation(free, federation, n_rounds=1, random_state=0)
+        assert all(seen == {2} for seen in free.seen)
+
+
 def test_round_rng_is_default_rng_of_the_seed_sequence():
     from skfed.federated import round_rng
 

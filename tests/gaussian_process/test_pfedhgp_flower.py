@@ -227,3 +227,22 @@ def test_default_collapsed_fit_on_flower_equals_in_process(scalar_data):
     for name in LEDGER_ATTRS:
         np.testing.assert_array_equal(getattr(remote.communication_, name),
                                       getattr(local.communication_, name), err_msg=name)
+
+
+def test_default_collapsed_fit_on_flower_is_the_in_process_fit_bit_for_bit():
+    # the collapsed fit's optimizer amplifies any last-bit difference into another path:
+    # the sites' arithmetic must match exactly (C-ordered messages, one BLAS thread on
+    # every engine), here with two BLAS threads around, as on a 2-core site
+    from threadpoolctl import threadpool_limits
+
+    d = make_hierarchical_gp(n_clients=3, n_outputs=None, n_train=40, n_test=10,
+                             random_state=1)
+    est = PFedHGPRegressor(random_state=0)
+    with threadpool_limits(limits=2, user_api="blas"):
+        local = clone(est).fit(d.X_train, d.y_train, groups=d.groups_train)
+        remote = flower_fit(est, d.X_train, d.y_train, d.groups_train)
+    assert remote.inference_ == local.inference_ == "collapsed"
+    assert remote.n_iter_ == local.n_iter_
+    assert remote.log_marginal_likelihood_value_ == local.log_marginal_likelihood_value_
+    np.testing.assert_array_equal(remote.predict(d.X_test, return_std=True),
+                                  local.predict(d.X_test, return_std=True))
