@@ -173,8 +173,9 @@ def main():
                                      args.timeout))
                 ledger = load_fitted(output).communication_
                 if ledger.n_messages != local.communication_.n_messages:
-                    # the collapsed fit's optimizer stops when it converges, and the sites'
-                    # rounding (BLAS threads) moves its path: the minimal app copies this run
+                    # a fit that stops when it converges runs as many rounds as in process
+                    # (the steps' arithmetic is the same on both engines); if not, say so:
+                    # the minimal app copies this run
                     print(f"{name} run {run}: {ledger.n_messages} messages on Flower, "
                           f"{local.communication_.n_messages} in process", flush=True)
                 skfed_rounds += ledger.round_seconds
