@@ -63,6 +63,11 @@ MAX_ITER = 500
 #: accepted optimizer steps of each start when there are several (the best is then
 #: continued to ``MAX_ITER``)
 RESTART_ITER = 60
+#: ``n_restarts="auto"``: this many restarts when the sites hold at most
+#: ``AUTO_RESTART_ROWS`` rows in all, none above (a fit with restarts costs 3-6 times
+#: one without; ``benchmarks/defaults/pfedhgp_collapsed.py``, "Restarts by default")
+AUTO_RESTARTS = 8
+AUTO_RESTART_ROWS = 1000
 #: bounds of every log-scale hyperparameter (lengthscales, variances, phi, noise)
 LOG_BOUNDS = (-7.0, 7.0)
 #: bounds of the random-effect covariance's factor: log diagonal, off-diagonal entries
@@ -809,7 +814,9 @@ class PFedHGPCollapsed(CollapsedProtocol):
     feature, scrambled Halton otherwise; never a site's rows) and draws
     ``n_restarts`` starts about ``restart_center`` (``theta0`` if None;
     :func:`scattered_starts`), so that with a fixed center the starts tried
-    besides ``theta0`` do not depend on it. Every
+    besides ``theta0`` do not depend on it; ``"auto"`` is
+    :data:`AUTO_RESTARTS` if the sites' row counts sum to at most
+    :data:`AUTO_RESTART_ROWS`, else 0. Every
     later broadcast carries the scaling; sites apply it to their own rows.
 
     Parameters
@@ -818,7 +825,7 @@ class PFedHGPCollapsed(CollapsedProtocol):
     theta0 : ndarray of shape (layout.size,)
         The first start, standardized units.
     n_inducing : int
-    n_restarts : int
+    n_restarts : int or "auto"
     restart_center : ndarray of shape (layout.size,) or None
     max_iter, ftol : see :class:`CollapsedProtocol`
     normalize_X, normalize_y : bool
@@ -834,7 +841,7 @@ class PFedHGPCollapsed(CollapsedProtocol):
                  init_inducing_global=None):
         super().__init__(layout, None, theta0, max_iter=max_iter, ftol=ftol)
         self.n_inducing = int(n_inducing)
-        self.n_restarts = int(n_restarts)
+        self.n_restarts = n_restarts if n_restarts == "auto" else int(n_restarts)
         self.restart_center = restart_center
         self.normalize_X = bool(normalize_X)
         self.normalize_y = bool(normalize_y)
@@ -873,13 +880,21 @@ class PFedHGPCollapsed(CollapsedProtocol):
             Z = Z[:0]
         y_shift, y_scale = target_scaling(msgs, self.normalize_y)
         center = self.theta0[0] if self.restart_center is None else self.restart_center
-        starts = scattered_starts(center, self.layout, self.n_restarts, rng)
+        starts = scattered_starts(center, self.layout, self.restarts_for(msgs), rng)
         starts[0] = self.theta0[0]
         return self._begin(Z, starts, {"x_shift": x_shift, "x_scale": x_scale,
                                        "y_shift": y_shift, "y_scale": y_scale})
 
+    def restarts_for(self, msgs):
+        """The restarts of a fit whose sites sent the set-up ``msgs``."""
+        if self.n_restarts != "auto":
+            return self.n_restarts
+        n_rows = sum(int(m["n"]) for m in msgs)
+        return AUTO_RESTARTS if n_rows <= AUTO_RESTART_ROWS else 0
+
     def max_rounds(self):
-        return super().max_rounds(1 + self.n_restarts) + 1
+        n = AUTO_RESTARTS if self.n_restarts == "auto" else self.n_restarts
+        return super().max_rounds(1 + n) + 1
 
 
 def target_scaling(msgs, normalize_y=True):

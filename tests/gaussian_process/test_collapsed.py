@@ -179,7 +179,7 @@ def test_estimator_is_the_in_process_collapsed_fit():
     """The estimator's rounds (set-up, then the optimizer) give fit_collapsed on the
     standardized rows and its Z, and predict with predict_collapsed."""
     X, y, groups = _pooled()
-    model = _collapsed_model(random_effects="intercept").fit(X, y, groups=groups)
+    model = _collapsed_model(random_effects="intercept", n_restarts=0).fit(X, y, groups=groups)
     fit = model._fit_collapsed
     Xs = (X - model.x_mean_) / model.x_std_
     ys = (y - model.y_mean_) / model.y_std_
@@ -227,13 +227,48 @@ def test_estimator_covariance_samples_and_population():
 
 def test_estimator_restarts_are_reproducible_and_keep_the_best():
     X, y, groups = _pooled(seed=5)
-    one = _collapsed_model(random_effects="none").fit(X, y, groups=groups)
+    one = _collapsed_model(random_effects="none", n_restarts=0).fit(X, y, groups=groups)
     a = _collapsed_model(random_effects="none", n_restarts=2).fit(X, y, groups=groups)
     b = _collapsed_model(random_effects="none", n_restarts=2).fit(X, y, groups=groups)
     np.testing.assert_array_equal(a.predict(X, groups=groups), b.predict(X, groups=groups))
     # the best start is continued to convergence: the same optimum up to the stopping rule
     best = one.log_marginal_likelihood_value_
     assert a.log_marginal_likelihood_value_ >= best - 1e-6 * abs(best)
+
+
+def test_auto_restarts_depend_on_the_rows_the_sites_hold():
+    from skfed.gaussian_process._collapsed import (
+        AUTO_RESTART_ROWS, AUTO_RESTARTS, Layout, PFedHGPCollapsed)
+
+    def restarts(n_restarts, counts):
+        alg = PFedHGPCollapsed(Layout(1), np.zeros(Layout(1).size), n_restarts=n_restarts)
+        return alg.restarts_for([{"n": np.int64(n)} for n in counts])
+
+    assert restarts("auto", [AUTO_RESTART_ROWS // 2] * 2) == AUTO_RESTARTS
+    assert restarts("auto", [AUTO_RESTART_ROWS // 2, AUTO_RESTART_ROWS // 2 + 1]) == 0
+    assert restarts(3, [10 * AUTO_RESTART_ROWS]) == 3
+    # the engine's bound on the rounds covers the restarts "auto" may choose
+    bound = PFedHGPCollapsed(Layout(1), np.zeros(Layout(1).size), n_restarts="auto")
+    assert bound.max_rounds() == PFedHGPCollapsed(
+        Layout(1), np.zeros(Layout(1).size), n_restarts=AUTO_RESTARTS).max_rounds()
+
+
+def test_default_restarts_reach_the_same_optimum_from_starts_a_decade_apart():
+    """On these rows three starts end at three optima without restarts, and at the
+    highest of them (or higher) with the default's."""
+    X, y, groups = _pooled(seed=4)
+    starts = [{}, dict(init_lengthscale_global=0.5, init_noise=0.1),
+              dict(init_lengthscale_global=8.0, init_variance_global=3.0,
+                   init_lengthscale_local=1.0)]
+    single = [_collapsed_model(n_restarts=0, **kw).fit(X, y, groups=groups) for kw in starts]
+    fits = [_collapsed_model(**kw).fit(X, y, groups=groups) for kw in starts]
+    lml = [m.log_marginal_likelihood_value_ for m in single]
+    assert max(lml) - min(lml) > 0.5
+    assert all(m.n_restarts_ == 8 for m in fits) and single[0].n_restarts_ == 0
+    for m in fits:
+        assert m.log_marginal_likelihood_value_ >= max(lml)
+        np.testing.assert_allclose(m.predict(X, groups=groups),
+                                   fits[0].predict(X, groups=groups), rtol=1e-6, atol=1e-8)
 
 
 def test_learned_slope_prior_shrinks_an_absent_trend_and_keeps_a_strong_one():
