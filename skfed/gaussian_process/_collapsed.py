@@ -65,7 +65,7 @@ MAX_ITER = 500
 RESTART_ITER = 60
 #: ``n_restarts="auto"``: this many restarts when the sites hold at most
 #: ``AUTO_RESTART_ROWS`` rows in all, none above (a fit with restarts costs 3-6 times
-#: one without; ``benchmarks/defaults/pfedhgp_collapsed.py``, "Restarts by default")
+#: one without; doc/results/pfedhgp_start.md, "Restarts by default")
 AUTO_RESTARTS = 8
 AUTO_RESTART_ROWS = 1000
 #: bounds of every log-scale hyperparameter (lengthscales, variances, phi, noise)
