@@ -64,7 +64,7 @@ MAX_ITER = 500
 #: continued to ``MAX_ITER``)
 RESTART_ITER = 60
 #: ``n_restarts="auto"``: this many restarts when the sites hold at most
-#: ``AUTO_RESTART_ROWS`` rows in all, none above (a fit with restarts costs 3-6 times
+#: ``AUTO_RESTART_ROWS`` rows in all, none above (a fit with restarts costs 4-8 times
 #: one without; doc/results/pfedhgp_start.md, "Restarts by default")
 AUTO_RESTARTS = 8
 AUTO_RESTART_ROWS = 1000

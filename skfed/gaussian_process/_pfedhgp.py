@@ -469,7 +469,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         differently, so without restarts the answer depends on the start.
         ``"auto"``: 8 restarts when the clients hold at most 1,000 rows in
         all (the set-up's row counts), none above, where a fit with restarts
-        would take 3-6 times as long (Exam's 3,248 training rows: 23 s
+        would take 4-8 times as long (Exam's 3,248 training rows: 23 s
         against 5 s). On the windowed hierarchy of
         ``doc/results/pfedhgp_start.md``, 8 restarts give the same answer from
         every start tried (4 left one seed in ten start-dependent). Each
