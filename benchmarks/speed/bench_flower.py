@@ -36,8 +36,8 @@ ESTIMATORS = {
                         "n_rounds=R, random_state=0, normalize_y=False, normalize_X=False)",
     # the default (collapsed) fit without restarts, as measured in doc/performance.md:
     # its rounds are the optimizer's evaluations until it converges (on these 3 x 200 rows
-    # 211 exchanges, whatever R; the default's 8 restarts on these rows make 1,493, the same
-    # kind of round), so it is not in the default list
+    # 137 rounds, whatever R; the default's 8 restarts, side by side, make 187), so it is not
+    # in the default list
     "PFedHGPRegressor-default": "PFedHGPRegressor(random_state=0, n_restarts=0)",
     "PersonalizedTensorRegressor": (
         "PersonalizedTensorRegressor(tensor_shape=(10, 5), output_shape=(5, 5), "

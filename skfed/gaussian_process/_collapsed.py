@@ -68,6 +68,10 @@ RESTART_ITER = 60
 #: one without; doc/results/pfedhgp_start.md, "Restarts by default")
 AUTO_RESTARTS = 8
 AUTO_RESTART_ROWS = 1000
+#: restarts run side by side in the same rounds while the largest site's blocks at all
+#: their points hold at most this many entries (about 80 MB a copy; a site keeps three
+#: n x n arrays a point between the two exchanges of an evaluation)
+PARALLEL_CELLS = 10_000_000
 #: bounds of every log-scale hyperparameter (lengthscales, variances, phi, noise)
 LOG_BOUNDS = (-7.0, 7.0)
 #: bounds of the random-effect covariance's factor: log diagonal, off-diagonal entries
@@ -627,20 +631,27 @@ class CollapsedProtocol(FederatedAlgorithm):
     """The collapsed fit as federated rounds: two exchanges per evaluation.
 
     Round kinds (``broadcast["stage"]``): ``0`` asks every site for its
-    :func:`site_statistics` at ``theta``; ``1`` sends the server's ``w`` and
-    ``Lam^{-1}`` at that ``theta`` and asks for the sites' :func:`site_gradient`;
-    the server's :class:`~skfed.utils._optimize.AskTellLBFGS` then proposes
-    the next ``theta``. With one start the optimizer runs to convergence;
-    with several, each runs ``restart_iter`` steps in turn and the one of the
-    lowest NLL is continued to convergence. Then one more statistics round at
+    :func:`site_statistics` at each row of ``theta`` (a stack of points);
+    ``1`` sends the server's ``w`` and ``Lam^{-1}`` at the points whose
+    statistics it could combine (``which``: their rows in the last stack) and
+    asks for the sites' :func:`site_gradient` at each; one
+    :class:`~skfed.utils._optimize.AskTellLBFGS` per start then proposes its
+    next point. With one start the optimizer runs to convergence. With
+    several, each runs ``restart_iter`` steps and the one of the lowest NLL is
+    continued to convergence; the starts run side by side, at most
+    ``parallel_starts`` at a time, each point of a stack evaluated as if it
+    were alone: the rounds of the restarts are those of the longest start
+    (times the batches) instead of their sum, and the fit is the one of
+    running the starts one after the other. Then one more statistics round at
     the optimum gives the final ``w`` and ``Lam^{-1}``, which reach every site
     (stage ``2``, :meth:`client_finalize`): a site's posterior needs only
     those and its own rows, which stay with it (:func:`site_posterior`). A
-    site whose block is not positive definite at a trial point says so
-    (``failed``), and the server treats the point as infinite. A site with
-    fewer than :data:`~skfed.federated._release.MIN_ROWS_MOMENTS` rows sends
-    nothing (one row's statistics give its kernel features and target) and
-    is left out of the likelihood; it still predicts its own rows.
+    site whose block is not positive definite at a point says so
+    (``failed``, one flag a point), and the server treats the point as
+    infinite. A site with fewer than
+    :data:`~skfed.federated._release.MIN_ROWS_MOMENTS` rows sends nothing (one
+    row's statistics give its kernel features and target) and is left out of
+    the likelihood; it still predicts its own rows.
 
     Parameters
     ----------
@@ -653,8 +664,12 @@ class CollapsedProtocol(FederatedAlgorithm):
         Accepted optimizer steps at most, of the fit (the continued start).
     ftol : float, default=1e-10
         Relative decrease below which a start stops (``AskTellLBFGS``).
-    restart_iter : int, default=20
+    restart_iter : int, default=60
         Accepted steps of each start when there are several.
+    parallel_starts : int or None, default=None
+        Starts evaluated in the same rounds, at most (None: all). A site keeps
+        the factorization of its block at each point of a stack between the
+        two exchanges of an evaluation, so its memory grows with this number.
     """
 
     client_step_draws = False
@@ -664,13 +679,14 @@ class CollapsedProtocol(FederatedAlgorithm):
     blas_threads = 1
 
     def __init__(self, layout, Z, theta0, max_iter=MAX_ITER, ftol=1e-10,
-                 restart_iter=RESTART_ITER):
+                 restart_iter=RESTART_ITER, parallel_starts=None):
         self.layout = layout
         self.Z = None if Z is None else np.asarray(Z, dtype=float)
         self.theta0 = None if theta0 is None else np.atleast_2d(np.asarray(theta0, dtype=float))
         self.max_iter = int(max_iter)
         self.ftol = float(ftol)
         self.restart_iter = int(restart_iter)
+        self.parallel_starts = None if parallel_starts is None else int(parallel_starts)
 
     def asks_every_client(self, server_state):
         return True
@@ -680,25 +696,58 @@ class CollapsedProtocol(FederatedAlgorithm):
                             max_iter=self.restart_iter if short else self.max_iter,
                             ftol=self.ftol)
 
-    def _begin(self, Z, starts, extra=None):
+    def _begin(self, Z, starts, extra=None, parallel=None):
         """The first state and broadcast of the optimization from ``starts``."""
         short = len(starts) > 1  # several starts: a short run each, the best continued
-        opt = self._optimizer(starts[0], short)
-        state = {"opt": opt, "stage": 0, "Z": Z, "zz": Pairs(Z, Z), "starts": starts,
-                 "start": 0, "finished": [], "n_eval": 0, "short": short, **(extra or {})}
-        return state, self._ask(state, 0, opt.ask())
+        parallel = len(starts) if parallel is None else max(1, min(int(parallel), len(starts)))
+        state = {"opts": {}, "pending": list(range(len(starts))), "parallel": parallel,
+                 "Z": Z, "zz": Pairs(Z, Z), "starts": starts, "finished": {}, "n_eval": 0,
+                 "short": short, **(extra or {})}
+        return self._advance(state)
 
     def _ask(self, state, stage, theta, **more):
-        if stage == 0:  # K^{-1}, the same for every site, computed once (NaN if it fails)
+        if stage == 0:  # K^{-1} at each point, the same for every site (NaN if it fails)
             Z = state["Z"]
-            try:
-                more["k_inv"] = _inverse_kzz(self.layout.unpack(theta), Z, state["zz"])[0]
-            except np.linalg.LinAlgError:
-                more["k_inv"] = np.full((Z.shape[0],) * 2, np.nan)
+            k_inv = np.full((len(theta), Z.shape[0], Z.shape[0]), np.nan)
+            for j, t in enumerate(theta):
+                try:
+                    k_inv[j] = _inverse_kzz(self.layout.unpack(t), Z, state["zz"])[0]
+                except np.linalg.LinAlgError:
+                    pass
+            more["k_inv"] = k_inv
         return {"stage": np.int64(stage), "theta": theta, "Z": state["Z"], **more}
 
+    def _statistics_round(self, state, thetas, stage=0):
+        """Ask the sites' statistics at the rows of ``thetas``."""
+        new = {**state, "stage": stage, "thetas": thetas}
+        return new, self._ask(new, 0, thetas)
+
+    def _advance(self, state):
+        """Retire the finished starts, start pending ones, and ask the next points."""
+        opts, finished = dict(state["opts"]), dict(state["finished"])
+        for k in [k for k, opt in opts.items() if opt.done]:
+            opt = opts.pop(k)
+            finished[k] = (opt.f if opt.f is not None else np.inf, opt.x)
+        pending = list(state["pending"])
+        while pending and len(opts) < state["parallel"]:
+            k = pending.pop(0)
+            opts[k] = self._optimizer(state["starts"][k], state["short"])
+        state = {**state, "opts": opts, "pending": pending, "finished": finished}
+        if opts:
+            state["asked"] = sorted(opts)
+            return self._statistics_round(state, np.array([opts[k].ask() for k in state["asked"]]))
+        # every start has stopped: the lowest NLL (the first start of it on a tie)
+        f_best, best = min((finished[k] for k in sorted(finished)),
+                           key=lambda t: t[0] if np.isfinite(t[0]) else np.inf)
+        if state["short"]:  # the best start, continued to convergence
+            new = {**state, "opts": {0: self._optimizer(best)}, "pending": [], "parallel": 1,
+                   "short": False, "finished": {}, "asked": [0]}
+            return self._statistics_round(new, np.array([new["opts"][0].ask()]))
+        # the final statistics round, at the best start's optimum
+        return self._statistics_round({**state, "best": best}, best[None], stage=2)
+
     def server_init(self, rng):
-        return self._begin(self.Z, self.theta0)
+        return self._begin(self.Z, self.theta0, parallel=self.parallel_starts)
 
     def _sends(self, data):
         return data.n_samples >= MIN_ROWS_MOMENTS
@@ -711,29 +760,42 @@ class CollapsedProtocol(FederatedAlgorithm):
         return data
 
     def client_step(self, data, state, broadcast, rng):
-        # the state: the site's SiteGeometry, its last statistics' cache and their point
+        # the state: the site's SiteGeometry, and its last statistics' caches and points
+        # (None where its block failed)
         if not self._sends(data):
             return None, {}
         Z = np.asarray(broadcast["Z"])
-        geom, cache, p = (None, None, None) if state is None else state
+        geom, caches, points = (None, [], []) if state is None else state
         if geom is None or not geom.matches(data.X, Z):
             X, y = self._site_rows(data, broadcast)
             geom = SiteGeometry(X, Z, self.layout, y=y, source=data.X)
-        if int(broadcast["stage"]) == 1:  # the gradient at the last statistics' point
-            if cache is None:  # this site's block failed at this point
-                return (geom, None, None), {"failed": np.int64(1)}
-            grad = site_gradient(geom.X, p, self.layout, Z, cache, broadcast["w"],
-                                 broadcast["lam_inv"], data.index)
-            return (geom, cache, p), {"grad": grad}
-        p = self.layout.site(self.layout.unpack(broadcast["theta"]), data.index)
-        K_inv = np.asarray(broadcast["k_inv"], dtype=float)
-        try:
-            if not np.isfinite(K_inv).all():
-                raise np.linalg.LinAlgError("K(Z, Z) is not positive definite")
-            message, cache = site_statistics(geom.X, geom.y, p, self.layout, Z, K_inv, geom)
-        except np.linalg.LinAlgError:
-            return (geom, None, None), {"failed": np.int64(1)}
-        return (geom, cache, p), {k: np.asarray(v, dtype=float) for k, v in message.items()}
+        if int(broadcast["stage"]) == 1:  # the gradients at the last statistics' points
+            which = np.asarray(broadcast["which"], dtype=np.int64)
+            grads = np.zeros((len(which), self.layout.size))
+            failed = np.zeros(len(which), dtype=np.int64)
+            for j, i in enumerate(which):
+                if i >= len(caches) or caches[i] is None:
+                    failed[j] = 1
+                    continue
+                grads[j] = site_gradient(geom.X, points[i], self.layout, Z, caches[i],
+                                         broadcast["w"][j], broadcast["lam_inv"][j], data.index)
+            return (geom, caches, points), {"grad": grads, "failed": failed}
+        thetas = np.asarray(broadcast["theta"], dtype=float)
+        k_inv = np.asarray(broadcast["k_inv"], dtype=float)
+        stats, caches, points = [], [], []
+        for theta, K_inv in zip(thetas, k_inv):
+            p = self.layout.site(self.layout.unpack(theta), data.index)
+            try:
+                if not np.isfinite(K_inv).all():
+                    raise np.linalg.LinAlgError("K(Z, Z) is not positive definite")
+                message, cache = site_statistics(geom.X, geom.y, p, self.layout, Z, K_inv,
+                                                 geom)
+            except np.linalg.LinAlgError:
+                message, cache = None, None
+            stats.append(message)
+            caches.append(cache)
+            points.append(p)
+        return (geom, caches, points), _stack_statistics(stats)
 
     def _site_rows(self, data, broadcast):
         """The site's rows in the model's units."""
@@ -745,63 +807,90 @@ class CollapsedProtocol(FederatedAlgorithm):
         return site_posterior(X, y, p, self.layout, np.asarray(broadcast["Z"]),
                               np.asarray(broadcast["w"]))
 
+    def _objective(self, state, theta, msgs, j):
+        """``(nll, w, Lam^{-1}, K^{-1})`` at the ``j``-th point of the stack, or None if a
+        site's block or the server's combination is not positive definite there."""
+        if any(int(m["failed"][j]) for m in msgs):
+            return None
+        at = [{k: m[k][j] for k in _STATISTICS} for m in msgs]
+        try:
+            return server_objective(self.layout.unpack(theta), self.layout, state["Z"], at,
+                                    state["zz"])
+        except np.linalg.LinAlgError:
+            return None
+
     def server_step(self, state, messages, rng):
-        state = {**state, "opt": copy.deepcopy(state["opt"]), "n_eval": state["n_eval"]}
-        opt, Z, stage = state["opt"], state["Z"], state["stage"]
         msgs = [messages[k] for k in sorted(messages) if len(messages[k])]
         if not msgs:
             raise ValueError("no site has enough rows to send its statistics (at least 3).")
-        theta = state["best"] if stage == 2 else opt.ask()
-        p = self.layout.unpack(theta)
-        failed = any("failed" in m for m in msgs)
-        if stage in (0, 2) and not failed:
-            try:
-                nll, w, lam_inv, K_inv = server_objective(p, self.layout, Z, msgs, state["zz"])
-            except np.linalg.LinAlgError:
-                failed = True
+        stage = state["stage"]
+        opts = {k: copy.deepcopy(opt) for k, opt in state["opts"].items()}
+        state = {**state, "opts": opts}
+        if stage == 1:  # the gradients: each optimizer told and the next points asked
+            for j, (i, (nll, w, lam_inv, K_inv)) in enumerate(state["evals"]):
+                k = state["asked"][i]
+                if any(int(m["failed"][j]) for m in msgs):
+                    opts[k].tell(np.inf, np.zeros(self.layout.size))
+                else:
+                    p = self.layout.unpack(state["thetas"][i])
+                    grad = server_gradient(p, self.layout, state["Z"], w, lam_inv, K_inv,
+                                           [m["grad"][j] for m in msgs])
+                    opts[k].tell(nll, grad)
+            state["n_eval"] += len(state["evals"])
+            return self._advance(state)
+        found = [self._objective(state, t, msgs, j) for j, t in enumerate(state["thetas"])]
         if stage == 2:
-            if failed:
+            if found[0] is None:
                 raise ValueError("the collapsed fit's optimum is not positive definite at a "
                                  "site; try other starting values")
-            done = {**state, "stage": 3, "theta": theta, "nll": nll, "w": w, "lam_inv": lam_inv}
+            nll, w, lam_inv, _ = found[0]
+            theta = state["best"]
+            done = {**state, "stage": 3, "theta": theta, "nll": nll, "w": w,
+                    "lam_inv": lam_inv}
             return done, self._ask(state, 2, theta, w=w, lam_inv=lam_inv)
-        if stage == 0 and not failed:
-            new = {**state, "stage": 1, "nll": nll, "w": w, "lam_inv": lam_inv, "K_inv": K_inv}
-            return new, self._ask(state, 1, theta, w=w, lam_inv=lam_inv)
-        state["n_eval"] += 1
-        if failed:
-            opt.tell(np.inf, np.zeros(self.layout.size))
-        else:
-            grad = server_gradient(p, self.layout, Z, state["w"], state["lam_inv"],
-                                   state["K_inv"], [m["grad"] for m in msgs])
-            opt.tell(state["nll"], grad)
-        if not opt.done:
-            return {**state, "stage": 0}, self._ask(state, 0, opt.ask())
-        finished = state["finished"] + [(opt.f if opt.f is not None else np.inf, opt.x)]
-        k = state["start"] + 1
-        if k < len(state["starts"]) and state["short"]:  # the next start
-            nxt = self._optimizer(state["starts"][k], short=True)
-            new = {**state, "opt": nxt, "stage": 0, "start": k, "finished": finished}
-            return new, self._ask(new, 0, nxt.ask())
-        f_best, best = min(finished, key=lambda t: t[0] if np.isfinite(t[0]) else np.inf)
-        if state["short"]:  # the best start, continued to convergence
-            nxt = self._optimizer(best)
-            new = {**state, "opt": nxt, "stage": 0, "short": False, "finished": []}
-            return new, self._ask(new, 0, nxt.ask())
-        # the final statistics round, at the best start's optimum
-        new = {**state, "stage": 2, "best": best, "finished": finished}
-        return new, self._ask(new, 0, best)
+        # the statistics: a point that failed is infinite, the others' gradients are asked
+        evals = []
+        for i, out in enumerate(found):
+            if out is None:
+                opts[state["asked"][i]].tell(np.inf, np.zeros(self.layout.size))
+                state["n_eval"] += 1
+            else:
+                evals.append((i, out))
+        if not evals:
+            return self._advance(state)
+        which = np.array([i for i, _ in evals], dtype=np.int64)
+        new = {**state, "stage": 1, "evals": evals}
+        return new, self._ask(new, 1, state["thetas"][which], which=which,
+                              w=np.array([out[1] for _, out in evals]),
+                              lam_inv=np.array([out[2] for _, out in evals]))
 
     def converged(self, server_state):
         return server_state["stage"] == 3
 
     def max_rounds(self, n_starts=None):
         """An upper bound on the rounds: two per evaluation, evaluations bounded by
-        the optimizer's steps and backtracks, and the final statistics round."""
+        the optimizer's steps and backtracks, and the final statistics round (the
+        bound of running the starts one after the other)."""
         n_starts = len(self.theta0) if n_starts is None else int(n_starts)
         per_step = 2 * (AskTellLBFGS.MAX_BACKTRACKS + 2)
         steps = self.max_iter + 1 + (n_starts * (self.restart_iter + 1) if n_starts > 1 else 0)
         return 2 * per_step * steps + 3
+
+
+#: the statistics a site sends at each point of a stack (:func:`site_statistics`)
+_STATISTICS = ("HCH", "HCy", "logdet", "yCy")
+
+
+def _stack_statistics(stats):
+    """One message from a site's statistics at each point of a stack (None where its
+    block failed): each statistic stacked, zeros at the failed points, and ``failed``."""
+    failed = np.array([s is None for s in stats], dtype=np.int64)
+    ok = [s for s in stats if s is not None]
+    if not ok:
+        return {"failed": failed}
+    return {**{k: np.array([np.zeros_like(np.asarray(ok[0][k], dtype=float)) if s is None
+                            else np.asarray(s[k], dtype=float) for s in stats])
+               for k in _STATISTICS}, "failed": failed}
 
 
 class PFedHGPCollapsed(CollapsedProtocol):
@@ -816,8 +905,9 @@ class PFedHGPCollapsed(CollapsedProtocol):
     :func:`scattered_starts`), so that with a fixed center the starts tried
     besides ``theta0`` do not depend on it; ``"auto"`` is
     :data:`AUTO_RESTARTS` if the sites' row counts sum to at most
-    :data:`AUTO_RESTART_ROWS`, else 0. Every
-    later broadcast carries the scaling; sites apply it to their own rows.
+    :data:`AUTO_RESTART_ROWS`, else 0; the starts run side by side as far as
+    :meth:`parallel_for` allows. Every later broadcast carries the scaling;
+    sites apply it to their own rows.
 
     Parameters
     ----------
@@ -883,7 +973,15 @@ class PFedHGPCollapsed(CollapsedProtocol):
         starts = scattered_starts(center, self.layout, self.restarts_for(msgs), rng)
         starts[0] = self.theta0[0]
         return self._begin(Z, starts, {"x_shift": x_shift, "x_scale": x_scale,
-                                       "y_shift": y_shift, "y_scale": y_scale})
+                                       "y_shift": y_shift, "y_scale": y_scale},
+                           parallel=self.parallel_for(msgs))
+
+    @staticmethod
+    def parallel_for(msgs):
+        """The starts run side by side: as many as keep the largest site's caches of
+        its block (one a point) within :data:`PARALLEL_CELLS` entries."""
+        largest = max(int(m["n"]) for m in msgs)
+        return max(1, PARALLEL_CELLS // max(largest, 1) ** 2)
 
     def restarts_for(self, msgs):
         """The restarts of a fit whose sites sent the set-up ``msgs``."""

@@ -152,13 +152,72 @@ def test_federated_rounds_give_the_in_process_fit():
     res = run_federation(algo, fed, n_rounds=algo.max_rounds(), random_state=0)
     state = res.server_state
     assert state["stage"] == 3
-    np.testing.assert_allclose(state["opt"].x, direct.x, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(state["theta"], direct.x, rtol=1e-9, atol=1e-12)
     assert state["nll"] == pytest.approx(direct.fun, rel=1e-10)
     # two rounds per evaluation and the final statistics round
     assert res.n_rounds == 2 * direct.nfev + 1
     sent = {name for rec in res.ledger.records if rec.direction == "up" for name in rec.names}
     assert "grad" in sent and "HCy" in sent
 
+
+
+def test_starts_side_by_side_are_the_starts_one_after_the_other():
+    """Restarts evaluated in the same rounds end where the sequential run ends (same
+    optimum, same evaluations), in fewer rounds."""
+    from skfed.federated import Federation, run_federation
+
+    sites = _sites(8, n_sites=4, n=10)
+    layout = col.Layout(2, "intercept")
+    Z = np.random.default_rng(2).normal(size=(5, 2))
+    starts = col.scattered_starts(np.zeros(layout.size), layout, 3, np.random.default_rng(0))
+    X = np.vstack([s[0] for s in sites])
+    y = np.concatenate([s[1] for s in sites])
+    fed = Federation.from_arrays(X, y, np.repeat(np.arange(4), 10))
+    runs = {}
+    for parallel in (1, 2, None):
+        algo = col.CollapsedProtocol(layout, Z, starts, max_iter=40, restart_iter=5,
+                                     parallel_starts=parallel)
+        runs[parallel] = run_federation(algo, fed, n_rounds=algo.max_rounds(), random_state=0)
+    one = runs[1].server_state
+    for parallel in (2, None):
+        state = runs[parallel].server_state
+        np.testing.assert_array_equal(state["theta"], one["theta"])
+        assert state["nll"] == one["nll"] and state["n_eval"] == one["n_eval"]
+    assert runs[None].n_rounds < runs[2].n_rounds < runs[1].n_rounds
+
+
+def test_a_site_flags_each_point_its_block_fails_at():
+    sites = _sites(9, n_sites=1, n=8)
+    layout = col.Layout(2, "intercept")
+    Z = np.random.default_rng(3).normal(size=(4, 2))
+    algo = col.CollapsedProtocol(layout, Z, np.zeros(layout.size))
+    thetas = col.scattered_starts(np.zeros(layout.size), layout, 2, np.random.default_rng(1))
+    k_inv = np.array([col._inverse_kzz(layout.unpack(t), Z)[0] for t in thetas])
+    k_inv[1] = np.nan  # the server could not invert K(Z, Z) at the second point
+
+    class Data:
+        X, y, n_samples, index = sites[0][0], sites[0][1], 8, 0
+
+    broadcast = {"stage": np.int64(0), "theta": thetas, "Z": Z, "k_inv": k_inv}
+    state, msg = algo.client_step(Data, None, broadcast, None)
+    assert msg["failed"].tolist() == [0, 1, 0]
+    assert msg["HCH"].shape[0] == 3 and not np.any(msg["HCH"][1])
+    alone = col.site_statistics(Data.X, Data.y, layout.site(layout.unpack(thetas[2]), 0),
+                                layout, Z, k_inv[2])[0]
+    np.testing.assert_array_equal(msg["HCy"][2], alone["HCy"])
+    # the gradients of the points asked again, flagged where no cache was kept
+    up = {"stage": np.int64(1), "theta": thetas, "Z": Z, "which": np.array([2, 1]),
+          "w": np.zeros((2, layout.f + 4)), "lam_inv": np.zeros((2,) + (layout.f + 4,) * 2)}
+    _, grads = algo.client_step(Data, state, up, None)
+    assert grads["failed"].tolist() == [0, 1] and grads["grad"].shape == (2, layout.size)
+
+
+def test_parallel_starts_keep_the_largest_sites_blocks_bounded():
+    rows = lambda *n: [{"n": np.int64(k)} for k in n]  # noqa: E731
+    assert col.PFedHGPCollapsed.parallel_for(rows(40, 200)) >= col.AUTO_RESTARTS + 1
+    big = col.PFedHGPCollapsed.parallel_for(rows(40, 2000))
+    assert big == col.PARALLEL_CELLS // 2000**2 and big >= 1
+    assert col.PFedHGPCollapsed.parallel_for(rows(10**5)) == 1
 
 # --- PFedHGPRegressor(inference="collapsed") -----------------------------------------------
 
