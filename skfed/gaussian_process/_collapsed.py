@@ -84,6 +84,9 @@ OFFDIAG_BOUNDS = (-20.0, 20.0)
 NOISE_SPREAD = 1.0
 #: bounds of each site's offset ``e_i``
 NOISE_OFFSET_BOUNDS = (-10.0, 10.0)
+#: bounds of ``log NOISE_SPREAD**2`` where the spread is learned (``Layout(site_rows=...)``):
+#: from offsets held near 0 to a spread of about 4.5
+SPREAD_BOUNDS = (-12.0, 3.0)
 #: a site block of at most this many rows is factorized by numpy (Cholesky, then the
 #: inverse by LU; :func:`_site_factor`): 2-3 times the flops of LAPACK's Cholesky
 #: routines, at most about 2 ms more per evaluation here, whereas a Flower site's
@@ -215,10 +218,19 @@ class Layout:
         with ``e_i ~ N(0, NOISE_SPREAD**2)`` (estimated with the hyperparameters, a
         penalized likelihood), and ``s2`` is the population's (a new site's). With 0,
         one noise variance ``s2`` for every site (the paper's model).
+    site_rows : array-like of shape (n_sites,) or None, default=None
+        With per-site noise, the rows each site's likelihood holds (0 for a site that
+        sends no statistics): the spread ``v = NOISE_SPREAD**2`` is then learned, its log
+        the last entry, from the offsets' marginal likelihood in the Laplace
+        approximation with each offset's information taken as ``h_i = n_i / 2`` (the
+        Fisher information of a log variance from ``n_i`` Gaussian rows): the NLL adds
+        ``sum_i [e_i^2 / (2 v) + log(1 + v h_i) / 2]``, which pulls the offsets of
+        sites with few rows towards 0 unless the sites' precisions really differ.
     """
 
     def __init__(self, n_features, random_effects="linear", fixed_effects="linear",
-                 deviation=True, local=True, global_gp=True, slope_prior=False, n_sites=0):
+                 deviation=True, local=True, global_gp=True, slope_prior=False, n_sites=0,
+                 site_rows=None):
         self.d = int(n_features)
         self.global_gp = bool(global_gp)
         self.random_effects = random_effects
@@ -239,6 +251,16 @@ class Layout:
         start = self.re_end + int(self.slope_prior)
         self.noise_offsets = slice(start, start + self.n_sites)
         self.size = start + self.n_sites
+        # the learned spread of the offsets: each offset's information, and its entry
+        self.offset_info = None
+        self.spread_index = None
+        if self.n_sites and site_rows is not None:
+            rows = np.asarray(site_rows, dtype=float)
+            if rows.shape != (self.n_sites,):
+                raise ValueError(f"site_rows has shape {rows.shape}; expected ({self.n_sites},)")
+            self.offset_info = rows / 2.0
+            self.spread_index = self.size
+            self.size += 1
 
     def unpack(self, theta):
         """Hyperparameters as a dict of arrays and floats."""
@@ -254,6 +276,8 @@ class Layout:
         p["L"] = L
         p["tau2"] = float(np.exp(theta[self.tau_index])) if self.slope_prior else np.inf
         p["noise_offsets"] = np.array(theta[self.noise_offsets], dtype=float)
+        p["spread2"] = (float(np.exp(theta[self.spread_index])) if self.spread_index is not None
+                        else NOISE_SPREAD**2)
         return p
 
     def site(self, p, index):
@@ -275,7 +299,8 @@ class Layout:
             np.log(np.broadcast_to(p["ls_g"], self.d)), [np.log(p["var_g"]), np.log(p["phi"])],
             np.log(np.broadcast_to(p["ls_l"], self.d)), [np.log(p["var_l"]), np.log(p["s2"])],
             L[self.tril], [np.log(p.get("tau2", SLOPE_PRIOR_START))] if self.slope_prior else [],
-            np.broadcast_to(p.get("noise_offsets", 0.0), self.n_sites)])
+            np.broadcast_to(p.get("noise_offsets", 0.0), self.n_sites),
+            [np.log(p.get("spread2", NOISE_SPREAD**2))] if self.spread_index is not None else []])
 
     def bounds(self):
         """Box bounds of the optimizer (switched-off parts pinned at their start)."""
@@ -284,7 +309,8 @@ class Layout:
             out.append(LOG_DIAG_BOUNDS if i == j else OFFDIAG_BOUNDS)
         if self.slope_prior:
             out.append(LOG_BOUNDS)
-        return out + [NOISE_OFFSET_BOUNDS] * self.n_sites
+        return (out + [NOISE_OFFSET_BOUNDS] * self.n_sites
+                + [SPREAD_BOUNDS] * (self.spread_index is not None))
 
     def mask(self):
         """Which entries the model uses (the others get a zero gradient)."""
@@ -403,11 +429,13 @@ def site_statistics(X, y, p, layout, Z, K_inv, geom=None):
     return message, (cf, C_inv, H, CiH, Ciy, B, Phi, Kg, Kl, geom)
 
 
-def site_gradient(X, p, layout, Z, cache, w, Lam_inv, index=None):
+def site_gradient(X, p, layout, Z, cache, w, Lam_inv, index=None, loo=False):
     """The site's part of the NLL's gradient given the server's ``w`` and ``Lam^{-1}``.
 
     ``p`` is the site's (:meth:`Layout.site`) and ``index`` its position in the
-    noise offsets (with a noise variance per site).
+    noise offsets (with a noise variance per site). With ``loo=True`` returns
+    ``(gradient, lpd)``, ``lpd`` the sum over the site's rows of each row's
+    leave-one-out log predictive density (:func:`loo_log_density`).
 
     Adjoints: ``G_C = 1/2 (C^{-1} - C^{-1} H Lam^{-1} H^T C^{-1} - a a^T)`` with
     the residual ``a = C^{-1} (y - H w)``; ``G_H = C^{-1} H Lam^{-1} - a w^T``;
@@ -454,7 +482,24 @@ def site_gradient(X, p, layout, Z, cache, w, Lam_inv, index=None):
         G_L = 2.0 * (R.T @ Gc @ R) @ p["L"]
         G_L.flat[::layout.q + 1] *= p["L"].diagonal()
         g[2 * d + 4:layout.re_end] = G_L[layout.tril]
+    if loo:  # P's diagonal from G_C = (P - a a^T) / 2
+        return g * layout.mask(), loo_log_density(a, 2.0 * Gc.diagonal() + a * a)
     return g * layout.mask()
+
+
+def loo_log_density(a, p_diag):
+    """The summed leave-one-out log predictive density of a site's rows.
+
+    With every other row observed (the other sites through ``w`` and
+    ``Lam^{-1}``, the fixed effects and global weights integrated out), row
+    ``j``'s predictive is Gaussian with variance ``1 / P_jj`` and residual
+    ``a_j / P_jj``, where ``P = V^{-1} - V^{-1} F (F^T V^{-1} F)^{-1} F^T V^{-1}``
+    restricted to the site is ``C^{-1} - C^{-1} H Lam^{-1} H^T C^{-1}`` and ``a =
+    P y`` (Rasmussen & Williams, *Gaussian Processes for Machine Learning*, 2006,
+    Section 5.4.2, with the mean's weights integrated out): no refit.
+    """
+    p_diag = np.maximum(p_diag, np.finfo(float).tiny)
+    return float(-0.5 * np.sum(np.log(2 * np.pi) - np.log(p_diag) + a * a / p_diag))
 
 
 def _inverse_kzz(p, Z, pairs=None):
@@ -484,9 +529,26 @@ def server_objective(p, layout, Z, messages, pairs=None):
     w = cho_solve(lf, b)
     nll = 0.5 * (sum(m["logdet"] for m in messages) + 2.0 * np.log(np.diag(lf[0])).sum()
                  - logdet_prior + sum(m["yCy"] for m in messages) - b @ w)
-    # the sites' noise offsets' prior (with a noise variance per site)
-    nll += 0.5 * float(p["noise_offsets"] @ p["noise_offsets"]) / NOISE_SPREAD**2
-    return float(nll), w, cho_solve(lf, np.eye(Lam.shape[0])), K_inv
+    return float(nll + offsets_prior(p, layout)[0]), w, cho_solve(lf, np.eye(Lam.shape[0])), K_inv
+
+
+def offsets_prior(p, layout):
+    """The noise offsets' term of the NLL and its gradient (zero with one noise variance).
+
+    ``e^T e / (2 v)`` with the spread ``v``; where ``v`` is learned (``layout.offset_info``
+    ``h``), plus the Laplace approximation's ``sum_i log(1 + v h_i) / 2`` (the log
+    determinant of the offsets' posterior precision ``h_i + 1/v`` and the prior's
+    normalization): without it the joint optimum would send ``v`` and the offsets to 0.
+    """
+    e, v = p["noise_offsets"], p["spread2"]
+    g = np.zeros(layout.size)
+    g[layout.noise_offsets] = e / v
+    nll = 0.5 * float(e @ e) / v
+    if layout.spread_index is not None:
+        h = layout.offset_info
+        nll += 0.5 * float(np.log1p(v * h).sum())
+        g[layout.spread_index] = -0.5 * float(e @ e) / v + 0.5 * float((v * h / (1 + v * h)).sum())
+    return nll, g
 
 
 def server_gradient(p, layout, Z, w, Lam_inv, K_inv, site_grads):
@@ -502,8 +564,7 @@ def server_gradient(p, layout, Z, w, Lam_inv, K_inv, site_grads):
         s = slice(1, f)
         g[layout.tau_index] = 0.5 * (layout.n_slopes
                                      - (np.trace(Lam_inv[s, s]) + w[s] @ w[s]) / p["tau2"])
-    g[layout.noise_offsets] += p["noise_offsets"] / NOISE_SPREAD**2
-    return g * layout.mask()
+    return (g + offsets_prior(p, layout)[1]) * layout.mask()
 
 
 def fit_collapsed(sites, layout, Z, theta0, max_iter=500):
@@ -670,6 +731,11 @@ class CollapsedProtocol(FederatedAlgorithm):
         Starts evaluated in the same rounds, at most (None: all). A site keeps
         the factorization of its block at each point of a stack between the
         two exchanges of an evaluation, so its memory grows with this number.
+    selection : {"likelihood", "loo"}, default="likelihood"
+        Which start is continued: the lowest NLL, or the highest leave-one-out
+        log predictive density of the rows (each site adds the sum over its
+        rows, :func:`loo_log_density`, to its gradient message: one number a
+        point), both at each start's last accepted point.
     """
 
     client_step_draws = False
@@ -679,7 +745,7 @@ class CollapsedProtocol(FederatedAlgorithm):
     blas_threads = 1
 
     def __init__(self, layout, Z, theta0, max_iter=MAX_ITER, ftol=1e-10,
-                 restart_iter=RESTART_ITER, parallel_starts=None):
+                 restart_iter=RESTART_ITER, parallel_starts=None, selection="likelihood"):
         self.layout = layout
         self.Z = None if Z is None else np.asarray(Z, dtype=float)
         self.theta0 = None if theta0 is None else np.atleast_2d(np.asarray(theta0, dtype=float))
@@ -687,6 +753,9 @@ class CollapsedProtocol(FederatedAlgorithm):
         self.ftol = float(ftol)
         self.restart_iter = int(restart_iter)
         self.parallel_starts = None if parallel_starts is None else int(parallel_starts)
+        if selection not in ("likelihood", "loo"):
+            raise ValueError(f"selection must be 'likelihood' or 'loo'; got {selection!r}")
+        self.selection = selection
 
     def asks_every_client(self, server_state):
         return True
@@ -702,7 +771,7 @@ class CollapsedProtocol(FederatedAlgorithm):
         parallel = len(starts) if parallel is None else max(1, min(int(parallel), len(starts)))
         state = {"opts": {}, "pending": list(range(len(starts))), "parallel": parallel,
                  "Z": Z, "zz": Pairs(Z, Z), "starts": starts, "finished": {}, "n_eval": 0,
-                 "short": short, **(extra or {})}
+                 "short": short, "loo": {}, **(extra or {})}
         return self._advance(state)
 
     def _ask(self, state, stage, theta, **more):
@@ -727,7 +796,10 @@ class CollapsedProtocol(FederatedAlgorithm):
         opts, finished = dict(state["opts"]), dict(state["finished"])
         for k in [k for k, opt in opts.items() if opt.done]:
             opt = opts.pop(k)
-            finished[k] = (opt.f if opt.f is not None else np.inf, opt.x)
+            score = opt.f if opt.f is not None else np.inf
+            if self.selection == "loo" and state["short"]:  # the higher the better
+                score = -state["loo"].get(k, -np.inf)
+            finished[k] = (score, opt.x)
         pending = list(state["pending"])
         while pending and len(opts) < state["parallel"]:
             k = pending.pop(0)
@@ -736,7 +808,7 @@ class CollapsedProtocol(FederatedAlgorithm):
         if opts:
             state["asked"] = sorted(opts)
             return self._statistics_round(state, np.array([opts[k].ask() for k in state["asked"]]))
-        # every start has stopped: the lowest NLL (the first start of it on a tie)
+        # every start has stopped: the lowest score (the first start of it on a tie)
         f_best, best = min((finished[k] for k in sorted(finished)),
                            key=lambda t: t[0] if np.isfinite(t[0]) else np.inf)
         if state["short"]:  # the best start, continued to convergence
@@ -772,14 +844,23 @@ class CollapsedProtocol(FederatedAlgorithm):
         if int(broadcast["stage"]) == 1:  # the gradients at the last statistics' points
             which = np.asarray(broadcast["which"], dtype=np.int64)
             grads = np.zeros((len(which), self.layout.size))
+            loos = np.zeros(len(which))
             failed = np.zeros(len(which), dtype=np.int64)
             for j, i in enumerate(which):
                 if i >= len(caches) or caches[i] is None:
                     failed[j] = 1
                     continue
-                grads[j] = site_gradient(geom.X, points[i], self.layout, Z, caches[i],
-                                         broadcast["w"][j], broadcast["lam_inv"][j], data.index)
-            return (geom, caches, points), {"grad": grads, "failed": failed}
+                out = site_gradient(geom.X, points[i], self.layout, Z, caches[i],
+                                    broadcast["w"][j], broadcast["lam_inv"][j], data.index,
+                                    loo=self._sends_loo(broadcast))
+                if self._sends_loo(broadcast):
+                    grads[j], loos[j] = out
+                else:
+                    grads[j] = out
+            message = {"grad": grads, "failed": failed}
+            if self._sends_loo(broadcast):
+                message["loo"] = loos
+            return (geom, caches, points), message
         thetas = np.asarray(broadcast["theta"], dtype=float)
         k_inv = np.asarray(broadcast["k_inv"], dtype=float)
         stats, caches, points = [], [], []
@@ -796,6 +877,11 @@ class CollapsedProtocol(FederatedAlgorithm):
             caches.append(cache)
             points.append(p)
         return (geom, caches, points), _stack_statistics(stats)
+
+    def _sends_loo(self, broadcast):
+        """Whether the sites add their leave-one-out density to the gradients: when
+        it chooses among several starts."""
+        return "short" in broadcast and bool(broadcast["short"])
 
     def _site_rows(self, data, broadcast):
         """The site's rows in the model's units."""
@@ -836,6 +922,9 @@ class CollapsedProtocol(FederatedAlgorithm):
                     grad = server_gradient(p, self.layout, state["Z"], w, lam_inv, K_inv,
                                            [m["grad"][j] for m in msgs])
                     opts[k].tell(nll, grad)
+                    if "loo" in msgs[0] and np.array_equal(opts[k].x, state["thetas"][i]):
+                        # the point was accepted (or is the start): its score
+                        state["loo"] = {**state["loo"], k: sum(float(m["loo"][j]) for m in msgs)}
             state["n_eval"] += len(state["evals"])
             return self._advance(state)
         found = [self._objective(state, t, msgs, j) for j, t in enumerate(state["thetas"])]
@@ -862,7 +951,9 @@ class CollapsedProtocol(FederatedAlgorithm):
         new = {**state, "stage": 1, "evals": evals}
         return new, self._ask(new, 1, state["thetas"][which], which=which,
                               w=np.array([out[1] for _, out in evals]),
-                              lam_inv=np.array([out[2] for _, out in evals]))
+                              lam_inv=np.array([out[2] for _, out in evals]),
+                              **({"short": np.int64(state["short"])}
+                                 if self.selection == "loo" else {}))
 
     def converged(self, server_state):
         return server_state["stage"] == 3
@@ -917,7 +1008,7 @@ class PFedHGPCollapsed(CollapsedProtocol):
     n_inducing : int
     n_restarts : int or "auto"
     restart_center : ndarray of shape (layout.size,) or None
-    max_iter, ftol : see :class:`CollapsedProtocol`
+    max_iter, ftol, selection : see :class:`CollapsedProtocol`
     normalize_X, normalize_y : bool
     input_bounds : tuple of two arrays or None
     init_inducing_global : ndarray or None
@@ -928,8 +1019,9 @@ class PFedHGPCollapsed(CollapsedProtocol):
     def __init__(self, layout, theta0, *, n_inducing=25, n_restarts=0, restart_center=None,
                  max_iter=MAX_ITER,
                  ftol=1e-10, normalize_X=True, normalize_y=True, input_bounds=None,
-                 init_inducing_global=None):
-        super().__init__(layout, None, theta0, max_iter=max_iter, ftol=ftol)
+                 init_inducing_global=None, selection="likelihood"):
+        super().__init__(layout, None, theta0, max_iter=max_iter, ftol=ftol,
+                         selection=selection)
         self.n_inducing = int(n_inducing)
         self.n_restarts = n_restarts if n_restarts == "auto" else int(n_restarts)
         self.restart_center = restart_center

@@ -478,13 +478,24 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         restarts add the rounds of the longest start, not their sum (3
         clients of 200 rows: 187 rounds against 137 without).
         ``n_restarts_`` is the number used.
+    restart_selection : {"likelihood", "loo"}, default="likelihood"
+        Which start is continued after the restarts' short runs:
+        ``"likelihood"`` the highest marginal likelihood, ``"loo"`` the
+        highest leave-one-out log predictive density of the training rows
+        (each client adds the sum over its own rows, in closed form, to its
+        gradient message: one number a start; Rasmussen & Williams 2006,
+        Section 5.4.2).
     noise : {"shared", "per_client"}, default="shared"
         The observation noise. ``"shared"``: one noise variance for every
         client (the paper's model). ``"per_client"`` (collapsed inference
         only): client ``i``'s noise variance is ``noise_variance_ *
-        exp(e_i)``, with ``e_i ~ N(0, 1)`` estimated with the other
-        hyperparameters (a penalized marginal likelihood); for clients
-        whose measurements differ in precision (sensors, sites, states).
+        exp(e_i)``, with ``e_i ~ N(0, v)``: the offsets are estimated with the
+        other hyperparameters and their spread ``v`` is learned from their
+        marginal likelihood (a Laplace approximation taking each offset's
+        information as ``n_i / 2``), so that offsets of clients with few rows
+        shrink towards 0 unless the clients' precisions really differ
+        (``noise_spread_``); for clients whose measurements differ in
+        precision (sensors, sites, states).
         Seen clients' predictive variances use their own noise variance
         (``client_noise_variances_``), a new client's the population's
         (``noise_variance_``). A client with fewer than 3 rows, which sends
@@ -518,6 +529,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         Collapsed inference: each client's noise variance, in units of
         ``y`` (all ``noise_variance_`` with ``noise="shared"``). None for
         the variational fit.
+    noise_spread_ : float or None
+        With ``noise="per_client"``: the learned standard deviation ``sqrt(v)``
+        of the clients' log noise variances about the population's. None
+        otherwise.
     lengthscale_global_ : ndarray of shape (1,) or (n_features,)
         Global kernel lengthscale(s) on the standardized inputs (see
         ``x_std_``; ``None`` without a global basis);
@@ -653,6 +668,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         population_local="median",
         inference="auto",
         n_restarts="auto",
+        restart_selection="likelihood",
         noise="shared",
         random_state=None,
         n_jobs=None,
@@ -693,6 +709,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.population_local = population_local
         self.inference = inference
         self.n_restarts = n_restarts
+        self.restart_selection = restart_selection
         self.noise = noise
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -727,6 +744,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         "population_local": [StrOptions(set(POPULATION_LOCAL))],
         "inference": [StrOptions(set(INFERENCES))],
         "n_restarts": [positive_int(0), StrOptions({"auto"})],
+        "restart_selection": [StrOptions({"likelihood", "loo"})],
         "noise": [StrOptions({"shared", "per_client"})],
     }
 
@@ -881,15 +899,20 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         """Whether the fitted model is the collapsed one (``inference_``)."""
         return getattr(self, "inference_", None) == "collapsed"
 
-    def _collapsed_algorithm(self, n_features, n_clients):
-        """The collapsed model's rounds (``inference="collapsed"``)."""
+    def _collapsed_algorithm(self, n_features, counts):
+        """The collapsed model's rounds (``inference="collapsed"``); ``counts``: the
+        clients' row counts from the set-up."""
         comps = self._components
+        per_client = self.noise == "per_client"
+        # a client too small to send statistics holds no information on its offset
+        rows = np.where(counts >= MIN_ROWS_MOMENTS, counts, 0)
         layout = Layout(n_features, random_effects=self._effects_for("collapsed"),
                         fixed_effects="linear" if self.mean_function == "linear" else "intercept",
                         slope_prior=self.slope_prior != "flat",
                         deviation="deviation" in comps, local="local" in comps,
                         global_gp="global" in comps,
-                        n_sites=n_clients if self.noise == "per_client" else 0)
+                        n_sites=len(counts) if per_client else 0,
+                        site_rows=rows if per_client else None)
 
         def start(init):
             var_l = init["init_variance_local"]
@@ -908,6 +931,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         return PFedHGPCollapsed(
             layout, start(self.get_params()), n_inducing=self.n_inducing_global,
             n_restarts=self.n_restarts, restart_center=start(defaults),
+            selection=self.restart_selection,
             normalize_X=self.normalize_X,
             normalize_y=self.normalize_y,
             input_bounds=_check_input_bounds(self.input_bounds, n_features),
@@ -1032,7 +1056,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                     f"inference='collapsed' needs a site with at least {MIN_ROWS_MOMENTS} rows "
                     f"(smaller sites send no statistics); the largest has n_samples = "
                     f"{counts.max()}.")
-            return self._collapsed_algorithm(int(setup["n_features"]), len(counts))
+            return self._collapsed_algorithm(int(setup["n_features"]), counts)
         if self.inference == "auto":
             self._check_variational_params()
         return self._steps_algorithm(int(setup["n_features"]), n_outputs if n_outputs > 1 else None)
@@ -1123,6 +1147,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.phi_ = p["phi"]
         self.noise_variance_ = p["s2"] * y_std**2
         self.client_noise_variances_ = s2_clients * y_std**2
+        self.noise_spread_ = float(np.sqrt(p["spread2"])) if layout.n_sites else None
         uses_kg = layout.global_gp or layout.deviation
         self.lengthscale_global_ = p["ls_g"] if uses_kg else None
         self.variance_global_ = p["var_g"] * y_std**2 if uses_kg else None
@@ -1196,6 +1221,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.y_std_ = float(server["y_scale"])
         self.noise_variance_ = float(softplus(g["noise"])) * scale2
         self.client_noise_variances_ = None
+        self.noise_spread_ = None
         if cfg.global_basis:
             self.lengthscale_global_ = softplus(g["ls_g"])
             self.variance_global_ = float(softplus(g["var_g"])) * scale2
@@ -1211,6 +1237,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         self.y_std_ = scale
         self.noise_variance_ = float(softplus(g["noise"])) * scale**2
         self.client_noise_variances_ = None
+        self.noise_spread_ = None
         self.loadings_global_ = g["Bg"] * scale[:, None] if cfg.use_global else None
         if cfg.global_basis:
             self.lengthscale_global_ = softplus(g["ls_g"])

@@ -54,20 +54,24 @@ def _dense_reml(theta, sites, layout, Z):
     Vi = np.linalg.inv(V)
     A = F.T @ Vi @ F
     P = Vi - Vi @ F @ np.linalg.solve(A, F.T @ Vi)
-    e = p["noise_offsets"]
+    e, v = p["noise_offsets"], p["spread2"]
+    laplace = 0.0 if layout.offset_info is None else np.log1p(v * layout.offset_info).sum()
     return 0.5 * (np.linalg.slogdet(V)[1] + np.linalg.slogdet(A)[1] + y @ P @ y
-                  + e @ e / col.NOISE_SPREAD**2)
+                  + e @ e / v + laplace)
 
 
-@pytest.mark.parametrize("random_effects, deviation, local, slope_prior, n_sites",
-                         [("linear", True, True, False, 0), ("intercept", False, True, False, 0),
-                          ("none", True, False, False, 0), ("intercept", True, True, True, 0),
-                          ("intercept", True, True, True, 4)])
+@pytest.mark.parametrize("random_effects, deviation, local, slope_prior, n_sites, rows",
+                         [("linear", True, True, False, 0, None),
+                          ("intercept", False, True, False, 0, None),
+                          ("none", True, False, False, 0, None),
+                          ("intercept", True, True, True, 0, None),
+                          ("intercept", True, True, True, 4, None),
+                          ("intercept", True, True, False, 4, [12, 12, 0, 12])])
 def test_likelihood_and_gradient_match_dense_references(random_effects, deviation, local,
-                                                        slope_prior, n_sites):
+                                                        slope_prior, n_sites, rows):
     sites = _sites(0)
     layout = col.Layout(2, random_effects, "linear", deviation, local, slope_prior=slope_prior,
-                        n_sites=n_sites)
+                        n_sites=n_sites, site_rows=rows)
     Z = np.random.default_rng(1).normal(size=(5, 2))
     theta = np.random.default_rng(2).normal(scale=0.4, size=layout.size)
     nll, grad = _nll_and_grad(theta, sites, layout, Z)
@@ -75,6 +79,44 @@ def test_likelihood_and_gradient_match_dense_references(random_effects, deviatio
     fd = approx_fprime(theta, lambda t: _nll_and_grad(t, sites, layout, Z)[0], 1e-7)
     np.testing.assert_allclose(grad, fd * layout.mask(), atol=2e-5 * max(1, abs(fd).max()))
 
+
+
+@pytest.mark.parametrize("slope_prior", [False, True])
+def test_sites_loo_densities_are_each_rows_conditional_given_all_others(slope_prior):
+    """The sites' closed-form leave-one-out densities equal, row by row, the Gaussian
+    conditional of the row given every other row under the full covariance (the fixed
+    effects' flat prior as a variance of 1 / BETA_PRECISION)."""
+    sites = _sites(3, n_sites=3, n=7)
+    layout = col.Layout(2, "intercept", "linear", slope_prior=slope_prior)
+    Z = np.random.default_rng(4).normal(size=(4, 2))
+    theta = np.random.default_rng(5).normal(scale=0.3, size=layout.size)
+    p = layout.unpack(theta)
+    K_inv = col._inverse_kzz(p, Z)[0]
+    out = [col.site_statistics(X, y, p, layout, Z, K_inv) for X, y in sites]
+    _, w, Lam_inv, _ = col.server_objective(p, layout, Z, [m for m, _ in out])
+    fed = sum(col.site_gradient(X, p, layout, Z, c, w, Lam_inv, loo=True)[1]
+              for (X, _), (_, c) in zip(sites, out))
+    # the dense reference: V plus the fixed effects' prior, conditioned row by row
+    X = np.vstack([s[0] for s in sites])
+    y = np.concatenate([s[1] for s in sites])
+    g = np.repeat(np.arange(3), 7)
+    Phi = col.rbf(X, Z, p["ls_g"], p["var_g"])
+    Q = Phi @ np.linalg.solve(col._kzz(p, Z), Phi.T)
+    R = col.design(X, layout.random_effects)
+    site = (layout.global_weight(p) * col.rbf(X, X, p["ls_g"], p["var_g"]) - Q
+            + col.rbf(X, X, p["ls_l"], p["var_l"]) + R @ p["L"] @ p["L"].T @ R.T)
+    F = col.design(X, layout.fixed_effects)
+    prior = np.full(F.shape[1], 1.0 / col.BETA_PRECISION)
+    if slope_prior:
+        prior[1:] = 1.0 / (1.0 / p["tau2"] + col.BETA_PRECISION)
+    V = Q + (g[:, None] == g) * site + p["s2"] * np.eye(21) + (F * prior) @ F.T
+    dense = 0.0
+    for j in range(21):
+        o = np.arange(21) != j
+        k = np.linalg.solve(V[np.ix_(o, o)], V[o, j])
+        mean, var = k @ y[o], V[j, j] - k @ V[o, j]
+        dense += -0.5 * (np.log(2 * np.pi * var) + (y[j] - mean) ** 2 / var)
+    assert fed == pytest.approx(dense, rel=1e-6)
 
 def test_small_and_large_site_factorizations_agree(monkeypatch):
     # up to NUMPY_ROWS rows numpy factorizes a site's block, above it LAPACK's Cholesky
@@ -161,18 +203,27 @@ def test_federated_rounds_give_the_in_process_fit():
 
 
 
-def test_starts_side_by_side_are_the_starts_one_after_the_other():
-    """Restarts evaluated in the same rounds end where the sequential run ends (same
-    optimum, same evaluations), in fewer rounds."""
-    from skfed.federated import Federation, run_federation
+def _restart_problem(n_restarts, seed):
+    """Four sites of 10 rows, their federation, and ``n_restarts`` starts besides zero."""
+    from skfed.federated import Federation
 
     sites = _sites(8, n_sites=4, n=10)
     layout = col.Layout(2, "intercept")
     Z = np.random.default_rng(2).normal(size=(5, 2))
-    starts = col.scattered_starts(np.zeros(layout.size), layout, 3, np.random.default_rng(0))
-    X = np.vstack([s[0] for s in sites])
-    y = np.concatenate([s[1] for s in sites])
-    fed = Federation.from_arrays(X, y, np.repeat(np.arange(4), 10))
+    starts = col.scattered_starts(np.zeros(layout.size), layout, n_restarts,
+                                  np.random.default_rng(seed))
+    fed = Federation.from_arrays(np.vstack([s[0] for s in sites]),
+                                 np.concatenate([s[1] for s in sites]),
+                                 np.repeat(np.arange(4), 10))
+    return sites, layout, Z, starts, fed
+
+
+def test_starts_side_by_side_are_the_starts_one_after_the_other():
+    """Restarts evaluated in the same rounds end where the sequential run ends (same
+    optimum, same evaluations), in fewer rounds."""
+    from skfed.federated import run_federation
+
+    sites, layout, Z, starts, fed = _restart_problem(3, 0)
     runs = {}
     for parallel in (1, 2, None):
         algo = col.CollapsedProtocol(layout, Z, starts, max_iter=40, restart_iter=5,
@@ -185,6 +236,40 @@ def test_starts_side_by_side_are_the_starts_one_after_the_other():
         assert state["nll"] == one["nll"] and state["n_eval"] == one["n_eval"]
     assert runs[None].n_rounds < runs[2].n_rounds < runs[1].n_rounds
 
+
+def test_loo_selection_continues_the_start_of_the_highest_loo_density():
+    from skfed.federated import run_federation
+
+    sites, layout, Z, starts, fed = _restart_problem(4, 5)
+
+    def loo_at(theta):
+        p = layout.unpack(theta)
+        K_inv = col._inverse_kzz(p, Z)[0]
+        out = [col.site_statistics(Xi, yi, p, layout, Z, K_inv) for Xi, yi in sites]
+        _, w, Lam_inv, _ = col.server_objective(p, layout, Z, [m for m, _ in out])
+        return sum(col.site_gradient(Xi, p, layout, Z, c, w, Lam_inv, loo=True)[1]
+                   for (Xi, _), (_, c) in zip(sites, out))
+
+    ends = {}
+    for selection in ("likelihood", "loo"):
+        algo = col.CollapsedProtocol(layout, Z, starts, max_iter=40, restart_iter=5,
+                                     selection=selection)
+        res = run_federation(algo, fed, n_rounds=algo.max_rounds(), random_state=0)
+        ends[selection] = res
+    # the same short runs; the likelihood picks by NLL, "loo" by the sites' summed density
+    short = [col.fit_collapsed(sites, layout, Z, t, max_iter=5).x for t in starts]
+    scores = [loo_at(t) for t in short]
+    nll = [col.fit_collapsed(sites, layout, Z, t, max_iter=5).fun for t in starts]
+    assert np.argmax(scores) != np.argmin(nll)  # here the two criteria disagree
+    first = col.fit_collapsed(sites, layout, Z, short[int(np.argmax(scores))], max_iter=40)
+    with threadpool_limits(limits=1, user_api="blas"):
+        np.testing.assert_allclose(ends["loo"].server_state["theta"], first.x, rtol=1e-8,
+                                   atol=1e-10)
+    sent = {name for rec in ends["loo"].ledger.records if rec.direction == "up"
+            for name in rec.names}
+    assert "loo" in sent
+    assert "loo" not in {name for rec in ends["likelihood"].ledger.records
+                         for name in rec.names}
 
 def test_a_site_flags_each_point_its_block_fails_at():
     sites = _sites(9, n_sites=1, n=8)
@@ -260,7 +345,7 @@ def test_estimator_is_the_in_process_collapsed_fit():
     sent = {name for rec in model.communication_.records if rec.direction == "up"
             for name in rec.names}
     assert sent <= {"n_samples", "n_features", "n_outputs", "n", "sum_x", "sum_x2", "sum_y",
-                    "sum_y2", "HCH", "HCy", "logdet", "yCy", "grad", "failed"}
+                    "sum_y2", "HCH", "HCy", "logdet", "yCy", "grad", "failed", "loo"}
 
 
 def test_estimator_covariance_samples_and_population():
@@ -375,6 +460,24 @@ def test_noise_per_client_learns_each_sites_precision():
         _collapsed_model(noise="per_client").set_params(inference="variational").fit(
             X, y, groups=groups)
 
+
+
+def test_learned_noise_spread_follows_how_much_the_sites_precisions_differ():
+    """Equal noise everywhere: the spread shrinks and with it every offset; a hundredfold
+    difference of variances: the spread stays wide (sd of the log variances ~ 2.3)."""
+    rng = np.random.default_rng(1)
+    groups = np.repeat(np.arange(8), 12)
+    X = rng.uniform(-2, 2, (96, 1))
+    base = np.sin(2 * X[:, 0]) + 0.3 * rng.normal(size=8)[groups]
+    eps = rng.normal(size=96)
+    equal = _collapsed_model(noise="per_client", n_restarts=0).fit(
+        X, base + 0.3 * eps, groups=groups)
+    apart = _collapsed_model(noise="per_client", n_restarts=0).fit(
+        X, base + np.where(groups % 2, 0.03, 0.3) * eps, groups=groups)
+    assert equal.noise_spread_ < 0.3 < 1.0 < apart.noise_spread_
+    ratio = equal.client_noise_variances_ / equal.noise_variance_
+    assert np.abs(np.log(ratio)).max() < 0.2
+    assert _collapsed_model().fit(X, base, groups=groups).noise_spread_ is None
 
 def test_slope_prior_is_the_collapsed_fits():
     X, y, groups = _pooled()
