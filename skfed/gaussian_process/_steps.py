@@ -24,7 +24,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from ..federated import FederatedAlgorithm
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
@@ -122,36 +121,6 @@ class BasisCache:
         return (BasisCache, ())
 
 
-_BLAS = []  # the BLAS libraries' controllers, found on first use (a scan of the libraries)
-
-
-def one_blas_thread(step):
-    """Run ``step`` with one BLAS thread, wherever it runs (a Flower site too).
-
-    The steps are many small (M x M) BLAS calls: threaded BLAS only adds
-    overhead, tenfold on a busy machine. A library already at one thread is
-    left alone (threadpoolctl's ``limit`` context sets and restores every
-    library on each call, about 20 us: a fixed cost per client and round).
-    """
-    @functools.wraps(step)
-    def wrapper(*args, **kwargs):
-        if not _BLAS:
-            _BLAS.append(ThreadpoolController().select(user_api="blas").lib_controllers)
-        changed = []
-        try:
-            for lib in _BLAS[0]:
-                n = lib.get_num_threads()
-                if n != 1:
-                    lib.set_num_threads(1)
-                    changed.append((lib, n))
-            return step(*args, **kwargs)
-        finally:
-            for lib, n in changed:
-                lib.set_num_threads(n)
-
-    return wrapper
-
-
 # the numerical failures of a client step that are reported as client failures
 NUMERICAL_ERRORS = (np.linalg.LinAlgError, ArithmeticError)
 _ADVICE = ("rescale y and X (normalize_y=True, normalize_X=True, or StandardScaler), "
@@ -236,6 +205,10 @@ class _PFedHGPSteps(FederatedAlgorithm):
     its entries of the broadcast).
     """
 
+    # one BLAS thread wherever a step runs (the engine applies it, a Flower site too): the
+    # steps are many small (M x M) BLAS calls, where threads only add overhead (tenfold
+    # on a busy machine)
+    blas_threads = 1
     # how a client forms its bases (the ILMM steps form one per latent)
     build_global = staticmethod(global_basis)
     build_local = staticmethod(local_basis)
@@ -444,7 +417,6 @@ class _PFedHGPSteps(FederatedAlgorithm):
         need not build the stream); a subclass that overrides it may draw."""
         return type(self).client_step is not _PFedHGPSteps.client_step
 
-    @one_blas_thread
     @reported_client_failures
     def client_step(self, data, state, broadcast, rng):
         if int(broadcast["phase"]) == 0:
@@ -693,7 +665,6 @@ class _PFedHGPSteps(FederatedAlgorithm):
         """The global kernel's parameters among the global keys."""
         return [k for k in ("ls_g", "var_g", "Zg") if k in self.global_keys()]
 
-    @one_blas_thread
     def server_step(self, state, messages, rng):
         if state["phase"] == 0:
             state = self._setup(messages, rng)

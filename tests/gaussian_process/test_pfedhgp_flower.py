@@ -246,3 +246,19 @@ def test_default_collapsed_fit_on_flower_is_the_in_process_fit_bit_for_bit():
     assert remote.log_marginal_likelihood_value_ == local.log_marginal_likelihood_value_
     np.testing.assert_array_equal(remote.predict(d.X_test, return_std=True),
                                   local.predict(d.X_test, return_std=True))
+
+
+def test_variational_fit_on_flower_is_the_in_process_fit_bit_for_bit():
+    # the variational steps declare one BLAS thread (FederatedAlgorithm.blas_threads),
+    # which every engine applies: the same bits with two BLAS threads around
+    from threadpoolctl import threadpool_limits
+
+    d = make_hierarchical_gp(n_clients=3, n_outputs=None, n_train=30, n_test=10,
+                             random_state=2)
+    est = PFedHGPRegressor(inference="variational", n_rounds=4, n_inducing_local=5,
+                           random_state=0)
+    with threadpool_limits(limits=2, user_api="blas"):
+        local = clone(est).fit(d.X_train, d.y_train, groups=d.groups_train)
+        remote = flower_fit(est, d.X_train, d.y_train, d.groups_train)
+    np.testing.assert_array_equal(remote.predict(d.X_test, return_std=True),
+                                  local.predict(d.X_test, return_std=True))
