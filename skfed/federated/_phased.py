@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._engine import blas_threads
 from ._protocol import FederatedAlgorithm, check_message
 
 __all__ = ["PhaseState", "PhasedAlgorithm"]
@@ -69,7 +70,9 @@ class PhasedAlgorithm(FederatedAlgorithm):
     A last phase of 0 rounds is local-only: its first broadcast is the
     engine's final broadcast and its ``client_finalize`` runs on every
     client (``finalize_clients`` is then true). Rows are prepared once by
-    this object's ``prepare_client``; the phases' own are not called.
+    this object's ``prepare_client``; the phases' own are not called. Each
+    phase's steps run with its own ``blas_threads`` (unless this object
+    declares some, which then hold for every phase).
 
     Subclasses hold hyperparameters only and implement:
 
@@ -171,7 +174,9 @@ class PhasedAlgorithm(FederatedAlgorithm):
     def _start(self, phase, states, rng):
         previous = states[phase - 1] if phase else None
         spec = check_message(self.phase_spec(phase, previous), sender="server")
-        inner, broadcast = self.build_phase(phase, spec, previous).server_init(rng)
+        algorithm = self.build_phase(phase, spec, previous)
+        with blas_threads(algorithm.blas_threads):
+            inner, broadcast = algorithm.server_init(rng)
         return (PhaseState(phase, 0, _with(states, phase, inner), spec),
                 self._wrap(phase, spec, broadcast))
 
@@ -181,7 +186,8 @@ class PhasedAlgorithm(FederatedAlgorithm):
     def server_step(self, state, messages, rng):
         phase = state.phase
         algorithm = self._server_phase(state)
-        inner, broadcast = algorithm.server_step(state.states[phase], messages, rng)
+        with blas_threads(algorithm.blas_threads):
+            inner, broadcast = algorithm.server_step(state.states[phase], messages, rng)
         state = state._replace(rounds=state.rounds + 1,
                                states=_with(state.states, phase, inner))
         ended = state.rounds >= self.phase_rounds[phase] or algorithm.converged(inner)
@@ -237,7 +243,8 @@ class PhasedAlgorithm(FederatedAlgorithm):
         phase, algorithm, inner = self._client_phase(broadcast)
         if phase != state.phase:
             # the phase's client_init draws from a stream of its own
-            local = algorithm.client_init(data, rng.spawn(1)[0])
+            with blas_threads(algorithm.blas_threads):
+                local = algorithm.client_init(data, rng.spawn(1)[0])
             state = PhaseState(phase, 0, _with(state.states, phase, local))
         return state, algorithm, inner
 
@@ -246,11 +253,13 @@ class PhasedAlgorithm(FederatedAlgorithm):
 
     def client_step(self, data, state, broadcast, rng):
         state, algorithm, inner = self._enter(data, state, broadcast, rng)
-        local, message = algorithm.client_step(data, state.states[state.phase], inner, rng)
+        with blas_threads(algorithm.blas_threads):
+            local, message = algorithm.client_step(data, state.states[state.phase], inner, rng)
         return (PhaseState(state.phase, state.rounds + 1,
                            _with(state.states, state.phase, local)), message)
 
     def client_finalize(self, data, state, broadcast, rng):
         state, algorithm, inner = self._enter(data, state, broadcast, rng)
-        local = algorithm.client_finalize(data, state.states[state.phase], inner, rng)
+        with blas_threads(algorithm.blas_threads):
+            local = algorithm.client_finalize(data, state.states[state.phase], inner, rng)
         return state._replace(states=_with(state.states, state.phase, local))

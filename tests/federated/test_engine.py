@@ -428,3 +428,23 @@ def test_pfedhgp_scalar_steps_never_draw_but_a_subclass_may():
 
     assert _PFedHGPSteps.__new__(_PFedHGPSteps).client_step_draws is False
     assert _IlmmSteps.__new__(_IlmmSteps).client_step_draws is True
+
+
+def test_each_phase_runs_with_its_own_blas_threads(federation):
+    from threadpoolctl import threadpool_limits
+
+    from skfed.federated import PhasedAlgorithm
+
+    phases = [BlasThreads(1), BlasThreads(None)]
+
+    class TwoPhases(PhasedAlgorithm):
+        def phase_spec(self, phase, previous):
+            return {}
+
+        def build_phase(self, phase, spec, previous=None):
+            return phases[phase]
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        run_federation(TwoPhases([1, 1]), federation[0], n_rounds=2, random_state=0)
+    assert phases[0].seen and all(seen == {1} for seen in phases[0].seen)
+    assert phases[1].seen and all(seen == {2} for seen in phases[1].seen)
