@@ -11,12 +11,16 @@ seeds are 0-2), new-site RMSE of:
   model (``MixedLMRegressor``) and in Pooled Ridge, beside both without them;
 * ``pooled``: PFedHGP's population prediction plus a pooled least-squares line
   fitted to its training residuals (the population-averaged linear trend), beside
-  PFedHGP and Pooled Ridge.
+  PFedHGP and Pooled Ridge;
+* ``combine``: convex combinations of PFedHGP's population prediction and Pooled
+  Ridge's: half and half, and the best weight for each seed chosen on its test
+  rows (an upper bound on what any weight chosen on the training sites can do).
 
 Usage::
 
     python benchmarks/defaults/pfedhgp_new_site.py mundlak --datasets produc sleepstudy --seeds 0-2
     python benchmarks/defaults/pfedhgp_new_site.py pooled --datasets produc sleepstudy --seeds 0-2
+    python benchmarks/defaults/pfedhgp_new_site.py combine --datasets produc sleepstudy --seeds 0-2
 """
 
 import argparse
@@ -64,9 +68,25 @@ def pooled(X, y, g, tr, te, seed):
             "PFedHGP": mu_te, "PFedHGP + pooled residual line": mu_te + line.predict(X[te])}
 
 
+def combine(X, y, g, tr, te, seed):
+    a = PFedHGPRegressor(random_state=seed).fit(X[tr], y[tr], groups=g[tr]).predict(X[te])
+    b = PooledEstimator(Ridge()).fit(X[tr], y[tr], groups=g[tr]).predict(X[te])
+    return {"Pooled Ridge": b, "PFedHGP": a, "half and half": (a + b) / 2}
+
+
+def best_combination(y, a, b):
+    """The convex combination ``w a + (1 - w) b`` of least squared error on ``y``, and ``w``."""
+    d = a - b
+    w = float(np.clip(np.dot(y - b, d) / max(np.dot(d, d), 1e-300), 0.0, 1.0))
+    return w * a + (1 - w) * b, w
+
+
+MODES = {"mundlak": mundlak, "pooled": pooled, "combine": combine}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["mundlak", "pooled"])
+    p.add_argument("what", choices=list(MODES))
     p.add_argument("--datasets", nargs="*", default=["produc", "sleepstudy"])
     p.add_argument("--seeds", default="0-2")
     a = p.parse_args(argv)
@@ -75,17 +95,26 @@ def main(argv=None):
         d = load_multilevel(name)
         X, y, g = d.data, d.target, d.groups
         rmse = {}
+        weights = []
         for seed in _seeds(a.seeds):
-            sse = {}
+            preds, rows = {}, []
             for tr, te in _splits(X, y, g, seed)["new-site"]:
-                pred = mundlak(X, y, g, tr, te) if a.what == "mundlak" else pooled(
-                    X, y, g, tr, te, seed)
-                for k, v in pred.items():
-                    sse[k] = sse.get(k, 0.0) + float(np.sum((y[te] - v) ** 2))
-            for k, v in sse.items():
-                rmse.setdefault(k, []).append(np.sqrt(v / len(y)))
+                args = (X, y, g, tr, te) if a.what == "mundlak" else (X, y, g, tr, te, seed)
+                for k, v in MODES[a.what](*args).items():
+                    preds.setdefault(k, []).append(v)
+                rows.append(te)
+            yt = y[np.concatenate(rows)]
+            preds = {k: np.concatenate(v) for k, v in preds.items()}
+            if a.what == "combine":
+                preds["best weight on the test rows"], w = best_combination(
+                    yt, preds["PFedHGP"], preds["Pooled Ridge"])
+                weights.append(w)
+            for k, v in preds.items():
+                rmse.setdefault(k, []).append(np.sqrt(np.mean((yt - v) ** 2)))
         print(name, "new-site RMSE, mean over seeds:",
-              ", ".join(f"{k} {np.mean(v):.4g}" for k, v in rmse.items()), flush=True)
+              ", ".join(f"{k} {np.mean(v):.4g}" for k, v in rmse.items()),
+              f"(PFedHGP's best weights: {', '.join(f'{w:.2f}' for w in weights)})"
+              if weights else "", flush=True)
 
 
 if __name__ == "__main__":
