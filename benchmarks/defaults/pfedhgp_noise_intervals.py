@@ -57,38 +57,41 @@ def factors(n_rows, spread2):
             "chi2": n_rows / np.maximum(n_rows - 2, 1), "quadrature": quadrature_factor(n_rows, spread2)}
 
 
+def measure(name, seed):
+    """One data set and split seed: seen-site RMSE, and coverage and NLL per factor."""
+    d = load_multilevel(name)
+    X, y, g = d.data, d.target, d.groups
+    sse = n = 0.0
+    acc = {}
+    for tr, te in _splits(X, y, g, seed)["seen-site"]:
+        model = PFedHGPRegressor(random_state=seed, noise="per_client").fit(
+            X[tr], y[tr], groups=g[tr])
+        mu, sd = model.predict(X[te], groups=g[te], return_std=True)
+        sse += float(np.sum((y[te] - mu) ** 2))
+        n += te.size
+        site = np.searchsorted(model.clients_, g[te])
+        rows = np.array([np.sum(g[tr] == c) for c in model.clients_], dtype=float)[site]
+        s2 = model.client_noise_variances_[site]
+        for k, f in factors(rows, model.noise_spread_**2).items():
+            s = np.sqrt(sd**2 + s2 * (f - 1))
+            c = acc.setdefault(k, [0.0, 0.0])
+            c[0] += float(np.sum(np.abs(y[te] - mu) <= 1.959964 * s))
+            c[1] -= float(norm.logpdf(y[te], mu, s).sum())
+    row = {"data": name, "seed": seed, "rmse": round(np.sqrt(sse / n), 5),
+           "spread": round(float(model.noise_spread_), 3)}
+    row.update({k: {"cov95": round(c[0] / n, 4), "nll": round(c[1] / n, 4)}
+                for k, c in acc.items()})
+    return row
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="*", default=["sleepstudy", "produc", "chickweight"])
     p.add_argument("--seeds", default="0-2")
-    a = p.parse_args(argv)
+    args = p.parse_args(argv)
     warnings.simplefilter("ignore")
-    for name in a.datasets:
-        d = load_multilevel(name)
-        X, y, g = d.data, d.target, d.groups
-        for seed in _seeds(a.seeds):
-            sse = n = 0.0
-            acc = {}
-            for tr, te in _splits(X, y, g, seed)["seen-site"]:
-                model = PFedHGPRegressor(random_state=seed, noise="per_client").fit(
-                    X[tr], y[tr], groups=g[tr])
-                mu, sd = model.predict(X[te], groups=g[te], return_std=True)
-                sse += float(np.sum((y[te] - mu) ** 2))
-                n += te.size
-                site = np.searchsorted(model.clients_, g[te])
-                rows = np.array([np.sum(g[tr] == c) for c in model.clients_], dtype=float)[site]
-                s2 = model.client_noise_variances_[site]
-                for k, f in factors(rows, model.noise_spread_**2).items():
-                    s = np.sqrt(sd**2 + s2 * (f - 1))
-                    c = acc.setdefault(k, [0.0, 0.0])
-                    c[0] += float(np.sum(np.abs(y[te] - mu) <= 1.959964 * s))
-                    c[1] -= float(norm.logpdf(y[te], mu, s).sum())
-            row = {"data": name, "seed": seed, "rmse": round(np.sqrt(sse / n), 5),
-                   "spread": round(float(model.noise_spread_), 3)}
-            row.update({k: {"cov95": round(c[0] / n, 4), "nll": round(c[1] / n, 4)}
-                        for k, c in acc.items()})
-            print(json.dumps(row), flush=True)
-
+    for name, seed in ((n, s) for n in args.datasets for s in _seeds(args.seeds)):
+        print(json.dumps(measure(name, seed)), flush=True)
 
 if __name__ == "__main__":
     main()
