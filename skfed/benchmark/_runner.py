@@ -372,11 +372,13 @@ def _error_bars(cells):
 
     A cell of one seed has no interval and gets no whisker (NaN); a method
     with no interval at all gets ``None``: no error bars, not zero-width caps.
+    Whiskers are at least 0: the mean of equal values can lie an ulp outside
+    them, which matplotlib refuses.
     """
     if not any(c["interval"] for c in cells):
         return None
-    return np.array([[c["mean"] - c["low"], c["high"] - c["mean"]] if c["interval"]
-                     else [np.nan, np.nan] for c in cells]).T
+    return np.maximum(np.array([[c["mean"] - c["low"], c["high"] - c["mean"]] if c["interval"]
+                                else [np.nan, np.nan] for c in cells]).T, 0.0)
 
 
 FIG_COLUMNS, FIG_DPI, FIG_MAX_PX = 3, 110, 1600

@@ -126,6 +126,19 @@ def test_few_seeds_draw_the_seeds_range_inside_the_metric_range(tmp_path, monkey
     np.testing.assert_allclose(calls[0]["yerr"][0], [0.2, 0.2])
 
 
+def test_seeds_of_equal_value_draw(tmp_path):
+    """The mean of three equal values is an ulp above them: the whiskers stay >= 0."""
+    pytest.importorskip("matplotlib")
+    value = 0.2473118279569893
+    assert np.full(3, value).mean() > value  # the rounding this guards against
+    exp = Experiment(name="tmp-equal", title="equal seeds", run=None,
+                     metrics={"macro_f1": "higher"})
+    rows = _rows(np.full(3, value), "macro_f1", exp.name, "a", "new-site")
+    summary = summarize(rows)
+    _write_figures([exp], summary, str(tmp_path))  # raised ValueError from matplotlib
+    assert list(tmp_path.rglob("*.png"))
+
+
 def test_figure_title_says_seeds_and_keeps_title_and_legend_inside():
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
