@@ -4,6 +4,7 @@ import contextlib
 import enum
 import math
 import numbers
+import threading
 import time
 from dataclasses import dataclass
 
@@ -125,30 +126,75 @@ def _sample_clients(n_clients, client_fraction, entropy, rnd):
     return np.sort(rng.choice(n_clients, size=m, replace=False))
 
 
-_BLAS_LIMITED = []  # the limit in force (set by the thread that entered it)
+class _BlasLimit:
+    """The process's BLAS thread limit while any skfed step that asks for one runs.
+
+    OpenBLAS's thread pool is process-wide, so concurrent fits (say, two folds of a
+    threaded ``GridSearchCV``) share one limit: the first to enter sets it, the last
+    to leave restores it, whichever threads they run on. A limit that ended with the
+    first fit would leave the others with more BLAS threads and results that differ
+    in the last bits from a serial run. threadpoolctl (>= 3.8) lets only the thread
+    that first set OpenBLAS's limit change it again; the thread that restores clears
+    that claim first (``clear_controlling_thread(force=True)``) and after.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._users = 0
+        self._limiter = None
+
+    def enter(self, n):
+        with self._lock:
+            self._users += 1
+            if self._users == 1:
+                from threadpoolctl import threadpool_limits
+
+                _release_blas_control()
+                self._limiter = threadpool_limits(limits=n, user_api="blas")
+                _release_blas_control()
+
+    def exit(self):
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                _release_blas_control()
+                self._limiter.restore_original_limits()
+                _release_blas_control()
+                self._limiter = None
+
+
+def _release_blas_control():
+    """Let any thread set OpenBLAS's limit next (a no-op before threadpoolctl 3.8)."""
+    import threadpoolctl
+
+    clear = getattr(getattr(threadpoolctl, "OpenBLASController", None),
+                    "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+
+
+_BLAS_LIMIT = _BlasLimit()
 
 
 @contextlib.contextmanager
 def blas_threads(n):
     """Run the enclosed steps with ``n`` BLAS threads (``None``: leave BLAS alone).
 
-    Within an enclosing limit it does nothing: an engine limits a whole fit once
-    (threadpoolctl scans the loaded libraries, about 5 ms), and the client steps it
-    runs, on its threads too, stay inside that limit. A BLAS library loaded after
-    the scan is not limited: load what the steps need first
-    (:meth:`FederatedAlgorithm.prepare_client`).
+    The limit is the process's (see :class:`_BlasLimit`): within it, nested and
+    concurrent calls only count themselves in, so an engine that limits a whole fit
+    costs one library scan (threadpoolctl, about 5 ms), and the client steps it runs,
+    on its threads too, stay inside that limit. skfed asks for one value (1), so a
+    concurrent call never meets another. A BLAS library loaded after the scan is not
+    limited: load what the steps need first (:meth:`FederatedAlgorithm.prepare_client`).
     """
-    if n is None or _BLAS_LIMITED:
+    if n is None:
         yield
         return
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=int(n), user_api="blas"):
-        _BLAS_LIMITED.append(int(n))
-        try:
-            yield
-        finally:
-            _BLAS_LIMITED.pop()
+    _BLAS_LIMIT.enter(int(n))
+    try:
+        yield
+    finally:
+        _BLAS_LIMIT.exit()
 
 
 def client_start(algorithm, data, entropy):

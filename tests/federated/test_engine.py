@@ -271,6 +271,9 @@ class BlasThreads(FederatedAlgorithm):
 
 
 def test_steps_run_with_the_algorithms_blas_threads(federation):
+    import importlib
+
+    importlib.import_module("scipy.linalg")  # its BLAS loaded before the limit's scan, as skfed's
     from threadpoolctl import threadpool_limits
 
     from skfed.federated import client_round, client_start
@@ -289,6 +292,51 @@ def test_steps_run_with_the_algorithms_blas_threads(federation):
         free = BlasThreads(None)  # None leaves BLAS as it is
         run_federation(free, federation, n_rounds=1, random_state=0)
         assert all(seen == {2} for seen in free.seen)
+
+
+def _blas_threads_now():
+    from threadpoolctl import threadpool_info
+
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
+def test_blas_limit_holds_until_the_last_concurrent_user_leaves():
+    """Two threads inside ``blas_threads(1)``: the first to leave (not the one that set the
+    limit) keeps it for the other; the last restores the limit from before."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from skfed.federated._engine import blas_threads
+
+    with threadpool_limits(limits=2, user_api="blas"):  # as on a machine with 2 cores
+        a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+        seen = {}
+
+        def first():
+            with blas_threads(1):
+                a_in.set()
+                b_in.wait(10)
+            a_out.set()
+
+        def second():
+            a_in.wait(10)
+            with blas_threads(1):
+                b_in.set()
+                a_out.wait(10)
+                seen["after the first left"] = _blas_threads_now()
+            seen["after both left"] = _blas_threads_now()
+
+        threads = [threading.Thread(target=f) for f in (first, second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert seen == {"after the first left": {1}, "after both left": {2}}
+        # the thread that set the outer limit can still change it
+        with threadpool_limits(limits=1, user_api="blas"):
+            assert _blas_threads_now() == {1}
+        assert _blas_threads_now() == {2}
 
 
 def test_round_rng_is_default_rng_of_the_seed_sequence():
