@@ -10,9 +10,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, column_or_1d
-from threadpoolctl import threadpool_limits
 
 from ..base import FederatedEstimator, check_on_site
+from ..federated._engine import blas_threads
 from ..federated._release import MIN_ROWS_MOMENTS
 from ..utils._param_validation import (
     FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
@@ -988,8 +988,9 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     # that overflows float64 is a ValueError raised on the client before the set-up.
 
     def _run_federation(self, X, y, groups):
-        # the steps are many small (M x M) BLAS calls: threaded BLAS only adds overhead
-        with threadpool_limits(limits=1, user_api="blas"):
+        # the steps are many small (M x M) BLAS calls: threaded BLAS only adds overhead; the
+        # process-wide limit concurrent fits share (skfed.federated._engine._BlasLimit)
+        with blas_threads(1):
             return super()._run_federation(X, y, groups)
 
     def _validate_fit_data(self, X, y, reset=True):

@@ -339,6 +339,33 @@ def test_blas_limit_holds_until_the_last_concurrent_user_leaves():
         assert _blas_threads_now() == {2}
 
 
+def test_threaded_cross_validation_equals_serial_bit_for_bit():
+    """Folds fitted at once on threads (joblib's threading backend, their client steps on
+    threads too) give the serial fits: the BLAS limit is the process's while any runs."""
+    import sklearn
+    from joblib import parallel_backend
+    from sklearn.model_selection import GroupKFold, cross_validate
+    from threadpoolctl import threadpool_limits
+
+    from skfed import PFedHGPRegressor
+    from skfed.datasets import make_federated_regression
+
+    X, y, g = make_federated_regression(n_clients=6, n_samples=40, n_features=3,
+                                        random_state=0)
+
+    def predictions(n_jobs):
+        with parallel_backend("threading", n_jobs=n_jobs):
+            fits = cross_validate(PFedHGPRegressor(random_state=0, n_restarts=0), X, y,
+                                  cv=GroupKFold(4), params={"groups": g}, n_jobs=n_jobs,
+                                  return_estimator=True)["estimator"]
+        return np.concatenate([f.predict(X, groups=g) for f in fits])
+
+    with sklearn.config_context(enable_metadata_routing=True), \
+            threadpool_limits(limits=2, user_api="blas"):  # as on a machine with 2 cores
+        serial = predictions(1)
+        np.testing.assert_array_equal(predictions(4), serial)
+
+
 def test_round_rng_is_default_rng_of_the_seed_sequence():
     from skfed.federated import round_rng
 
