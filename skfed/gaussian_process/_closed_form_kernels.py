@@ -22,6 +22,7 @@ from ._covariance import (
 )
 from ._linalg import (
     FASTMATH,
+    _axpy,
     _block,
     _chol_in_place,
     _chol_solve_in_place,
@@ -509,10 +510,7 @@ def basis_grad_small(X, Z, ls, var, kind, L, K, Wt, gram, A, P, e, WE):
         wi = Wt[i]
         gi = G[i]
         for c in range(m):
-            wic = wi[c]
-            lc = LAt[c]
-            for a in range(m):
-                gi[a] += wic * lc[a]
+            _axpy(gi, wi[c], LAt[c])
     LP = _block(LAP, 0, m, m, 1)
     Kzz_bar = chol_backward_small(L, L_bar)
     gv1, gl1, gZ1 = kernel_adjoint_sym(Z, ls, var, kind, Kzz_bar)
@@ -777,10 +775,7 @@ def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
     for i in range(N):
         xi = Xs[i]
         for r in range(k):
-            xr = xi[r]
-            ar = A[r]
-            for c in range(k):
-                ar[c] += xr * xi[c]
+            _axpy(A[r], xi[r], xi)
     for r in range(k):
         for c in range(k):
             A[r, c] = ((1.0 if r == c else 0.0) - A[r, c] / phi) / phi

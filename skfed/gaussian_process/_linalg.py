@@ -63,6 +63,17 @@ def _block(A, start, n, j0, m):
     return out
 
 
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, inline="always")
+def _axpy(y, a, x):
+    """``y += a * x`` in place, one element after another.
+
+    The innermost loop of the row-ordered products (``W^T (L^{-T} A)^T``, ``X^T X``);
+    inlined, so each caller lowers it with its own fastmath flags.
+    """
+    for j in range(x.shape[0]):
+        y[j] += a * x[j]
+
+
 # ----------------------------------------------------------------------------
 # Cholesky factor: LAPACK dpotrf | right-looking numba factor in place
 # ----------------------------------------------------------------------------

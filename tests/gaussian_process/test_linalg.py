@@ -93,3 +93,11 @@ def test_numba_twin_matches_its_pair(name, n):
     make, twin, pair = TWINS[name]
     args = make(np.random.default_rng(n), n)
     np.testing.assert_allclose(twin(*args), pair(*args), rtol=1e-11, atol=1e-12)
+
+
+def test_axpy_adds_the_scaled_row_in_place():
+    rng = np.random.default_rng(0)
+    y, x = rng.normal(size=7), rng.normal(size=7)
+    expected = y + 0.3 * x
+    la._axpy(y, 0.3, x)
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-15)
