@@ -366,6 +366,29 @@ def test_threaded_cross_validation_equals_serial_bit_for_bit():
         np.testing.assert_array_equal(predictions(4), serial)
 
 
+def test_predictions_do_not_depend_on_the_blas_threads_around_them():
+    """A prediction runs on one BLAS thread, as the fit: a fold predicted while other fits
+    hold the process's limit (threaded cross-validation) equals a serial prediction."""
+    from threadpoolctl import threadpool_limits
+
+    from skfed import PFedHGPRegressor
+    from skfed.datasets import make_federated_regression
+
+    X, y, g = make_federated_regression(n_clients=6, n_samples=40, n_features=3,
+                                        random_state=0)
+    model = PFedHGPRegressor(random_state=0, n_restarts=0).fit(X, y, groups=g)
+    # enough rows that threaded BLAS splits the products (they differed by up to 1e-9)
+    Xt, gt = np.tile(X, (12, 1)), np.tile(g, 12)
+    out = []
+    for n in (2, 1):
+        with threadpool_limits(limits=n, user_api="blas"):
+            out.append(model.predict(Xt, groups=gt, return_std=True)
+                       + model.predict(Xt, return_std=True)
+                       + (model.sample_y(Xt[:400], groups=gt[:400], random_state=0),))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_round_rng_is_default_rng_of_the_seed_sequence():
     from skfed.federated import round_rng
 
