@@ -1405,7 +1405,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         X, index = self._validate_predict(X, groups)
         # one BLAS thread, as in the fit: the same bits whether other fits run beside it on
         # threads (they share the process's limit) or not, and these products gain nothing
-        # from threads (Hsb82's 7,185 rows: 0.12-0.18 s on one thread or two)
+        # from threads (Hsb82's rows four times, 28,740: 0.12-0.18 s on one thread or two)
         with blas_threads(1):
             return self._predict_moments(X, index, return_std, return_cov)
 
