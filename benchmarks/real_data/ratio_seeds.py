@@ -13,9 +13,12 @@ Run (seeds 3-12 are neither the selection seeds 0-2 nor the reported ones)::
 
     python benchmarks/real_data/ratio_seeds.py --dataset sleepstudy --seeds 3-12
     python benchmarks/real_data/ratio_seeds.py --dataset exam --seeds 3-12 --setting new-site
+    python benchmarks/real_data/ratio_seeds.py --dataset exam --seeds 0-2 --setting new-site \
+        --params '{"slope_prior": "flat"}'   # PFedHGP away from its defaults
 """
 
 import argparse
+import json
 import warnings
 
 import numpy as np
@@ -28,7 +31,7 @@ from skfed.benchmark._real_data import RANDOM_SLOPES, _splits
 from skfed.datasets import load_multilevel
 
 
-def seed_rmses(dataset, seed, setting="seen-site"):
+def seed_rmses(dataset, seed, setting="seen-site", params=None):
     data = load_multilevel(dataset)
     X, y, g = data.data, data.target, data.groups
     slopes = RANDOM_SLOPES[dataset]
@@ -38,7 +41,8 @@ def seed_rmses(dataset, seed, setting="seen-site"):
     for train, test in _splits(X, y, g, seed)[setting]:
         reference = (MixedLMRegressor(random_slopes=cols) if setting == "seen-site"
                      else PooledEstimator(Ridge()))
-        for k, model in enumerate((PFedHGPRegressor(random_state=seed), reference)):
+        for k, model in enumerate((PFedHGPRegressor(random_state=seed, **(params or {})),
+                                    reference)):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model.fit(X[train], y[train], groups=g[train])
@@ -61,12 +65,15 @@ def main(argv=None):
     p.add_argument("--dataset", default="sleepstudy")
     p.add_argument("--seeds", default="3-12", help="a range 3-12 or a list 3,4,5")
     p.add_argument("--setting", default="seen-site", choices=["seen-site", "new-site"])
+    p.add_argument("--params", default="{}", help="PFedHGP parameters other than the defaults, "
+                   "as JSON")
     args = p.parse_args(argv)
+    params = json.loads(args.params)
     ref = "MixedLM" if args.setting == "seen-site" else "Pooled Ridge"
     bar = 1.01 if args.setting == "seen-site" else 1.0
     rows = []
     for seed in _seeds(args.seeds):
-        pf, other = seed_rmses(args.dataset, seed, args.setting)
+        pf, other = seed_rmses(args.dataset, seed, args.setting, params)
         rows.append((pf, other))
         print(f"{args.dataset} {args.setting} seed {seed}: PFedHGP {pf:.4g}  {ref} {other:.4g}  "
               f"ratio {pf / other:.3f}", flush=True)
