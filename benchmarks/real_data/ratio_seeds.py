@@ -14,7 +14,8 @@ Run (seeds 3-12 are neither the selection seeds 0-2 nor the reported ones)::
     python benchmarks/real_data/ratio_seeds.py --dataset sleepstudy --seeds 3-12
     python benchmarks/real_data/ratio_seeds.py --dataset exam --seeds 3-12 --setting new-site
     python benchmarks/real_data/ratio_seeds.py --dataset exam --seeds 0-2 --setting new-site \
-        --params '{"slope_prior": "flat"}'   # PFedHGP away from its defaults
+        --params '{"slope_prior": "flat"}'   # PFedHGP away from its defaults; also
+        # '{"components": ["local"]}' (doc/results/pfedhgp_start.md, "New sites and Pooled Ridge")
 """
 
 import argparse
