@@ -20,16 +20,20 @@ Run (seeds 3-12 are neither the selection seeds 0-2 nor the reported ones)::
 
 import argparse
 import json
+import os
+import sys
 import warnings
 
 import numpy as np
-
 from sklearn.linear_model import Ridge
 
 from skfed import PFedHGPRegressor
 from skfed.baselines import MixedLMRegressor, PooledEstimator
 from skfed.benchmark._real_data import RANDOM_SLOPES, _splits
 from skfed.datasets import load_multilevel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "defaults"))
+from pfedhgp_windowed import _seeds  # noqa: E402
 
 
 def seed_rmses(dataset, seed, setting="seen-site", params=None):
@@ -52,13 +56,6 @@ def seed_rmses(dataset, seed, setting="seen-site", params=None):
             sq[k] += np.sum((y[test] - model.predict(X[test], groups=groups)) ** 2)
         n += test.size
     return np.sqrt(sq / n)
-
-
-def _seeds(text):
-    if "-" in text:
-        lo, hi = text.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def main(argv=None):

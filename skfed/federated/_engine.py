@@ -149,9 +149,13 @@ class _BlasLimit:
             if self._users == 1:
                 from threadpoolctl import threadpool_limits
 
-                _release_blas_control()
-                self._limiter = threadpool_limits(limits=n, user_api="blas")
-                _release_blas_control()
+                try:
+                    _release_blas_control()
+                    self._limiter = threadpool_limits(limits=n, user_api="blas")
+                    _release_blas_control()
+                except BaseException:  # not counted in: the next caller sets the limit
+                    self._users -= 1
+                    raise
 
     def exit(self):
         with self._lock:
