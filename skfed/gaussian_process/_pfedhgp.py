@@ -306,12 +306,15 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         rows, the centre is 0 and the scale 1, with a warning.
     mean_function : {"linear", "constant"}, default="linear"
         The prior mean of ``y`` that the GP components deviate from.
-        ``"linear"``: an affine function of the inputs, ``y_mean_ + (X -
-        x_mean_) @ mean_coef_``, fitted by ridge regression (penalty 1 on the
-        standardized inputs) on the pooled rows in closed form from the
-        clients' set-up sums, ``X^T X`` and ``X^T y`` included (clients with 3
-        rows or more; see ``doc/releases.md``); with ``normalize_y`` the
-        targets are then scaled by the pooled residual standard deviation.
+        ``"linear"``: an affine function of the inputs, ``mean_intercept_ +
+        X @ mean_coef_``. Under the collapsed inference, the model's fixed
+        effects, integrated out with the GPs (generalized least squares;
+        ``slope_prior``). Under the variational inference, fitted by ridge
+        regression (penalty 1 on the standardized inputs) on the pooled rows
+        in closed form from the clients' set-up sums, ``X^T X`` and ``X^T y``
+        included (clients with 3 rows or more; see ``doc/releases.md``); with
+        ``normalize_y`` the targets are then scaled by the pooled residual
+        standard deviation.
         The GP mean returns to zero away from the data, so the population
         prediction of a new client, and every prediction outside the
         training range, then follows the pooled linear trend (Rasmussen &
@@ -564,8 +567,17 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         without slopes or under the variational inference).
     mean_coef_ : ndarray of shape (n_features,) or (n_features, Q)
         Slopes of the prior mean per unit of ``X`` (zeros with
-        ``mean_function="constant"``); ``y_mean_`` is the prior mean at
-        ``X = x_mean_``.
+        ``mean_function="constant"``): under the collapsed inference the
+        fixed effects' slopes (their posterior mean: generalized least
+        squares, shrunk by ``slope_prior="learned"``), under the
+        variational one the ridge fit of ``mean_function``.
+    mean_intercept_ : float or ndarray of shape (Q,)
+        The prior mean at ``X = 0``: the prior mean (the fixed effects) is
+        ``mean_intercept_ + X @ mean_coef_``, which a new client's
+        prediction adds the global GP's posterior mean to.
+    y_mean_, y_std_ : float or ndarray of shape (Q,)
+        The target standardization (``normalize_y``): the model's
+        components are fitted to ``(y - y_mean_) / y_std_``.
     x_mean_, x_std_ : ndarray of shape (n_features,)
         The input standardization (zeros and ones with ``normalize_X=False``):
         the lengthscales apply to ``(X - x_mean_) / x_std_``.
@@ -1119,6 +1131,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         # per unit of X: the model's coefficients are on (X - x_mean_) / x_std_
         self.mean_coef_ = np.zeros(shape) if coef is None else (
             np.asarray(coef, dtype=float) / self.x_std_.reshape((-1,) + (1,) * (len(shape) - 1)))
+        self.mean_intercept_ = self.y_mean_ - self.x_mean_ @ self.mean_coef_
         effects = self._effects_cov
         self.slope_prior_variance_ = None
         self.random_effects_cov_ = None if effects is None else (
@@ -1164,6 +1177,9 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         beta = self._fit_collapsed["w"][:layout.f]
         self.mean_coef_ = (beta[1:] * y_std / self.x_std_ if layout.f > 1
                            else np.zeros(self.n_features_in_))
+        # the fixed intercept beta[0] is at X = x_mean_, on the standardized scale
+        self.mean_intercept_ = (self.y_mean_ + beta[0] * y_std
+                                - float(self.x_mean_ @ self.mean_coef_))
         self._effects_cov = p["L"] @ p["L"].T if layout.q else None
         # the slopes' prior variance, in units of y per standardized input
         self.slope_prior_variance_ = (p["tau2"] * y_std**2 if layout.slope_prior

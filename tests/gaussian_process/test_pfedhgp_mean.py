@@ -118,3 +118,22 @@ def test_bad_mean_function_is_refused():
     X, y, groups = _data()
     with pytest.raises(ValueError, match="'mean_function' parameter"):
         variational(mean_function="quadratic").fit(X, y, groups=groups)
+
+
+@pytest.mark.parametrize("inference, n_outputs",
+                         [("collapsed", None), ("variational", None), ("variational", 2)])
+def test_the_prior_mean_is_mean_intercept_plus_x_mean_coef(inference, n_outputs):
+    # without a global GP a new site's prediction is the prior mean alone: the fixed
+    # effects' line, whose intercept (collapsed: the generalized least squares one,
+    # not the target's standardization shift) the attributes must give
+    X, y, groups = _data(n_outputs)
+    kw = dict(n_inducing_local=4, n_rounds=3) if inference == "variational" else {}
+    model = PFedHGPRegressor(inference=inference, components=("local",), random_state=0,
+                             **kw).fit(X, y, groups=groups)
+    Xt = np.random.default_rng(1).uniform(-5, 15, (7, 2))
+    line = model.mean_intercept_ + Xt @ model.mean_coef_
+    np.testing.assert_allclose(model.predict(Xt), line, rtol=1e-10, atol=1e-10)
+    assert np.shape(model.mean_intercept_) == np.shape(model.y_mean_)
+    if inference == "collapsed":  # the intercept is a fitted effect, not the shift
+        assert abs(model.mean_intercept_ - (model.y_mean_ - model.x_mean_ @ model.mean_coef_)) \
+            > 1e-6
