@@ -1,4 +1,4 @@
-"""Two ideas for PFedHGP's new-site gap to Pooled Ridge on the real regression sets.
+"""Ideas for, and a diagnosis of, PFedHGP's new-site gap to Pooled Ridge on the real regression sets.
 
 The collapsed default's population prediction is the generalized least squares
 fixed effects plus the global GP; on Produc it is above Pooled Ridge's
@@ -14,13 +14,19 @@ seeds are 0-2), new-site RMSE of:
   PFedHGP and Pooled Ridge;
 * ``combine``: convex combinations of PFedHGP's population prediction and Pooled
   Ridge's: half and half, and the best weight for each seed chosen on its test
-  rows (an upper bound on what any weight chosen on the training sites can do).
+  rows (an upper bound on what any weight chosen on the training sites can do);
+* ``gls``: where the gap comes from. Pooled Ridge, MixedLM, PFedHGP, and PFedHGP
+  with only its local GP and flat slopes (``components=("local",),
+  slope_prior="flat", random_effects="none"``), whose population prediction is
+  its fixed effects alone: the generalized least squares line under the local
+  GP's covariance.
 
 Usage::
 
     python benchmarks/defaults/pfedhgp_new_site.py mundlak --datasets produc sleepstudy --seeds 0-2
     python benchmarks/defaults/pfedhgp_new_site.py pooled --datasets produc sleepstudy --seeds 0-2
     python benchmarks/defaults/pfedhgp_new_site.py combine --datasets produc sleepstudy --seeds 0-2
+    python benchmarks/defaults/pfedhgp_new_site.py gls --datasets sleepstudy exam --seeds 0-2
 """
 
 import argparse
@@ -74,6 +80,17 @@ def combine(X, y, g, tr, te, seed):
     return {"Pooled Ridge": b, "PFedHGP": a, "half and half": (a + b) / 2}
 
 
+def gls(X, y, g, tr, te, seed):
+    lines = PFedHGPRegressor(components=("local",), slope_prior="flat", random_effects="none",
+                             random_state=seed).fit(X[tr], y[tr], groups=g[tr])
+    return {"Pooled Ridge": PooledEstimator(Ridge()).fit(X[tr], y[tr], groups=g[tr])
+            .predict(X[te]),
+            "MixedLM": MixedLMRegressor().fit(X[tr], y[tr], groups=g[tr]).predict(X[te]),
+            "PFedHGP": PFedHGPRegressor(random_state=seed).fit(X[tr], y[tr], groups=g[tr])
+            .predict(X[te]),
+            "PFedHGP's fixed effects under its local GP alone": lines.predict(X[te])}
+
+
 def best_combination(y, a, b):
     """The convex combination ``w a + (1 - w) b`` of least squared error on ``y``, and ``w``."""
     d = a - b
@@ -81,7 +98,7 @@ def best_combination(y, a, b):
     return w * a + (1 - w) * b, w
 
 
-MODES = {"mundlak": mundlak, "pooled": pooled, "combine": combine}
+MODES = {"mundlak": mundlak, "pooled": pooled, "combine": combine, "gls": gls}
 
 
 def main(argv=None):
