@@ -65,7 +65,7 @@ MAX_ITER = 500
 RESTART_ITER = 60
 #: ``n_restarts="auto"``: this many restarts when the sites hold at most
 #: ``AUTO_RESTART_ROWS`` rows in all, none above (a fit with restarts costs 4-8 times
-#: one without; doc/results/pfedhgp_start.md, "Restarts by default")
+#: one without; doc/results/pfedhgp_start.md, "Start dependence")
 AUTO_RESTARTS = 8
 AUTO_RESTART_ROWS = 1000
 #: restarts run side by side in the same rounds while the largest site's blocks at all

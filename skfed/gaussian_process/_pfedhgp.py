@@ -219,8 +219,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         lengthscale has moved, and the fit stays there: started at 0.1 the
         scalar model predicts better on every real data set measured and
         on a hierarchy drawn from the model (``benchmarks/defaults/pfedhgp_start.py``,
-        ``benchmarks/defaults/pfedhgp_windowed.py``, see
-        ``doc/results/pfedhgp_start.md``; 1.0 before).
+        ``benchmarks/defaults/pfedhgp_windowed.py``, see the changelog's
+        "Defaults history"; 1.0 before).
     init_phi : float, default=1.0
         Initial deviation scale ``phi``.
     init_noise : float, default=0.0025
