@@ -101,6 +101,16 @@ def _latent_q_step(G, C, off, prior, B, s2, want_cov, P, Ls, means):
     return 0
 
 
+@njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH, inline="always")
+def _prior_block_rows(P, Gw, s2, inv_prior):
+    """Rows ``:k`` (lower triangle) of the joint precision ``[[Gw, .], [., .]] / s2 +
+    diag(inv_prior I, .)`` of ``(m_delta, m_u)``."""
+    for i in range(Gw.shape[0]):
+        for j in range(i + 1):
+            P[i, j] = Gw[i, j] / s2
+        P[i, i] += inv_prior
+
+
 @njit(cache=True, nogil=True, no_cfunc_wrapper=True, fastmath=FASTMATH)
 def _local_precision_rows(P, k, C, Gv, s2):
     """Rows ``k:`` (lower triangle) of the joint precision ``[[., C], [C^T, Gv]] /
@@ -662,10 +672,7 @@ def prior_block_factor(Gw, s2, inv_prior):
     """
     k = Gw.shape[0]
     P = np.empty((k, k))
-    for i in range(k):
-        for j in range(i + 1):
-            P[i, j] = Gw[i, j] / s2
-        P[i, i] += inv_prior
+    _prior_block_rows(P, Gw, s2, inv_prior)
     info = _chol_in_place(P)
     return info, P
 
@@ -741,10 +748,7 @@ def marginal_dev_stats(Gw, C, Gv, wy, vy, s2, phi):
     nu = Gv.shape[0]
     N = k + nu
     P = np.zeros((N, N))
-    for i in range(k):
-        for j in range(i + 1):
-            P[i, j] = Gw[i, j] / s2
-        P[i, i] += 1.0 / phi
+    _prior_block_rows(P, Gw, s2, 1.0 / phi)
     _local_precision_rows(P, k, C, Gv, s2)
     A = np.zeros((k, k))
     a = np.zeros(k)
