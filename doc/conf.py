@@ -82,6 +82,9 @@ API_MODULES = {
                 "accountants and noise calibration."),
     "federated": ("The federated protocol", "Federation, client and server steps, the engine "
                   "that runs the rounds and the ledger of every message."),
+    "federated.flower": ("Flower", "An estimator's own client and server steps on a Flower "
+                         "federation (SuperLink and SuperNodes); the ``flower`` extra, see "
+                         ":doc:`/flower`."),
     "benchmark": ("Benchmark", "The experiments of ``skfed benchmark`` and the code that runs "
                   "them."),
     "utils": ("Utilities", "Validation of client labels."),
@@ -95,12 +98,15 @@ API_CONSTANTS = {
     "PFTR_ACCOUNTANTS": "The values of ``PersonalizedTensorRegressor(accountant=...)``: "
                         "``\"paper\"`` and those of :data:`ACCOUNTANTS`.",
     "MODES": "The run modes of :func:`run_benchmark`.",
+    "TRUSTED_TYPES": "The skfed types (estimators and their fitted parts) that "
+                     ":func:`load_fitted` may build from a skops file, besides numpy's and "
+                     "scikit-learn's; it runs no code of the file.",
 }
 
 
 def _public_modules():
     names = sorted(p.parent.name for p in (Path(skfed.__file__).parent).glob("*/__init__.py")
-                   if not p.parent.name.startswith("_")) + ["base"]
+                   if not p.parent.name.startswith("_")) + ["base", "federated.flower"]
     order = list(API_MODULES) + [n for n in names if n not in API_MODULES]
     modules = [importlib.import_module(f"skfed.{name}") for name in order if name in names]
     return [m for m in modules if hasattr(m, "__all__")]
@@ -123,8 +129,11 @@ def _api_page(module):
                       "   :nosignatures:", ""] + [f"   {n}" for n in sorted(names)] + [""]
     for name, value in objects.items():
         if name not in classes and name not in functions:
-            lines += [f".. data:: {name}", f"   :value: {value!r}", "",
-                      f"   {API_CONSTANTS.get(name, 'A constant of ' + module.__name__ + '.')}", ""]
+            # a set's repr follows the hash seed: its size instead, for a reproducible page
+            shown = ([] if isinstance(value, (set, frozenset))
+                     else [f"   :value: {value!r}"])
+            lines += [f".. data:: {name}"] + shown + [
+                "", f"   {API_CONSTANTS.get(name, 'A constant of ' + module.__name__ + '.')}", ""]
     return short, title, description, "\n".join(lines)
 
 

@@ -22,15 +22,17 @@ import pytest
 import skfed
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC_PACKAGES = ("sphinx", "numpydoc", "sphinx_gallery", "pydata_sphinx_theme", "myst_parser")
+DOC_PACKAGES = ("sphinx", "numpydoc", "sphinx_gallery", "pydata_sphinx_theme", "myst_parser",
+                "flwr", "skops")
 MISSING = [name for name in DOC_PACKAGES if importlib.util.find_spec(name) is None]
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 
 
 def public_modules():
-    """Every ``skfed.<module>`` with an ``__all__`` (a new one is checked too)."""
+    """Every ``skfed.<module>`` with an ``__all__`` (a new one is checked too), and the
+    Flower module (not imported by its package: it needs the ``flower`` extra)."""
     names = sorted(p.parent.name for p in (ROOT / "skfed").glob("*/__init__.py")
-                   if not p.parent.name.startswith("_"))
+                   if not p.parent.name.startswith("_")) + ["federated.flower"]
     modules = [importlib.import_module(f"skfed.{name}") for name in names]
     return [m for m in modules if hasattr(m, "__all__")]
 
@@ -66,7 +68,7 @@ def test_every_public_name_has_a_page(site):
             if inspect.isclass(obj) or callable(obj):
                 page = site / "api" / "generated" / f"{full}.html"
             else:  # constants are documented on their module's page
-                page = site / "api" / f"{module.__name__.split('.')[1]}.html"
+                page = site / "api" / f"{module.__name__.split('.', 1)[1]}.html"
             if not page.exists() or f'id="{full}"' not in page.read_text():
                 missing.append(full)
     assert not missing, f"public names without an API page: {missing}"
