@@ -218,6 +218,10 @@ class Layout:
         with ``e_i ~ N(0, NOISE_SPREAD**2)`` (estimated with the hyperparameters, a
         penalized likelihood), and ``s2`` is the population's (a new site's). With 0,
         one noise variance ``s2`` for every site (the paper's model).
+    ard : bool, default=True
+        One lengthscale per feature in each kernel; with ``False`` the ``d``
+        entries of a kernel's lengthscales are kept equal (:meth:`tie`: the starts
+        and the optimizer's gradient), one shared lengthscale per kernel.
     site_rows : array-like of shape (n_sites,) or None, default=None
         With per-site noise, the rows each site's likelihood holds (0 for a site that
         sends no statistics): the spread ``v = NOISE_SPREAD**2`` is then learned, its log
@@ -230,8 +234,9 @@ class Layout:
 
     def __init__(self, n_features, random_effects="linear", fixed_effects="linear",
                  deviation=True, local=True, global_gp=True, slope_prior=False, n_sites=0,
-                 site_rows=None):
+                 site_rows=None, ard=True):
         self.d = int(n_features)
+        self.ard = bool(ard)
         self.global_gp = bool(global_gp)
         self.random_effects = random_effects
         self.fixed_effects = fixed_effects
@@ -301,6 +306,18 @@ class Layout:
             L[self.tril], [np.log(p.get("tau2", SLOPE_PRIOR_START))] if self.slope_prior else [],
             np.broadcast_to(p.get("noise_offsets", 0.0), self.n_sites),
             [np.log(p.get("spread2", NOISE_SPREAD**2))] if self.spread_index is not None else []])
+
+    def tie(self, v):
+        """``v`` (a point or a gradient) with each kernel's ``d`` lengthscale entries
+        replaced by their mean where ``ard=False``: the gradient of the likelihood
+        restricted to equal lengthscales, so that the optimizer, started there, stays
+        there (its box bounds are the same for every entry)."""
+        if self.ard or self.d == 1:
+            return v
+        v = np.array(v, dtype=float)
+        for block in (slice(0, self.d), slice(self.d + 2, 2 * self.d + 2)):
+            v[..., block] = v[..., block].mean(axis=-1, keepdims=True)
+        return v
 
     def bounds(self):
         """Box bounds of the optimizer (switched-off parts pinned at their start)."""
@@ -564,7 +581,7 @@ def server_gradient(p, layout, Z, w, Lam_inv, K_inv, site_grads):
         s = slice(1, f)
         g[layout.tau_index] = 0.5 * (layout.n_slopes
                                      - (np.trace(Lam_inv[s, s]) + w[s] @ w[s]) / p["tau2"])
-    return (g + offsets_prior(p, layout)[1]) * layout.mask()
+    return layout.tie((g + offsets_prior(p, layout)[1]) * layout.mask())
 
 
 def fit_collapsed(sites, layout, Z, theta0, max_iter=500):
@@ -685,7 +702,7 @@ def scattered_starts(theta0, layout, n, rng):
     for _ in range(int(n)):
         shift = rng.uniform(-1.0, 1.0, size=layout.size) * np.log(10.0)
         starts.append(starts[0] + np.where(logs, shift, 0.0))
-    return np.array(starts)
+    return layout.tie(np.array(starts))
 
 
 class CollapsedProtocol(FederatedAlgorithm):

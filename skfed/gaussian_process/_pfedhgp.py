@@ -279,7 +279,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         (the paper's), 0.3 for ``"cavi"`` (the global lengthscale reaches
         its optimum in fewer rounds).
     learn_inducing : bool, default=True
-        Learn ``Z_g`` and ``Z_i``.
+        Learn ``Z_g`` and ``Z_i`` (the variational inference; the collapsed
+        fit keeps ``Z_g`` where the set-up places it and has no ``Z_i``).
     normalize_y : bool, default=True
         Standardize ``y`` with the pooled mean and standard deviation
         (computed from the clients' sums in the set-up round), so that the
@@ -389,8 +390,11 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         It also sets the Adam step scale of the inducing inputs (box width /
         10, or 0.1 where ``lower == upper``).
     jitter : float, default=1e-6
-        Added to the diagonal of every inducing covariance before its
-        Cholesky factorization; multiplied by 10 on each failure. The largest
+        Variational inference: added to the diagonal of every inducing
+        covariance before its Cholesky factorization; multiplied by 10 on
+        each failure. (The collapsed fit adds ``1e-6`` times the global
+        variance to its inducing covariance; there ``jitter`` is used only by
+        :meth:`sample_y`'s draws.) The largest
         jitter used is ``jitter_``: every round's client message carries the
         largest jitter that client has needed so far (``jitter`` times a
         power of 10: it tells how many escalations were needed, no data
@@ -458,8 +462,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         linear mixed model's REML fit. Clients with fewer than 3 rows send nothing and are left
         out. 1-D ``y``, ``kernel="rbf"``, ``site_trend="none"`` and
         ``client_fraction=1.0`` only (the likelihood needs every client);
-        ``optimizer``, ``n_rounds``, ``local_steps`` and the local inducing
-        settings do not apply; ``client_kernels`` and ``client_dissimilarity``
+        ``optimizer``, ``n_rounds``, ``local_steps``, ``learn_inducing``,
+        ``jitter`` and the local inducing settings do not apply; ``client_kernels`` and ``client_dissimilarity``
         are not available (the clients share their kernels).
     n_restarts : int or "auto", default="auto"
         Collapsed inference only: this many more starts beside the given
@@ -548,7 +552,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         multi-output: shape ``(R_g, 1 or n_features)``, one row per latent.
     variance_global_ : float
         Global kernel output variance, in units of ``y`` squared
-        (multi-output: the fixed latent variance).
+        (multi-output: the fixed latent variance; ``None`` without a global
+        basis).
     loadings_global_ : ndarray of shape (Q, R_g)
         Multi-output only: ``B_g`` in units of ``y`` (``None`` otherwise).
     loadings_deviation_, loadings_local_ : ndarray of shape (n_clients, Q, R)
@@ -557,7 +562,9 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         when fitted on a distributed engine: the personalized parts stay on
         the sites.
     inducing_global_ : ndarray of shape (M, n_features)
-        Learned ``Z_g``, in units of ``X``.
+        The global inducing inputs ``Z_g``, in units of ``X``: learned by the
+        variational fit (``learn_inducing``), placed by the set-up and kept
+        by the collapsed one; ``None`` without a global basis.
     random_effects_cov_ : ndarray of shape (q, q) or None
         The learned ``Sigma`` of the random effects (``random_effects``), in
         units of ``y`` squared per standardized input (``None`` without them).
@@ -576,8 +583,11 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         ``mean_intercept_ + X @ mean_coef_``, which a new client's
         prediction adds the global GP's posterior mean to.
     y_mean_, y_std_ : float or ndarray of shape (Q,)
-        The target standardization (``normalize_y``): the model's
-        components are fitted to ``(y - y_mean_) / y_std_``.
+        The target standardization (``normalize_y``). The collapsed fit's
+        components are fitted to ``(y - y_mean_) / y_std_`` (its fixed
+        effects are estimated with them); the variational fit's to the
+        residuals of its prior mean, ``(y - y_mean_ - (X - x_mean_) @
+        mean_coef_) / y_std_``.
     x_mean_, x_std_ : ndarray of shape (n_features,)
         The input standardization (zeros and ones with ``normalize_X=False``):
         the lengthscales apply to ``(X - x_mean_) / x_std_``.
@@ -585,9 +595,11 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         Each client's local lengthscale(s) (``None`` without local component;
         multi-output: shape ``(n_clients, R_l, 1 or n_features)``).
     variances_local_ : ndarray of shape (n_clients,)
-        Each client's local output variance, in units of ``y`` squared.
+        Each client's local output variance, in units of ``y`` squared
+        (multi-output: the fixed latent variance).
     inducing_local_ : list of ndarray
-        Each client's ``Z_i``, in units of ``X``. These three are ``None`` when fitted on a
+        Each client's ``Z_i``, in units of ``X`` (``None`` for the collapsed
+        fit, which has none). These three are ``None`` when fitted on a
         distributed engine: the personalized parts stay on the sites, and
         ``predict`` for a seen client raises a ``ValueError`` (the
         population prediction works).
@@ -598,7 +610,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         sum of the clients' terms after their local step, minus ``KL_g``
         (``"paper"``), or after the server's closed-form update (``"cavi"``).
     jitter_ : float
-        Largest diagonal jitter any Cholesky factorization needed.
+        Variational inference: the largest diagonal jitter any Cholesky
+        factorization needed. Collapsed: ``jitter`` (see there).
     inference_ : {"collapsed", "variational"}
         The inference the fit used (``inference``, resolved for ``"auto"``).
     log_marginal_likelihood_value_ : float
@@ -930,7 +943,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                         deviation="deviation" in comps, local="local" in comps,
                         global_gp="global" in comps,
                         n_sites=len(counts) if per_client else 0,
-                        site_rows=rows if per_client else None)
+                        site_rows=rows if per_client else None, ard=self.ard)
 
         def start(init):
             var_l = init["init_variance_local"]

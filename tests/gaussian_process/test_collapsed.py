@@ -525,3 +525,39 @@ def test_small_sites_send_nothing_but_predict_their_rows():
     _, std_seen = model.predict(X[10:12], groups=groups[10:12], return_std=True)
     _, std_new = model.predict(X[10:12], return_std=True)
     assert k >= 0 and np.all(std_seen < std_new)
+
+
+def test_ard_false_keeps_one_lengthscale_per_kernel():
+    """``ard=False``: the optimizer's gradient is the likelihood's along equal lengthscales
+    (per entry, the derivative of the tied one over ``d``), the starts are tied, and the
+    estimator's fit keeps one lengthscale per kernel; with one feature it changes nothing."""
+    sites = _sites(4, d=3)
+    Z = np.random.default_rng(1).normal(size=(6, 3))
+    layout = col.Layout(3, random_effects="intercept", ard=False)
+    theta = layout.pack({"ls_g": 1.3, "var_g": 0.8, "phi": 0.5, "ls_l": 0.6, "var_l": 0.2,
+                         "s2": 0.1, "L": 0.3 * np.eye(1)})
+    grad = _nll_and_grad(theta, sites, layout, Z)[1]
+
+    def along(t, block):
+        th = theta.copy()
+        th[block] = t[0]
+        return _nll_and_grad(th, sites, layout, Z)[0]
+
+    for block in (slice(0, 3), slice(5, 8)):
+        assert np.ptp(grad[block]) == 0.0
+        numeric = approx_fprime(theta[block][:1], along, 1e-6, block)[0]
+        assert 3 * grad[block][0] == pytest.approx(numeric, rel=1e-4)
+    starts = col.scattered_starts(theta, layout, 4, np.random.default_rng(0))
+    assert np.ptp(starts[:, 0:3], axis=1).max() == 0.0
+    assert np.ptp(starts[:, 5:8], axis=1).max() == 0.0
+
+    X, y, groups = _pooled()
+    tied = _collapsed_model(ard=False, n_restarts=2).fit(X, y, groups=groups)
+    free = _collapsed_model(ard=True, n_restarts=2).fit(X, y, groups=groups)
+    assert np.ptp(tied.lengthscale_global_) == 0.0
+    assert np.ptp(tied.lengthscales_local_) == 0.0
+    assert np.ptp(free.lengthscale_global_) > 0.0
+    one = [_collapsed_model(ard=ard, n_restarts=2).fit(X[:, :1], y, groups=groups)
+           for ard in (True, False)]
+    np.testing.assert_array_equal(one[0].predict(X[:, :1], groups=groups),
+                                  one[1].predict(X[:, :1], groups=groups))
