@@ -462,8 +462,10 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         linear mixed model's REML fit. Clients with fewer than 3 rows send nothing and are left
         out. 1-D ``y``, ``kernel="rbf"``, ``site_trend="none"`` and
         ``client_fraction=1.0`` only (the likelihood needs every client);
-        ``optimizer``, ``n_rounds``, ``local_steps``, ``learn_inducing``,
-        ``jitter`` and the local inducing settings do not apply; ``client_kernels`` and ``client_dissimilarity``
+        the variational fit's settings do not apply (``optimizer``,
+        ``mean_update``, ``n_rounds``, ``tol``, ``local_steps``, ``local_lr``,
+        ``server_lr``, ``learn_inducing``, ``jitter``, ``population_local``
+        and the local inducing settings); ``client_kernels`` and ``client_dissimilarity``
         are not available (the clients share their kernels).
     n_restarts : int or "auto", default="auto"
         Collapsed inference only: this many more starts beside the given
