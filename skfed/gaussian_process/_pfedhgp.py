@@ -17,7 +17,9 @@ from ..federated._release import MIN_ROWS_MOMENTS
 from ..utils._param_validation import (
     FEDERATION_CONSTRAINTS, nonnegative_real, positive_int, positive_real,
 )
-from ..utils._validation import check_groups, user_stacklevel, validate_data
+from ..utils._validation import (
+    check_groups, check_positive_int, check_scale, user_stacklevel, validate_data,
+)
 from ._elbo import ModelConfig, softplus
 from ._ilmm import IlmmConfig
 from ._predict import gaussian_draws, ilmm_moments, scalar_moments
@@ -852,19 +854,24 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
                     f"got shape {Zg.shape}."
                 )
 
+    def _init_inducing_global(self, n_features):
+        """``init_inducing_global`` as an array for ``n_features`` inputs (or None)."""
+        if self.init_inducing_global is None:
+            return None
+        Zg = np.asarray(self.init_inducing_global, dtype=float)
+        if Zg.shape[1] != n_features:
+            raise ValueError(
+                f"init_inducing_global must be a finite array of shape (M, {n_features}), "
+                f"got shape {Zg.shape}."
+            )
+        return Zg
+
     def _steps_algorithm(self, n_features, n_outputs=None):
         """The client and server steps for ``n_features`` inputs and ``n_outputs``."""
         comps = self._components
         local_steps = DEFAULT_LOCAL_STEPS[self.optimizer] if self.local_steps is None \
             else int(self.local_steps)
-        Zg = None
-        if self.init_inducing_global is not None:
-            Zg = np.asarray(self.init_inducing_global, dtype=float)
-            if Zg.shape[1] != n_features:
-                raise ValueError(
-                    f"init_inducing_global must be a finite array of shape (M, {n_features}), "
-                    f"got shape {Zg.shape}."
-                )
+        Zg = self._init_inducing_global(n_features)
         fields = dict(
             kind=KERNEL_KINDS[self.kernel], ard=bool(self.ard), n_features=n_features,
             use_global="global" in comps, use_deviation="deviation" in comps,
@@ -959,8 +966,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         # starts tried besides it do not depend on the init_* values
         defaults = {name: p.default for name, p in
                     inspect.signature(PFedHGPRegressor.__init__).parameters.items()}
-        Zg = None if self.init_inducing_global is None else np.asarray(
-            self.init_inducing_global, dtype=float)
+        Zg = self._init_inducing_global(n_features)
         return PFedHGPCollapsed(
             layout, start(self.get_params()), n_inducing=self.n_inducing_global,
             n_restarts=self.n_restarts, restart_center=start(defaults),
@@ -1384,6 +1390,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     def _validate_predict(self, X, groups):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
+        check_scale(X, "X")  # as fit: a kernel of such rows is inf or NaN
         index = self._client_index(groups, X.shape[0])
         check_on_site(index, self.clients_, self._locals is None)
         # one client: the population is that client
@@ -1485,6 +1492,7 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, Q, n_samples)
             Multi-output draws are joint over rows and outputs.
         """
+        n_samples = check_positive_int(n_samples, "n_samples")
         rng = check_random_state(random_state)
         X, index = self._validate_predict(X, groups)
         with blas_threads(1):  # the same draws beside threaded fits too (see predict)

@@ -11,7 +11,7 @@ from ..base import FederatedEstimator, scatter_rows
 from ..federated import Federation
 from ..utils._docstrings import fill_doc
 from ..utils._param_validation import (
-    UNKNOWN_CLIENT, Number, nonnegative_real, positive_int, positive_real,
+    N_JOBS, UNKNOWN_CLIENT, nonnegative_real, positive_int, positive_real,
 )
 from ..utils._validation import validate_data
 from ._stages import check_client_range
@@ -39,7 +39,7 @@ TENSOR_CONSTRAINTS = {
     "init_unfolding": [StrOptions({"auto", "response"})],
     "rank_scale": [positive_real()],
     "max_rank": [positive_int(), None],
-    "n_jobs": [Number(numbers.Integral, None, None, closed="neither"), None],
+    "n_jobs": N_JOBS,
     **UNKNOWN_CLIENT,
 }
 

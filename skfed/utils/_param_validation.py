@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-__all__ = ["FEDERATION_CONSTRAINTS", "FEDERATION_DEFAULTS", "Number", "PRIVACY_CONSTRAINTS",
+__all__ = ["FEDERATION_CONSTRAINTS", "FEDERATION_DEFAULTS", "N_JOBS", "Number", "PRIVACY_CONSTRAINTS",
            "UNKNOWN_CLIENT", "positive_int", "positive_real", "nonnegative_real"]
 
 
@@ -24,6 +24,12 @@ class Number(Interval):
         if isinstance(val, (bool, np.bool_)):
             return False
         return super().is_satisfied_by(val)
+
+
+#: ``n_jobs`` as joblib reads it: ``None``, a positive count, or ``-1``, ``-2``, ... (all
+#: cores, all but one, ...); 0 means nothing (joblib refuses it inside ``fit``)
+N_JOBS = [Number(numbers.Integral, None, -1, closed="right"),
+          Number(numbers.Integral, 1, None, closed="left"), None]
 
 
 def positive_int(minimum=1):
@@ -50,7 +56,7 @@ FEDERATION_CONSTRAINTS = {
     "client_fraction": [Number(numbers.Real, 0, 1, closed="right")],
     "on_client_error": [StrOptions({"raise", "skip"})],
     "random_state": ["random_state"],
-    "n_jobs": [Number(numbers.Integral, None, None, closed="neither"), None],
+    "n_jobs": N_JOBS,
     "verbose": ["verbose"],
     **UNKNOWN_CLIENT,
 }

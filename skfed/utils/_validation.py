@@ -487,6 +487,8 @@ def validate_data(estimator, X=_NO_Y, y=_NO_Y, **kwargs):
     from sklearn.utils.validation import validate_data as _sklearn_validate_data
 
     has_y = not (isinstance(y, str) and y == _NO_Y) and y is not None
+    if has_y:
+        _refuse_missing_targets(y)
     if has_y and kwargs.get("y_numeric") and np.asarray(y).dtype.kind in "US":
         try:  # numbers written as text are read like scikit-learn's regressors do
             y = np.asarray(y).astype(np.float64)
@@ -498,6 +500,28 @@ def validate_data(estimator, X=_NO_Y, y=_NO_Y, **kwargs):
         if type(exc) not in (ValueError, TypeError) or _names_argument(str(exc)):
             raise
         raise type(exc)(f"{_culprit(X, y, has_y, kwargs)}: {exc}") from exc
+
+
+def _refuse_missing_targets(y):
+    """Refuse ``None`` (or a float NaN) among the values of an object ``y``.
+
+    scikit-learn checks an object array's finiteness before converting it to
+    floats, so a ``None`` target passes and becomes NaN (a silent NaN fit or a
+    misleading error far from its cause).
+    """
+    try:
+        values = y if hasattr(y, "dtype") else np.asarray(y)
+    except ValueError:  # ragged: scikit-learn names it
+        return
+    if getattr(values, "dtype", None) != object:
+        return
+    flat = np.asarray(values, dtype=object).ravel()
+    missing = [i for i, v in enumerate(flat) if v is None or (isinstance(v, float) and v != v)]
+    if missing:
+        raise ValueError(
+            f"y contains {len(missing)} missing value(s) (None or NaN) at flat positions "
+            f"{missing[:10]}; drop or impute those rows."
+        )
 
 
 def _names_argument(message):

@@ -114,3 +114,27 @@ def test_client_non_finite_message_is_reported(data, monkeypatch):
     with pytest.raises(FloatingPointError, match=r"^client 'b', round 2: .*'rr' is not "
                                                  r"finite.*rescale y"):
         PFedHGPRegressor(optimizer="cavi", n_jobs=1, **SMALL).fit(X, y, groups=g)
+
+
+def test_predict_and_sample_y_refuse_X_out_of_range(data):
+    # was: the default (collapsed) fit's std inf, its covariance's diagonal NaN and a
+    # CholeskyError in sample_y, for rows fit would refuse
+    X, y, g = data
+    model = PFedHGPRegressor(n_restarts=0, random_state=0).fit(X, y, groups=g)
+    for call in (lambda Xp: model.predict(Xp, groups=g[:2], return_std=True),
+                 lambda Xp: model.predict(Xp, groups=g[:2], return_cov=True),
+                 lambda Xp: model.sample_y(Xp, groups=g[:2])):
+        with pytest.raises(ValueError, match=r"^X is out of range"):
+            call(X[:2] * 1e160)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="n_samples"):
+            model.sample_y(X[:2], n_samples=bad)
+
+
+def test_collapsed_fit_refuses_init_inducing_global_of_another_width(data):
+    # was: numpy's broadcast error (the variational fit named the parameter)
+    X, y, g = data
+    with pytest.raises(ValueError, match=r"init_inducing_global must be a finite array of "
+                                         r"shape \(M, 2\), got shape \(3, 5\)"):
+        PFedHGPRegressor(init_inducing_global=np.zeros((3, 5)), n_restarts=0).fit(
+            X, y, groups=g)

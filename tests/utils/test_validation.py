@@ -202,6 +202,36 @@ def test_regressors_refuse_text_y_by_name(cls):
         est.fit(X, y, **kw)
 
 
+@pytest.mark.parametrize("cls", ["FedMixedLMRegressor", "PFedHGPRegressor",
+                                 "DPFedDROClassifier", "LocalEstimator"])
+def test_fit_refuses_a_missing_target_by_name(cls):
+    # before: None passed scikit-learn's finiteness check of an object y and became NaN
+    # (FedMixedLMRegressor predicted NaN; others failed far from the cause)
+    from sklearn.linear_model import LogisticRegression, Ridge
+
+    import skfed.baselines
+    import skfed.gaussian_process
+    import skfed.linear_model
+
+    X = np.random.default_rng(0).uniform(-1, 1, (18, 2))
+    if cls == "DPFedDROClassifier":
+        est, y = skfed.linear_model.DPFedDROClassifier(), ["u", "v"] * 9
+    elif cls == "LocalEstimator":
+        est, y = skfed.baselines.LocalEstimator(LogisticRegression()), [0, 1] * 9
+    else:
+        mod = skfed.linear_model if cls == "FedMixedLMRegressor" else skfed.gaussian_process
+        est, y = getattr(mod, cls)(), list(X.sum(1))
+    y[5] = None
+    groups = np.repeat(["a", "b", "c"], 6)
+    with pytest.raises(ValueError, match=r"y contains 1 missing value"):
+        est.fit(X, y, groups=groups)
+    with pytest.raises(ValueError, match=r"y contains 1 missing value"):
+        est.fit(X, np.array(y, dtype=object), groups=groups)
+    if cls == "LocalEstimator":
+        y[5] = 1
+        skfed.baselines.LocalEstimator(Ridge()).fit(X, np.array(y, dtype=object), groups=groups)
+
+
 def test_check_scale():
     from skfed.utils._validation import check_scale
 
