@@ -218,7 +218,7 @@ class FedAvgRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     n_iter_ : int
         Rounds run.
     %(communication_)s
-    %(n_features_in_)s
+    %(features_in_)s
 
     Examples
     --------

@@ -139,8 +139,10 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
 
     Attributes
     ----------
-    booster_ : gpboost.Booster
-        ``kind="trees"``: the refitted booster (its trees are ``F``).
+    booster_ : gpboost.Booster or None
+        ``kind="trees"``: the refitted booster, whose trees are the fixed part
+        ``F`` fitted to the standardized ``y`` (``predict`` maps it back);
+        ``None`` when ``y`` is constant.
     best_params_ : dict
         ``kind="trees"``: the grid's combination chosen by the inner CV (the
         first one when it could not run).

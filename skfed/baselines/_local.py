@@ -228,7 +228,7 @@ class LocalEstimator(_BaseWrapper):
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
     %(communication_)s
-    %(n_features_in_)s
+    %(features_in_)s
 
     Examples
     --------
@@ -491,7 +491,7 @@ class PooledEstimator(_BaseWrapper):
     %(clients_)s
     classes_ : ndarray of shape (n_classes,)
         Class labels (classifiers only).
-    %(n_features_in_)s
+    %(features_in_)s
 
     Examples
     --------

@@ -86,10 +86,61 @@ class PFedGPRegressor(PFedHGPRegressor):
 
     Attributes
     ----------
-    clients_, lengthscales_local_, variances_local_, inducing_local_,
-    noise_variance_, elbo_, jitter_, communication_, n_features_in_
-        As in :class:`PFedHGPRegressor` (the per-client ones are ``None``
-        when fitted on a distributed engine).
+    clients_ : ndarray of shape (n_clients,)
+        Sorted client labels seen in ``fit``.
+    n_outputs_ : int
+        Number of outputs ``Q`` (1 for 1-D or single-column ``y``).
+    lengthscales_local_ : ndarray of shape (n_clients, 1 or n_features)
+        Each client's final lengthscale(s), in units of ``X`` (multi-output:
+        shape ``(n_clients, n_latents, 1 or n_features)``).
+    variances_local_ : ndarray of shape (n_clients,)
+        Each client's output variance, in units of ``y`` squared
+        (multi-output: the fixed latent variance ``init_variance``).
+    loadings_local_ : ndarray of shape (n_clients, Q, n_latents) or None
+        Multi-output only: each client's loadings ``B_i`` in units of ``y``
+        (``None`` for 1-D ``y``).
+    inducing_local_ : list of ndarray of shape (M_i, n_features)
+        Each client's inducing inputs ``Z_i``, in units of ``X`` (``M_i`` is
+        ``n_inducing``, or the client's number of distinct rows if fewer). These four
+        are ``None`` when fitted on a distributed engine: the client GPs
+        stay on the sites.
+    noise_variance_ : float or ndarray of shape (Q,)
+        Learned shared noise variance, in units of ``y`` (per output for
+        multi-output ``y``).
+    x_mean_, x_std_ : ndarray of shape (n_features,)
+        Zeros and ones: the inputs are not standardized.
+    y_mean_, y_std_ : float or ndarray of shape (Q,)
+        The target standardization (``normalize_y``; 0 and 1 without it):
+        the client GPs are fitted to ``(y - y_mean_) / y_std_``.
+    mean_coef_ : ndarray of shape (n_features,) or (n_features, Q)
+        Zeros: the prior mean is constant.
+    mean_intercept_ : float or ndarray of shape (Q,)
+        The constant prior mean, ``y_mean_``.
+    phi_ : float
+        0: there is no deviation component.
+    n_iter_ : int
+        Training rounds run (``n_rounds``).
+    elbo_ : ndarray of shape (n_iter_,)
+        The clients' summed ELBO (on the normalized scale) in each training
+        round.
+    jitter_ : float
+        The largest diagonal jitter any Cholesky factorization needed.
+    inference_ : str
+        ``"variational"``.
+    lengthscale_global_, variance_global_, loadings_global_, inducing_global_ : None
+        Always ``None``: there is no global GP.
+    loadings_deviation_, random_effects_cov_, slope_prior_variance_ : None
+        Always ``None``: no deviation component, random effects or slopes.
+    client_noise_variances_, noise_spread_ : None
+        Always ``None``: one shared noise variance.
+    log_marginal_likelihood_value_, n_restarts_ : None
+        Always ``None``: collapsed inference only.
+    communication_ : Ledger
+        Every message exchanged during ``fit``.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in ``fit``, when ``X`` has string column names.
 
     Examples
     --------

@@ -53,9 +53,14 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        Sorted class labels; class ``classes_[c]`` is client ``c`` of
+        ``estimator_``.
     estimator_ : PFedHGPRegressor
         The fitted regressor (its clients are the classes, in order).
     n_features_in_ : int
+        Number of features seen in ``fit``: the points of ``input_grid``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in ``fit``, when ``X`` has string column names.
 
     Examples
     --------

@@ -631,6 +631,8 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         Every message exchanged during ``fit``.
     n_features_in_ : int
         Number of features seen in ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in ``fit``, when ``X`` has string column names.
 
     References
     ----------

@@ -226,9 +226,22 @@ class DPFedERMClassifier(_FederatedBaseline):
         without ``classes``); ``"epsilon"`` is ``inf`` without privacy
         (``epsilon=None`` or ``inf``).
     noise_sigma_ : ndarray of shape (n_clients,)
-        Noise standard deviation per client.
+        Noise standard deviation per client (zeros without privacy).
     eta_ : ndarray of shape (n_clients,)
         Step sizes.
+    client_weights_ : ndarray of shape (n_clients,)
+        The client weights ``alpha`` (``"uniform"`` or ``"size"`` resolved),
+        summing to 1, in the order of ``clients_``.
+    epsilon_round_ : tuple of float or None
+        ``(epsilon,)``: the per-round budget (derived from ``target_epsilon``
+        when given); ``None`` without privacy.
+    noise_multiplier_ : tuple of float or None
+        ``(z,)``: noise standard deviation over sensitivity; ``None``
+        without privacy.
+    privacy_unit_ : str or None
+        ``"record"``: one row of one client (replace-one); ``None`` without
+        privacy.
+    %(features_in_)s
 
     Examples
     --------
@@ -307,7 +320,20 @@ class DPFedSGDClassifier(_FederatedBaseline):
     coef_, intercept_, classes_, clients_, n_iter_, communication_, privacy_spent_ :
         As :class:`skfed.DPFedDROClassifier`.
     noise_sigma_ : ndarray of shape (n_clients,)
-        Gradient noise standard deviation per client.
+        Gradient noise standard deviation per client (zeros without privacy).
+    client_weights_ : ndarray of shape (n_clients,)
+        The client weights ``alpha`` (``"uniform"`` or ``"size"`` resolved),
+        summing to 1, in the order of ``clients_``.
+    epsilon_round_ : tuple of float or None
+        ``(epsilon,)``: the per-round budget (derived from ``target_epsilon``
+        when given); ``None`` without privacy.
+    noise_multiplier_ : tuple of float or None
+        ``(z,)``: noise standard deviation over sensitivity; ``None``
+        without privacy.
+    privacy_unit_ : str or None
+        ``"record"``: one row of one client (replace-one); ``None`` without
+        privacy.
+    %(features_in_)s
 
     Examples
     --------
@@ -405,6 +431,18 @@ class FedOvADROClassifier(_FederatedBaseline):
     ----------
     coef_, intercept_, classes_, clients_, n_iter_, communication_ :
         As :class:`skfed.DPFedDROClassifier`.
+    client_weights_ : ndarray of shape (n_clients,)
+        The client weights ``alpha`` (``"uniform"`` or ``"size"`` resolved),
+        summing to 1, in the order of ``clients_``.
+    privacy_spent_ : dict
+        No guarantee (the fit adds no noise): the report of a non-private
+        :class:`skfed.DPFedDROClassifier`, with ``"epsilon"`` ``inf``,
+        ``"delta"`` 0, ``"n_releases"`` 0, ``"strict"`` false and no
+        ``"releases"`` key.
+    epsilon_round_, noise_multiplier_, privacy_unit_ : None
+        Always ``None`` (not private), as for a non-private
+        :class:`skfed.DPFedDROClassifier`.
+    %(features_in_)s
 
     Examples
     --------
@@ -480,6 +518,10 @@ class CentralizedDROClassifier(LinearPredictionMixin, FederatedEstimatorMixin, C
         As :class:`skfed.DPFedDROClassifier`.
     dro_lambda_ : float
         The optimal DRO dual variable.
+    n_features_in_ : int
+        Number of features seen in ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in ``fit``, when ``X`` has string column names.
 
     Examples
     --------

@@ -115,9 +115,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         ``eps_M^2 + eps_lambda^2 = epsilon^2``). ``None`` (with
         ``target_epsilon=None``) trains without privacy (Algorithm 1);
         ``float("inf")`` is an alias of ``None`` (the same fit, and
-        ``privacy_spent_`` is ``None``), as for every private estimator of
-        skfed (:func:`skfed.privacy.check_epsilon`). 0, negative, NaN or
-        non-numbers are refused. Ignored when ``target_epsilon`` is given.
+        ``privacy_spent_["epsilon"]`` is ``inf``: no guarantee), as for every
+        private estimator of skfed (:func:`skfed.privacy.check_epsilon`). 0,
+        negative, NaN or non-numbers are refused. Ignored when ``target_epsilon`` is given.
     delta : float, default=1e-6
         Per-round delta of each Gaussian release, in (0, 1); also the total
         delta reported in ``privacy_spent_`` (the paper's ``delta_bar = delta``).
@@ -307,13 +307,16 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         client-local, not private), ``"consensus_violation"``
         (``sum_g alpha_g ||mean_t M~_g - mean_t M||_F``), ``"convergence_metric"``
         (running mean of the objective + 0.4 x violation, the paper's Fig. 2),
-        ``"lambda"`` and ``"tau"`` (shape ``(n_clients, n_rounds)``).
+        ``"lambda"`` and ``"tau"`` (shape ``(n_clients, n_rounds)``; ``"tau"``
+        has shape ``(n_clients, 0)`` without privacy, where the exact local
+        problem has no penalty multiplier).
     privacy_spent_ : dict
         The guarantee of everything a client released, with the keys of
         :class:`skfed.tensor.PersonalizedTensorRegressor`'s: ``"epsilon"``,
         ``"delta"`` (total per client, by the chosen accountant),
         ``"n_releases"``, ``"noise_multiplier"``, ``"calibration"``,
-        ``"strict"``, ``"covers"``, ``"outside"``, and ``"releases"`` (as
+        ``"strict"``, ``"covers"``, ``"outside"``, and, with privacy only,
+        ``"releases"`` (as
         :class:`~skfed.tensor.PersonalizedTensorRegressor`'s): one dict per
         kind of release, ``name`` among ``"model"``, ``"dro_variable"``,
         ``"scaling"`` (the histograms) and ``"temperature"``, with its
@@ -321,20 +324,25 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         ``epsilon``, what those releases alone spend at ``delta``. Without ``classes`` a
         private fit lists each site's label set under ``"outside"``
         (``"strict"`` is then false; ``"epsilon"`` still bounds the noisy
-        releases). Without privacy (``epsilon=None`` or ``inf``)
-        ``"epsilon"`` is ``inf``: no guarantee.
+        releases). Without privacy (``epsilon=None`` or ``inf``) the dict
+        has the first eight keys only (no ``"releases"``), with ``"epsilon"``
+        ``inf`` (no guarantee), ``"delta"`` 0, ``"n_releases"`` 0 and
+        ``"outside"`` empty.
     privacy_unit_ : str or None
-        ``"record"``: one row of one client (replace-one).
+        ``"record"``: one row of one client (replace-one); ``None`` without
+        privacy.
     epsilon_round_ : tuple of float or None
-        ``(epsilon_M, epsilon_lambda)`` per round.
+        ``(epsilon_M, epsilon_lambda)`` per round; ``None`` without privacy.
     noise_multiplier_ : tuple of float or None
-        ``(z_M, z_lambda)``: noise standard deviation over sensitivity.
+        ``(z_M, z_lambda)``: noise standard deviation over sensitivity;
+        ``None`` without privacy.
     noise_sigma_M_, noise_sigma_lambda_ : ndarray of shape (n_clients,)
-        Noise standard deviations per client.
-    sensitivity_M_, sensitivity_lambda_ : ndarray of shape (n_clients,)
-        L2 sensitivities (Lemmas 1 and 2).
-    eta_, nu_ : ndarray of shape (n_clients,)
-        Step sizes.
+        Noise standard deviations per client (zeros without privacy).
+    sensitivity_M_, sensitivity_lambda_ : ndarray of shape (n_clients,) or None
+        L2 sensitivities (Lemmas 1 and 2); ``None`` without privacy.
+    eta_, nu_ : ndarray of shape (n_clients,) or None
+        Step sizes of Theorem 3; ``None`` without privacy (the clients solve
+        the exact local problem).
     client_weights_ : ndarray of shape (n_clients,)
         ``alpha``.
     communication_ : Ledger
@@ -347,8 +355,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         The label transport cost used (``kappa`` with ``"auto"`` resolved).
     radius_ : ndarray of shape (n_clients,)
         The Wasserstein radius of each client (``"auto"`` resolved).
-    n_features_in_ : int
-        Number of features.
+    %(features_in_)s
 
     References
     ----------

@@ -44,6 +44,8 @@ class NormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     ----------
     n_features_in_ : int
         Number of features seen in ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in ``fit``, when ``X`` has string column names.
 
     Examples
     --------

@@ -181,16 +181,24 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
         Each client's intercept (zeros with ``fit_intercept=False``).
     init_coefs_ : ndarray of shape (n_clients, *coef_shape_)
         ADMM preliminary low-rank estimates.
+    init_deviations_ : ndarray of shape (n_clients, *coef_shape_)
+        Sparse parts of the ADMM preliminary estimates.
     ranks_ : list of tuple
         Tucker rank used by each client.
+    penalty_ : ndarray of shape (n_clients,)
+        Stage-II l1 weights ``omega_k``.
     client_weights_ : ndarray of shape (n_clients,)
         Share of the rows of each client.
     clients_ : ndarray of shape (n_clients,)
         Sorted client labels.
     communication_ : Ledger
         Messages exchanged (row counts only).
+    tensor_shape_, output_shape_, coef_shape_ : tuple
+        Shapes of a covariate, a response (``()`` for a scalar one) and a
+        coefficient tensor (``output_shape_ + tensor_shape_``).
     n_features_in_ : int
         Columns of ``X``.
+    %(feature_names_in_)s
 
     Examples
     --------
@@ -304,6 +312,16 @@ class FedAvgTensorRegressor(LocalTwoStageTensorRegressor):
     average_intercept_ : float or ndarray of shape output_shape_
         The same average of the intercepts of the clients that sent their
         tensor (both 0, with a warning, if there are none).
+    shared_coefs_, deviations_, coef_, intercept_, init_coefs_, init_deviations_ : ndarray
+        Each client's local fit, as in :class:`LocalTwoStageTensorRegressor`
+        (``predict`` does not use ``coef_`` and ``intercept_``).
+    ranks_, penalty_, client_weights_, clients_ :
+        As in :class:`LocalTwoStageTensorRegressor`.
+    communication_ : Ledger
+        Messages exchanged: the row counts, and the tensor and intercept of
+        each client that sent them.
+    tensor_shape_, output_shape_, coef_shape_, n_features_in_, feature_names_in_ :
+        As in :class:`LocalTwoStageTensorRegressor`.
 
     Examples
     --------
@@ -419,6 +437,8 @@ class TensorlyTuckerRegressor(RegressorMixin, BaseEstimator):
         Shape of a covariate tensor.
     n_features_in_ : int
         Columns of ``X``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in ``fit``, when ``X`` has string column names.
 
     Examples
     --------

@@ -414,7 +414,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
     rank_ : tuple of int
         Tucker rank used.
     local_ranks_ : dict
-        Client index to its selected rank (``rank="auto"`` only).
+        Client index to the rank it selected and sent for the vote, with
+        ``rank="auto"`` and the ADMM start (``init="admm"``); ``{}``
+        otherwise, e.g. in a strict private fit (``init="moment"``), where
+        the server picks the rank on the noisy pooled moment.
     clients_ : ndarray of shape (n_clients,)
         Sorted client labels.
     init_client_ : int
@@ -476,6 +479,7 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
         Shapes of a covariate, a response and a coefficient tensor.
     n_features_in_ : int
         Columns of ``X``.
+    %(feature_names_in_)s
 
     Notes
     -----
