@@ -145,6 +145,56 @@ def test_scorer_without_groups_scores_population(data):
         make_personalized_scorer(3)
 
 
+
+@pytest.mark.parametrize(
+    "metric, kwargs, match",
+    [
+        ("r2", dict(response_method="bogus"), "response_method"),
+        ("r2", dict(response_method="predict_proba"), "response_method"),
+        ("roc_auc", dict(response_method="decision_function"), "response_method"),
+        ("r2", dict(greater_is_better=False), "greater_is_better"),
+        (r2_score, dict(greater_is_better="no"), "greater_is_better"),
+        (r2_score, dict(greater_is_better=None), "greater_is_better"),
+        (r2_score, dict(response_method=["predict"]), "response_method"),
+    ],
+)
+def test_scorer_refuses_ignored_or_bad_options(metric, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_personalized_scorer(metric, **kwargs)
+
+
+def test_scorer_accepts_numpy_bool():
+    assert "greater_is_better=False" in repr(
+        make_personalized_scorer(r2_score, greater_is_better=np.False_)
+    )
+
+
+def test_scorer_name_falls_back_to_predict_proba():
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import average_precision_score, get_scorer, roc_auc_score
+
+    rng = np.random.default_rng(0)
+    X, groups = rng.uniform(-1, 1, (18, 2)), np.repeat(["a", "b", "c"], 6)
+    y = np.tile([0, 1], 9)
+    forest = LocalEstimator(RandomForestClassifier(n_estimators=5, random_state=0))
+    forest.fit(X, y, groups=groups)  # no decision_function: scikit-learn uses predict_proba
+    logistic = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    for name, metric in [("roc_auc", roc_auc_score),
+                         ("average_precision", average_precision_score)]:
+        scorer = make_personalized_scorer(name)
+        assert scorer(forest, X, y) == get_scorer(name)(forest, X, y)
+        assert scorer(forest, X, y, groups=groups) == metric(
+            y, forest.predict_proba(X, groups=groups)[:, 1]
+        )
+        assert scorer(logistic, X, y, groups=groups) == metric(
+            y, logistic.decision_function(X, groups=groups)
+        )
+    ridge = LocalEstimator(Ridge()).fit(X, y, groups=groups)
+    with pytest.raises(AttributeError, match="decision_function, predict_proba"):
+        make_personalized_scorer("roc_auc")(ridge, X, y, groups=groups)
+
+
 # --- routing off: groups given to a search reach only the splitter; fit warns ---
 
 NOT_ROUTED = "fit received no groups: all rows are one client"

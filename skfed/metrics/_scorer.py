@@ -61,14 +61,32 @@ class PersonalizedScorer(_MetadataRequester):
         score : float
             Signed so that greater is better.
         """
-        method = getattr(estimator, self._response_method)
+        name = self._method_name(estimator)
+        method = getattr(estimator, name)
         y_pred = method(X) if groups is None else method(X, groups=groups)
-        if self._response_method == "predict_proba" and y_pred.ndim == 2 and y_pred.shape[1] == 2:
+        if name == "predict_proba" and y_pred.ndim == 2 and y_pred.shape[1] == 2:
             y_pred = y_pred[:, 1]  # the positive class, as scikit-learn's binary scorers
         kwargs = dict(self._kwargs)
         if sample_weight is not None:
             kwargs["sample_weight"] = sample_weight
         return self._sign * self._score_func(y_true, y_pred, **kwargs)
+
+    def _method_name(self, estimator):
+        """The response method; of several alternatives, the first ``estimator`` has.
+
+        scikit-learn's scorers do the same: ``roc_auc`` uses ``decision_function``,
+        or ``predict_proba`` when the estimator has no ``decision_function``.
+        """
+        methods = self._response_method
+        if isinstance(methods, str):
+            return methods
+        for name in methods:
+            if hasattr(estimator, name):
+                return name
+        raise AttributeError(
+            f"{type(estimator).__name__} has none of the response methods "
+            f"{', '.join(methods)} that this scorer needs."
+        )
 
     def __repr__(self):
         name = getattr(self._score_func, "__name__", repr(self._score_func))
@@ -100,10 +118,14 @@ def make_personalized_scorer(
     response_method : {"predict", "predict_proba", "decision_function"}, \
             default="predict"
         Estimator method whose output is scored (callable ``metric`` only;
-        a scorer name brings its own).
+        a scorer name brings its own, and other values are refused). When the
+        scorer lists alternatives (``"roc_auc"``: ``decision_function``, then
+        ``predict_proba``), the first the estimator has is used, as in
+        scikit-learn.
     greater_is_better : bool, default=True
         Whether ``metric`` is a score (True) or a loss (False, then negated).
-        Callable ``metric`` only.
+        Callable ``metric`` only (a scorer name is already signed; False is
+        refused).
     **kwargs : dict
         Extra arguments for ``metric``.
 
@@ -129,29 +151,44 @@ def make_personalized_scorer(
     >>> cv["test_score"].shape
     (3,)
     """
-    if isinstance(metric, str):
-        scorer = get_scorer(metric)
-        try:
-            return PersonalizedScorer(
-                scorer._score_func,
-                scorer._sign,
-                {**scorer._kwargs, **kwargs},
-                _single_method(scorer._response_method),
-            )
-        except AttributeError:  # pragma: no cover - depends on scikit-learn internals
-            raise ValueError(f"scorer {metric!r} cannot be personalized; pass its metric.")
-    if not callable(metric):
-        raise ValueError(f"metric must be a scorer name or a callable, got {metric!r}.")
-    if response_method not in RESPONSE_METHODS:
+    if not isinstance(response_method, str) or response_method not in RESPONSE_METHODS:
         raise ValueError(
             f"response_method must be one of {RESPONSE_METHODS}, got {response_method!r}."
         )
+    if not isinstance(greater_is_better, (bool, np.bool_)):
+        raise ValueError(f"greater_is_better must be a bool, got {greater_is_better!r}.")
+    if isinstance(metric, str):
+        scorer = get_scorer(metric)
+        try:
+            score_func, sign, scorer_kwargs = scorer._score_func, scorer._sign, scorer._kwargs
+            methods = _methods(scorer._response_method)
+        except AttributeError:  # pragma: no cover - depends on scikit-learn internals
+            raise ValueError(f"scorer {metric!r} cannot be personalized; pass its metric.")
+        if response_method != "predict":
+            own = methods if isinstance(methods, str) else " or ".join(methods)
+            raise ValueError(
+                f"response_method applies to a callable metric only; the scorer {metric!r} "
+                f"uses its own ({own}). Pass its metric function to choose, got "
+                f"response_method={response_method!r}."
+            )
+        if not greater_is_better:
+            raise ValueError(
+                f"greater_is_better applies to a callable metric only; the scorer {metric!r} "
+                "is already signed so that greater is better, got greater_is_better=False."
+            )
+        return PersonalizedScorer(score_func, sign, {**scorer_kwargs, **kwargs}, methods)
+    if not callable(metric):
+        raise ValueError(f"metric must be a scorer name or a callable, got {metric!r}.")
     return PersonalizedScorer(metric, 1 if greater_is_better else -1, kwargs, response_method)
 
 
-def _single_method(response_method):
-    """scikit-learn may list alternatives (e.g. decision_function, predict_proba)."""
+def _methods(response_method):
+    """One method name, or a tuple of alternatives in order of preference.
+
+    scikit-learn may list alternatives (``roc_auc``: decision_function, then
+    predict_proba); the scorer uses the first the estimator has.
+    """
     if isinstance(response_method, str):
         return response_method
-    methods = list(np.atleast_1d(response_method))
-    return methods[0]
+    methods = tuple(str(m) for m in np.atleast_1d(response_method))
+    return methods[0] if len(methods) == 1 else methods
