@@ -8,12 +8,13 @@ the epsilon of what was released.
 import functools
 import logging
 import math
-import numbers
 
 import numpy as np
 from scipy.optimize import brentq
 
-from ._mechanisms import check_privacy_budget
+from ._mechanisms import (
+    _check_count, _check_real, _is_real, _ParameterTypeError, check_privacy_budget,
+)
 
 __all__ = [
     "ACCOUNTANTS",
@@ -68,7 +69,8 @@ def gaussian_event(noise_multiplier, count=1, sampling_probability=1.0):
     noise_multiplier : float
         Noise standard deviation divided by the L2 sensitivity (> 0).
     count : int, default=1
-        Number of releases (rounds) composed.
+        Number of releases (rounds) composed, >= 1 (an integer: 2.5 is an
+        error, not 2 releases).
     sampling_probability : float, default=1.0
         Poisson sampling probability of the privacy unit per release (1: no
         amplification by sampling).
@@ -83,8 +85,12 @@ def gaussian_event(noise_multiplier, count=1, sampling_probability=1.0):
     >>> gaussian_event(1.0, count=3)
     SelfComposedDpEvent(event=GaussianDpEvent(noise_multiplier=1.0), count=3)
     """
-    if not (noise_multiplier > 0 and math.isfinite(noise_multiplier)):
-        raise ValueError(f"noise_multiplier must be finite and > 0, got {noise_multiplier!r}.")
+    _check_real(noise_multiplier, "noise_multiplier", positive=True)
+    _check_count(count, "count")
+    if not _is_real(sampling_probability):
+        raise _ParameterTypeError(
+            f"sampling_probability must be a number in (0, 1], got {sampling_probability!r} "
+            f"of type {type(sampling_probability).__name__}.")
     if not 0 < sampling_probability <= 1:
         raise ValueError(
             f"sampling_probability must be in (0, 1], got {sampling_probability!r}."
@@ -164,12 +170,28 @@ def gaussian_epsilon(noise_multipliers, delta, counts=None):
     True
     """
     check_privacy_budget(1.0, delta)
-    z = np.asarray(noise_multipliers, dtype=float).ravel()
+    try:
+        z = np.asarray(noise_multipliers, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise _ParameterTypeError(
+            f"noise_multipliers must be finite numbers > 0, got {noise_multipliers!r}."
+        ) from None
     if z.size == 0 or not np.all((z > 0) & np.isfinite(z)):
         raise ValueError(
             f"noise_multipliers must be finite and > 0, got {noise_multipliers!r}.")
-    n = np.ones(z.size) if counts is None else np.broadcast_to(
-        np.asarray(counts, dtype=float).ravel(), z.shape)
+    if counts is None:
+        n = np.ones(z.size)
+    else:
+        try:
+            n = np.asarray(counts, dtype=float).ravel()
+        except (TypeError, ValueError):
+            raise _ParameterTypeError(
+                f"counts must be integers >= 0, got {counts!r}.") from None
+        if n.size not in (1, z.size):
+            raise ValueError(
+                f"counts must be one count or one per noise multiplier ({z.size}), got "
+                f"{n.size}: {counts!r}.")
+        n = np.broadcast_to(n, z.shape)
     if not np.all((n >= 0) & (n == np.round(n))):
         raise ValueError(f"counts must be integers >= 0, got {counts!r}.")
     precision = float(np.sum(n / z ** 2))
@@ -311,8 +333,7 @@ def calibrate_noise_multiplier(target_epsilon, target_delta, count, sampling_pro
     )
     _make(accountant, neighboring_relation)  # validates both names
     if make_event is None:
-        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
-            raise ValueError(f"count must be an integer >= 1, got {count!r}.")
+        _check_count(count, "count")
         gaussian_event(1.0, count, sampling_probability)  # validates sampling_probability
 
         def make_event(z):

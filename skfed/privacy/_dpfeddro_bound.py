@@ -20,7 +20,9 @@ noise multipliers ``z = sigma / sensitivity``.
 
 import math
 
-from ._mechanisms import check_privacy_budget
+from ._mechanisms import (
+    _check_count, _check_real, _is_real, _ParameterTypeError, check_privacy_budget,
+)
 
 __all__ = [
     "dpfeddro_epsilon",
@@ -35,7 +37,8 @@ def split_round_budget(epsilon, split=0.95):
     Parameters
     ----------
     epsilon : float
-        Per-round (quadratic) budget, > 0.
+        Per-round (quadratic) budget, > 0 (``inf``, no privacy, splits into
+        two infinite budgets).
     split : float in (0, 1), default=0.95
         Share of ``epsilon**2`` given to the local model (the paper's 0.95).
 
@@ -49,6 +52,11 @@ def split_round_budget(epsilon, split=0.95):
     >>> [round(e, 4) for e in split_round_budget(0.5)]
     [0.4873, 0.1118]
     """
+    _check_real(epsilon, "epsilon", positive=True, allow_inf=True)
+    if not _is_real(split):
+        raise _ParameterTypeError(
+            f"budget_split must be a number in the open interval (0, 1), got {split!r} of "
+            f"type {type(split).__name__}.")
     if not 0 < split < 1:
         raise ValueError(f"budget_split must be in the open interval (0, 1), got {split!r}.")
     return math.sqrt(split) * epsilon, math.sqrt(1.0 - split) * epsilon
@@ -64,10 +72,11 @@ def dpfeddro_epsilon(n_rounds, epsilon_M, epsilon_lambda, delta, delta_bar=None)
     Parameters
     ----------
     n_rounds : int
-        Number of rounds ``T``.
+        Number of rounds ``T``, >= 1.
     epsilon_M, epsilon_lambda : float
-        Per-round budgets of the model release and of the DRO-variable release
-        (``epsilon_lambda=0`` for an algorithm with one release per round).
+        Per-round budgets of the model release and of the DRO-variable release,
+        >= 0 (``epsilon_lambda=0`` for an algorithm with one release per
+        round).
     delta : float
         Per-round delta of both releases (classical Gaussian calibration).
     delta_bar : float or None, default=None
@@ -88,10 +97,9 @@ def dpfeddro_epsilon(n_rounds, epsilon_M, epsilon_lambda, delta, delta_bar=None)
     delta_bar = delta if delta_bar is None else delta_bar
     check_privacy_budget(1.0, delta, allow_none=False)
     check_privacy_budget(1.0, delta_bar, allow_none=False, delta_name="delta_bar")
-    if n_rounds < 1:
-        raise ValueError(f"n_rounds must be >= 1, got {n_rounds!r}.")
-    if epsilon_M < 0 or epsilon_lambda < 0:
-        raise ValueError("per-round epsilons must be >= 0.")
+    _check_count(n_rounds, "n_rounds")
+    _check_real(epsilon_M, "epsilon_M", allow_inf=True)
+    _check_real(epsilon_lambda, "epsilon_lambda", allow_inf=True)
     a = _zcdp(n_rounds, (epsilon_M, epsilon_lambda), delta)
     return a + 2.0 * math.sqrt(a * math.log(1.0 / delta_bar))
 
@@ -109,7 +117,7 @@ def dpfeddro_per_round_epsilon(target_epsilon, n_rounds, delta, delta_bar=None):
     target_epsilon : float
         Total budget ``eps_bar`` (> 0).
     n_rounds : int
-        Number of rounds ``T``.
+        Number of rounds ``T``, >= 1.
     delta : float
         Per-round delta.
     delta_bar : float or None, default=None
@@ -132,6 +140,7 @@ def dpfeddro_per_round_epsilon(target_epsilon, n_rounds, delta, delta_bar=None):
         delta_name="target_delta",
     )
     check_privacy_budget(1.0, delta, allow_none=False)
+    _check_count(n_rounds, "n_rounds")
     log_inv = math.log(1.0 / delta_bar)
     a_star = (math.sqrt(log_inv + target_epsilon) - math.sqrt(log_inv)) ** 2
     return math.sqrt(4.0 * math.log(1.25 / delta) * a_star / n_rounds)

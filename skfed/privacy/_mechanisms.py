@@ -19,6 +19,59 @@ class _ParameterTypeError(TypeError, ValueError):
     ``InvalidParameterError``, so callers catching ValueError keep working."""
 
 
+def _is_real(value):
+    """Whether ``value`` is a real number (a 0-d real array too), not a boolean."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, numbers.Real) or (
+        isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf")
+
+
+def _is_count(value):
+    """Whether ``value`` is an integer (a Python or numpy one), not a boolean."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Integral)
+
+
+def _check_real(value, name, *, positive=False, allow_inf=False):
+    """Raise unless ``value`` is a real number ``>= 0`` (``> 0`` if ``positive``), finite
+    unless ``allow_inf``; a non-number (a string, None, a bool) is a ``TypeError``.
+
+    Returns ``value`` unchanged (results stay those of the value as given).
+    """
+    what = f"a {'' if allow_inf else 'finite '}number {'> 0' if positive else '>= 0'}"
+    if not _is_real(value):
+        raise _ParameterTypeError(
+            f"{name} must be {what}, got {value!r} of type {type(value).__name__}.")
+    if not ((value > 0 if positive else value >= 0) and (allow_inf or math.isfinite(value))):
+        raise ValueError(f"{name} must be {what}, got {value!r}.")
+    return value
+
+
+def _check_count(value, name, minimum=1):
+    """``value`` as an int if it is an integer ``>= minimum``, else raise.
+
+    A number of releases (or of rows) is never rounded: ``2.5`` (and ``2.0``)
+    or a boolean is a ``TypeError`` (also a ``ValueError``), as a string is;
+    an integer below ``minimum`` a ``ValueError``. Numpy integers are accepted.
+    """
+    if not _is_count(value):
+        raise _ParameterTypeError(
+            f"{name} must be an integer >= {minimum}, got {value!r} of type "
+            f"{type(value).__name__}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def _check_rng(rng):
+    """Raise a ``TypeError`` unless ``rng`` is a numpy random generator."""
+    if not isinstance(rng, (np.random.Generator, np.random.RandomState)):
+        raise _ParameterTypeError(
+            "rng must be a numpy.random.Generator (the per-client, per-round stream, e.g. "
+            f"skfed.federated.round_rng), got {rng!r} of type {type(rng).__name__}.")
+    return rng
+
+
 def check_epsilon(epsilon, *, name="epsilon", allow_none=True):
     """Validate a privacy loss ``epsilon``: the one "no noise" rule of skfed.
 
@@ -148,8 +201,7 @@ def classical_gaussian_sigma(epsilon, delta, sensitivity=1.0):
     4.8448
     """
     epsilon, delta = check_privacy_budget(epsilon, delta, allow_none=False)
-    if not (sensitivity >= 0 and math.isfinite(sensitivity)):
-        raise ValueError(f"sensitivity must be finite and >= 0, got {sensitivity!r}.")
+    _check_real(sensitivity, "sensitivity")
     return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
@@ -164,7 +216,8 @@ def gaussian_mechanism(value, sigma, rng):
         Noise standard deviation (0 returns a copy of ``value``).
     rng : numpy.random.Generator
         The random stream; pass a per-client, per-round stream
-        (:func:`skfed.federated.round_rng`) so runs are reproducible.
+        (:func:`skfed.federated.round_rng`) so runs are reproducible. Not
+        a seed (an int is a ``TypeError``); unused when ``sigma == 0``.
 
     Returns
     -------
@@ -198,7 +251,8 @@ def gaussian_noise(shape, sigma, rng):
     sigma : float
         Noise standard deviation, finite and >= 0.
     rng : numpy.random.Generator
-        The random stream (a per-client, per-round stream).
+        The random stream (a per-client, per-round stream; not a seed). Only
+        used, and so only checked, when ``sigma > 0``.
 
     Returns
     -------
@@ -215,8 +269,7 @@ def gaussian_noise(shape, sigma, rng):
     >>> gaussian_noise(3, 2.0, np.random.default_rng(0)).shape
     (3,)
     """
-    if not (sigma >= 0 and math.isfinite(sigma)):
-        raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}.")
+    _check_real(sigma, "sigma")
     if sigma == 0:
         return None
-    return sigma * rng.standard_normal(shape)
+    return sigma * _check_rng(rng).standard_normal(shape)

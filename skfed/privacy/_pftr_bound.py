@@ -31,9 +31,10 @@ import functools
 import math
 
 from ._accounting import (
-    ACCOUNTANTS, calibrate_noise_multiplier, epsilon_spent, gaussian_epsilon, gaussian_event,
+    ACCOUNTANTS, _check_accountant, calibrate_noise_multiplier, epsilon_spent, gaussian_epsilon,
+    gaussian_event,
 )
-from ._mechanisms import check_privacy_budget
+from ._mechanisms import _check_count, _check_real, _is_count, _is_real, check_privacy_budget
 
 __all__ = [
     "PFTR_ACCOUNTANTS", "pftr_noise_multiplier", "pftr_noise_std", "pftr_privacy_spent",
@@ -43,16 +44,16 @@ __all__ = [
 PFTR_ACCOUNTANTS = ("paper",) + ACCOUNTANTS
 
 
-def check_accountant(accountant):
+def check_accountant(accountant, name="accountant"):
     """``accountant`` if it is ``"paper"`` (the paper's own bound) or one of
-    dp-accounting's :data:`ACCOUNTANTS`, else a ``ValueError``.
+    dp-accounting's :data:`ACCOUNTANTS`, else a ``ValueError`` naming ``name``.
 
     The ``accountant`` parameter of every private estimator
     (:data:`PFTR_ACCOUNTANTS`; DP-Fed DRO and its baselines take the same values).
     """
     if not isinstance(accountant, str) or accountant not in PFTR_ACCOUNTANTS:
         raise ValueError(
-            f"accountant must be one of {PFTR_ACCOUNTANTS}, got {accountant!r}."
+            f"{name} must be one of {PFTR_ACCOUNTANTS}, got {accountant!r}."
         )
     return accountant
 
@@ -79,7 +80,8 @@ def pftr_noise_multiplier(epsilon, delta, n_rounds, accountant="paper"):
     ``"rdp"``/``"pld"``: the smallest multiplier whose ``n_rounds`` Gaussian
     releases spend at most ``epsilon`` at ``delta`` under dp-accounting's RDP
     or PLD accountant (within a relative 1e-4 of it).
-    ``epsilon=None`` or ``inf`` (no privacy) gives 0.
+    ``epsilon=None`` or ``inf`` (no privacy) gives 0. ``n_rounds`` is an
+    integer >= 1 (a fractional count of releases is an error).
 
     Examples
     --------
@@ -91,10 +93,9 @@ def pftr_noise_multiplier(epsilon, delta, n_rounds, accountant="paper"):
     """
     check_accountant(accountant)
     epsilon, delta = check_privacy_budget(epsilon, delta)
+    _check_count(n_rounds, "n_rounds")
     if epsilon is None:
         return 0.0
-    if n_rounds < 1:
-        raise ValueError(f"n_rounds must be >= 1, got {n_rounds!r}.")
     if accountant != "paper":
         return _calibrated(float(epsilon), float(delta), int(n_rounds), accountant)
     return n_rounds * math.sqrt(2.0 * math.log(1.25 * n_rounds / delta)) / epsilon
@@ -103,15 +104,34 @@ def pftr_noise_multiplier(epsilon, delta, n_rounds, accountant="paper"):
 def _check_groups(groups):
     """``groups`` as a tuple of ``(count, share)``: counts >= 1, shares in (0, 1] summing to 1."""
     try:
-        out = tuple((int(c), float(s)) for c, s in groups)
+        pairs = tuple((c, s) for c, s in groups)
     except (TypeError, ValueError):
         raise ValueError(f"groups must be pairs (count, share), got {groups!r}.") from None
+    if not all(_is_count(c) and _is_real(s) for c, s in pairs):
+        # a count is never rounded: 2.5 releases are not 2
+        raise ValueError(
+            f"groups must be pairs (count, share) of an integer and a number, got {groups!r}.")
+    out = tuple((int(c), float(s)) for c, s in pairs)
     if not out or any(c < 1 or not 0 < s <= 1 for c, s in out) \
             or not math.isclose(sum(s for _, s in out), 1.0, rel_tol=1e-9):
         raise ValueError(
             f"groups must be pairs (count >= 1, share in (0, 1]) whose shares sum to 1, got "
             f"{groups!r}.")
     return out
+
+
+def _check_named_groups(groups):
+    """``groups`` as a tuple of ``(name, count, share)``, counts integers (never rounded)."""
+    try:
+        named = tuple((g, c, s) for g, c, s in groups)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"groups must be triples (name, count, share), got {groups!r}.") from None
+    if not all(_is_count(c) and _is_real(s) for _, c, s in named):
+        raise ValueError(
+            f"groups must be triples (name, count, share) of an integer count and a number "
+            f"share, got {groups!r}.")
+    return tuple((str(g), int(c), float(s)) for g, c, s in named)
 
 
 def _plan_event(u, groups):
@@ -195,13 +215,13 @@ def pftr_noise_std(tau_e, tau_x, n_samples, n_rounds, epsilon, delta, accountant
     Parameters
     ----------
     tau_e : float
-        Truncation level of the residual tensors in this round.
+        Truncation level of the residual tensors in this round, >= 0.
     tau_x : float
-        Truncation level of the covariate tensors.
+        Truncation level of the covariate tensors, >= 0.
     n_samples : int
-        Rows of the client, ``n_k``.
+        Rows of the client, ``n_k`` (>= 1).
     n_rounds : int
-        Number of Stage-I rounds ``T_g``.
+        Number of Stage-I rounds ``T_g`` (>= 1).
     epsilon : float or None
         Total budget of the client; ``None``/``inf`` gives 0.
     delta : float
@@ -219,8 +239,9 @@ def pftr_noise_std(tau_e, tau_x, n_samples, n_rounds, epsilon, delta, accountant
     >>> pftr_noise_std(1.0, 1.0, 100, 20, float("inf"), 0.1)
     0.0
     """
-    if tau_e < 0 or tau_x < 0 or not (math.isfinite(tau_e) and math.isfinite(tau_x)):
-        raise ValueError(f"truncation levels must be finite and >= 0, got {tau_e!r}, {tau_x!r}.")
+    _check_real(tau_e, "tau_e")  # the truncation levels
+    _check_real(tau_x, "tau_x")
+    _check_count(n_samples, "n_samples")
     return 2.0 * tau_e * tau_x / n_samples * pftr_noise_multiplier(
         epsilon, delta, n_rounds, accountant)
 
@@ -234,7 +255,7 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
     epsilon, delta : float
         The budget the noise was calibrated for (``epsilon=None``: no noise).
     n_rounds : int
-        Number of noisy releases (``T_g``).
+        Number of noisy releases (``T_g``), an integer >= 1.
     accountant : {"rdp", "pld"}, default="rdp"
         dp-accounting accountant of the additional ``epsilon_<accountant>``.
     calibration : {"paper", "rdp", "pld"}, default="paper"
@@ -285,9 +306,11 @@ def pftr_privacy_spent(epsilon, delta, n_rounds, accountant="rdp", calibration="
     >>> round(s["epsilon"], 3), round(s["noise_multiplier"], 3)
     (20.0, 0.926)
     """
-    check_accountant(calibration)
+    check_accountant(calibration, name="calibration")
+    _check_accountant(accountant)
     epsilon, delta = check_privacy_budget(epsilon, delta)
-    named = None if groups is None else tuple((str(g), int(c), float(s)) for g, c, s in groups)
+    n_rounds = _check_count(n_rounds, "n_rounds")
+    named = None if groups is None else _check_named_groups(groups)
     if named is not None and sum(c for _, c, _ in named) != int(n_rounds):
         raise ValueError(f"the counts of groups={groups!r} must sum to n_rounds={n_rounds!r}.")
     plan = ((int(n_rounds), 1.0),) if named is None else tuple((c, s) for _, c, s in named)

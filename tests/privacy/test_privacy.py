@@ -8,9 +8,18 @@ from skfed.privacy import (
     calibrate_noise_multiplier,
     check_privacy_budget,
     classical_gaussian_sigma,
+    dpfeddro_epsilon,
+    dpfeddro_per_round_epsilon,
     epsilon_spent,
+    gaussian_epsilon,
     gaussian_event,
     gaussian_mechanism,
+    gaussian_noise,
+    pftr_noise_multiplier,
+    pftr_noise_std,
+    pftr_privacy_spent,
+    pftr_release_plan,
+    split_round_budget,
 )
 
 
@@ -160,3 +169,107 @@ def test_pld_refines_when_the_search_grid_is_coarse(monkeypatch):
     event = gaussian_event(z, 100, 0.05)
     eps = _direct_epsilon(event, 1e-5, "pld")
     assert 4.0 * (1 - 1e-4) <= eps <= 4.0
+
+
+# ---------------------------------------------------------------- argument validation
+
+
+@pytest.mark.parametrize("call, match", [
+    # a count of releases is never rounded: 1.9 releases are not 1 (epsilon under-reported)
+    (lambda: gaussian_event(1.0, count=1.9), "count"),
+    (lambda: gaussian_event(1.0, count=2.0), "count"),
+    (lambda: pftr_privacy_spent(1.0, 1e-5, 2.5), "n_rounds"),
+    (lambda: pftr_privacy_spent(None, 1e-5, 2.5), "n_rounds"),
+    (lambda: pftr_noise_multiplier(1.0, 1e-5, 1.5), "n_rounds"),
+    (lambda: pftr_noise_multiplier(1.0, 1e-5, 1.5, accountant="rdp"), "n_rounds"),
+    (lambda: dpfeddro_epsilon(2.5, 0.1, 0.1, 1e-5), "n_rounds"),
+    (lambda: dpfeddro_per_round_epsilon(1.0, 2.5, 1e-5), "n_rounds"),
+    (lambda: pftr_noise_std(1.0, 1.0, 10.5, 10, 1.0, 1e-5), "n_samples"),
+    # strings, None and booleans name the argument
+    (lambda: gaussian_event("a"), "noise_multiplier"),
+    (lambda: gaussian_event(1.0, count="2"), "count"),
+    (lambda: gaussian_event(1.0, count=True), "count"),
+    (lambda: gaussian_event(1.0, sampling_probability="a"), "sampling_probability"),
+    (lambda: classical_gaussian_sigma(1.0, 1e-5, True), "sensitivity"),
+    (lambda: classical_gaussian_sigma(1.0, 1e-5, "a"), "sensitivity"),
+    (lambda: gaussian_mechanism(np.zeros(2), "a", np.random.default_rng(0)), "sigma"),
+    (lambda: gaussian_noise(2, None, np.random.default_rng(0)), "sigma"),
+    (lambda: pftr_noise_std(1.0, "a", 100, 10, 1.0, 1e-5), "tau_x"),
+    (lambda: pftr_noise_std(None, 1.0, 100, 10, 1.0, 1e-5), "tau_e"),
+    (lambda: split_round_budget(None), "epsilon"),
+    (lambda: split_round_budget(0.5, "a"), "budget_split"),
+    (lambda: dpfeddro_epsilon("a", 0.1, 0.1, 1e-5), "n_rounds"),
+    (lambda: dpfeddro_epsilon(10, "a", 0.1, 1e-5), "epsilon_M"),
+    (lambda: dpfeddro_epsilon(10, 0.1, None, 1e-5), "epsilon_lambda"),
+    (lambda: pftr_noise_multiplier(1.0, 1e-5, "a"), "n_rounds"),
+    (lambda: pftr_noise_multiplier(None, 1e-5, "a"), "n_rounds"),
+    (lambda: gaussian_epsilon(["a"], 1e-5), "noise_multipliers"),
+    (lambda: gaussian_epsilon([1.0], 1e-5, counts=["a"]), "counts"),
+    # a seed is not a random stream
+    (lambda: gaussian_mechanism(np.zeros(2), 1.0, 0), "rng"),
+    (lambda: gaussian_noise(2, 1.0, None), "rng"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_wrong_types_are_type_errors_naming_the_argument(call, match):
+    with pytest.raises(TypeError, match=match):
+        call()
+    with pytest.raises(ValueError, match=match):  # also a ValueError, as before
+        call()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: gaussian_event(1.0, count=0), "count"),
+    (lambda: gaussian_event(1.0, count=-1), "count"),
+    (lambda: gaussian_event(np.nan), "noise_multiplier"),
+    (lambda: gaussian_event(1.0, sampling_probability=np.nan), "sampling_probability"),
+    (lambda: dpfeddro_epsilon(10, np.nan, 0.1, 1e-5), "epsilon_M"),
+    (lambda: dpfeddro_epsilon(10, 0.1, -0.1, 1e-5), "epsilon_lambda"),
+    (lambda: dpfeddro_epsilon(0, 0.1, 0.1, 1e-5), "n_rounds"),
+    (lambda: dpfeddro_per_round_epsilon(1.0, 0, 1e-5), "n_rounds"),
+    (lambda: dpfeddro_per_round_epsilon(1.0, -1, 1e-5), "n_rounds"),
+    (lambda: split_round_budget(-1.0), "epsilon"),
+    (lambda: split_round_budget(0), "epsilon"),
+    (lambda: split_round_budget(np.nan), "epsilon"),
+    (lambda: pftr_noise_std(1.0, 1.0, -1, 10, 1.0, 1e-5), "n_samples"),
+    (lambda: pftr_noise_std(1.0, 1.0, 0, 10, 1.0, 1e-5), "n_samples"),
+    (lambda: pftr_noise_std(np.nan, 1.0, 100, 10, 1.0, 1e-5), "tau_e"),
+    (lambda: pftr_noise_multiplier(None, 1e-5, 0), "n_rounds"),
+    (lambda: pftr_privacy_spent(None, 1e-5, 10, accountant="x"), "accountant"),
+    (lambda: pftr_privacy_spent(1.0, 1e-5, 10, calibration="x"), "calibration"),
+    (lambda: pftr_privacy_spent(1.0, 1e-5, 0), "n_rounds"),
+    (lambda: gaussian_epsilon([1.0, 2.0, 3.0], 1e-5, counts=[1, 2]), "counts"),
+    # a group's count is never rounded either
+    (lambda: pftr_privacy_spent(1.0, 1e-5, 3, groups=[("a", 2.5, 0.5), ("b", 1, 0.5)]),
+     "groups"),
+    (lambda: pftr_release_plan(1.0, 1e-5, [(2.5, 1.0)]), "groups"),
+    (lambda: classical_gaussian_sigma(1.0, 1e-5, -1.0), "sensitivity"),
+    (lambda: gaussian_mechanism(np.zeros(2), np.inf, np.random.default_rng(0)), "sigma"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_bad_values_are_value_errors_naming_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_calibration_names_calibration_not_accountant():
+    with pytest.raises(ValueError, match=r"^calibration must be one of"):
+        pftr_privacy_spent(1.0, 1e-5, 10, calibration="x")
+    with pytest.raises(ValueError, match=r"^n_rounds must be an integer >= 1, got 0"):
+        pftr_privacy_spent(1.0, 1e-5, 0)
+
+
+def test_valid_arguments_are_still_accepted():
+    # numpy integers and floats, a RandomState, inf as "no privacy" per round
+    z = 2.0
+    assert epsilon_spent(gaussian_event(np.float64(z), count=np.int64(3)), 1e-5) == \
+        epsilon_spent(gaussian_event(z, count=3), 1e-5)
+    assert gaussian_mechanism(np.zeros(2), 0.0, None).tolist() == [0.0, 0.0]  # nothing drawn
+    assert gaussian_mechanism(np.zeros(3), 1.0, np.random.RandomState(0)).shape == (3,)
+    assert gaussian_noise(2, np.float64(1.0), np.random.default_rng(0)).shape == (2,)
+    assert split_round_budget(math.inf) == (math.inf, math.inf)
+    assert dpfeddro_epsilon(np.int64(50), 0.5, 0.0, 1e-6) == dpfeddro_epsilon(50, 0.5, 0.0, 1e-6)
+    assert pftr_noise_std(0.0, 1.0, np.int64(7), 3, 1.0, 1e-5) == 0.0
+    assert pftr_noise_multiplier(None, 1e-5, 3) == 0.0
+    spent = pftr_privacy_spent(1.0, 1e-5, np.int64(3), groups=[("a", np.int64(1), 0.25),
+                                                              ("b", 2, 0.75)])
+    assert spent["n_releases"] == 3 and [r["count"] for r in spent["releases"]] == [1, 2]
+    assert gaussian_epsilon([1.0, 2.0], 1e-5, counts=[1.0, 2]) == gaussian_epsilon(
+        [1.0, 2.0], 1e-5, counts=[1, 2])
