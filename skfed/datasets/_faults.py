@@ -10,6 +10,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ..utils._validation import check_fraction, check_positive_int
+from ._checks import check_counts, check_labels, check_number
 
 __all__ = [
     "dirichlet_client_split",
@@ -32,7 +33,7 @@ def flip_labels(y, fraction, *, random_state=None):
     Parameters
     ----------
     y : array-like of shape (n_samples,)
-        Labels (at least two classes).
+        Labels (at least two classes; no NaN or None).
     fraction : float in [0, 1)
         Share of rows to flip.
     random_state : int, RandomState instance or None, default=None
@@ -52,7 +53,7 @@ def flip_labels(y, fraction, *, random_state=None):
     >>> int(flipped.sum()), int((y_noisy != np.repeat([0, 1, 2], 10)).sum())
     (3, 3)
     """
-    y = np.asarray(y)
+    y = check_labels(y)
     fraction = check_fraction(fraction, "fraction", allow_zero=True, allow_one=False)
     rng = check_random_state(random_state)
     classes = np.unique(y)
@@ -82,11 +83,11 @@ def dirichlet_client_split(y, n_clients, *, concentration=0.5, min_per_class=1,
     Parameters
     ----------
     y : array-like of shape (n_samples,)
-        Labels.
+        Labels (no NaN or None).
     n_clients : int
         Number of clients.
     concentration : float, default=0.5
-        Dirichlet concentration (smaller: more imbalanced).
+        Dirichlet concentration, finite and > 0 (smaller: more imbalanced).
     min_per_class : int, default=1
         Rows of every class each client is guaranteed.
     random_state : int, RandomState instance or None, default=None
@@ -106,10 +107,9 @@ def dirichlet_client_split(y, n_clients, *, concentration=0.5, min_per_class=1,
     >>> all(len(np.unique(y[groups == g])) == 3 for g in range(4))
     True
     """
-    y = np.asarray(y)
+    y = check_labels(y)
     n_clients = check_positive_int(n_clients, "n_clients")
-    if not concentration > 0:
-        raise ValueError(f"concentration must be > 0, got {concentration!r}.")
+    check_number(concentration, "concentration", minimum=0, strict=True)
     min_per_class = check_positive_int(min_per_class, "min_per_class", minimum=0)
     rng = check_random_state(random_state)
     groups = np.empty(y.size, dtype=np.int64)
@@ -159,25 +159,25 @@ def make_pump_faults(*, n_per_class=(750, 418, 418, 414), n_features=13, n_test=
     Parameters
     ----------
     n_per_class : tuple of 4 int, default=(750, 418, 418, 414)
-        Runs per class (the paper's counts).
+        Runs per class (the paper's counts), each >= 1.
     n_features : int, default=13
         Number of features.
     n_test : int, default=400
-        Test rows.
+        Test rows: at least 1, fewer than ``sum(n_per_class) - n_clients``.
     n_clients : int, default=4
         Clients.
     dominant_fraction : float, default=0.7
         Share of each client's rows from its dominant class.
     test_noise : float, default=0.1
-        Noise standard deviation on test features.
+        Noise standard deviation on test features (finite, >= 0).
     train_noise : float or None, default=None
-        On training features (``2 * test_noise`` if None).
+        On training features (``2 * test_noise`` if None; finite, >= 0).
     flip_fraction : float, default=0.15
         Training labels flipped.
     test_offset : float, default=0.5
-        Constant added to the shifted test features.
+        Constant (finite) added to the shifted test features.
     n_offset_features : int, default=5
-        Number of shifted test features.
+        Number of shifted test features (>= 0; at most ``n_features`` are shifted).
     random_state : int, RandomState instance or None, default=None
         Seed.
 
@@ -200,16 +200,25 @@ def make_pump_faults(*, n_per_class=(750, 418, 418, 414), n_features=13, n_test=
     ((1600, 13), (400, 13), 4)
     """
     rng = check_random_state(random_state)
+    check_counts(n_per_class, "n_per_class", length=4)
     n_per_class = np.asarray(n_per_class, dtype=int)
-    if n_per_class.shape != (4,) or np.any(n_per_class < 1):
-        raise ValueError(f"n_per_class must hold 4 positive counts, got {n_per_class!r}.")
     n_features = check_positive_int(n_features, "n_features")
     n_clients = check_positive_int(n_clients, "n_clients")
+    check_number(test_noise, "test_noise", minimum=0)
+    if train_noise is not None:
+        check_number(train_noise, "train_noise", minimum=0)
     train_noise = 2.0 * test_noise if train_noise is None else train_noise
     check_fraction(flip_fraction, "flip_fraction", allow_zero=True, allow_one=False)
-    if not 0 < dominant_fraction <= 1:
-        raise ValueError(f"dominant_fraction must be in (0, 1], got {dominant_fraction!r}.")
+    check_fraction(dominant_fraction, "dominant_fraction")
+    check_number(test_offset, "test_offset")
+    check_positive_int(n_offset_features, "n_offset_features", minimum=0)
     n_total = int(n_per_class.sum())
+    if n_clients > n_total - 2:  # else no n_test leaves more training rows than clients
+        raise ValueError(
+            f"n_clients must be at most sum(n_per_class) - 2 = {n_total - 2} (every client "
+            f"needs training rows and the test set at least one row), got {n_clients}."
+        )
+    check_positive_int(n_test, "n_test")
     if not 0 < n_test < n_total - n_clients:
         raise ValueError(f"n_test must be in (0, {n_total - n_clients}), got {n_test!r}.")
     levels = {1: (5, 6), 2: (3, 4), 3: (7, 8, 9)}
@@ -277,12 +286,12 @@ def make_correlated_faults(overlap="moderate", *, n_train=(500, 120, 120, 120), 
     overlap : {"strong", "moderate", "low"}, default="moderate"
         Overlap of fault A and fault B.
     n_train : tuple of 4 int, default=(500, 120, 120, 120)
-        Training rows per class.
+        Training rows per class, each >= 1.
     n_test : int, default=216
-        Test rows (balanced; a multiple of 4).
+        Test rows (balanced; a positive multiple of 4).
     n_clients : int, default=4
-        Clients.
-    label_noise : float, default=0.1
+        Clients, at most ``sum(n_train)``.
+    label_noise : float in [0, 1), default=0.1
         Share of training labels flipped.
     random_state : int, RandomState instance or None, default=None
         Seed.
@@ -299,11 +308,20 @@ def make_correlated_faults(overlap="moderate", *, n_train=(500, 120, 120, 120), 
     >>> X.shape, X_test.shape
     ((860, 8), (216, 8))
     """
-    if overlap not in OVERLAP_SHIFT:
+    if not isinstance(overlap, str) or overlap not in OVERLAP_SHIFT:
         raise ValueError(f"overlap must be one of {tuple(OVERLAP_SHIFT)}, got {overlap!r}.")
+    check_positive_int(n_test, "n_test", minimum=4)
     if n_test % 4:
         raise ValueError(f"n_test must be a multiple of 4 (balanced classes), got {n_test!r}.")
     n_clients = check_positive_int(n_clients, "n_clients")
+    check_counts(n_train, "n_train", length=4)
+    n_total = int(np.sum(n_train))
+    if n_clients > n_total:
+        raise ValueError(
+            f"n_clients must be at most the {n_total} training rows (sum of n_train), so that "
+            f"every client gets a row, got {n_clients}."
+        )
+    check_fraction(label_noise, "label_noise", allow_zero=True, allow_one=False)
     rng = check_random_state(random_state)
     p = 8
     cov = np.full((p, p), 0.1)

@@ -9,7 +9,8 @@ demos.
 import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
-from ..utils._validation import check_positive_int
+from ..utils._validation import check_fraction, check_positive_int
+from ._checks import check_counts, check_number, check_numbers
 
 __all__ = ["make_hierarchical_gp", "make_press_tonnage", "make_monitoring_stations"]
 
@@ -41,6 +42,20 @@ def _draw(rng, K, size=1, return_jitter=False):
             jit *= 10
     draws = L @ rng.standard_normal((len(K), size))
     return (draws, jit) if return_jitter else draws
+
+
+def _check_domain(domain):
+    """Refuse a ``domain`` that is not two finite numbers ``low < high``."""
+    try:
+        lo, hi = domain
+        check_number(lo, "domain")
+        check_number(hi, "domain")
+        ok = lo < hi
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"domain must be two finite numbers (low, high) with low < high, "
+                         f"got {domain!r}.")
 
 
 def make_hierarchical_gp(
@@ -93,8 +108,10 @@ def make_hierarchical_gp(
     phi : float, default=1.2
         Deviation variance scale.
     global_lengthscales, global_scales, local_lengthscales, local_scales : tuple of float
-        Per-latent lengthscales and standard deviations (``tau``).
+        Per-latent lengthscales (finite, > 0) and standard deviations (``tau``;
+        finite, >= 0).
     domain : tuple of float, default=(0, 10)
+        ``(low, high)``, finite with ``low < high``.
     random_state : int, RandomState instance or None, default=None
     return_truth : bool, default=False
         Also return the draws behind the data (for oracle predictors and
@@ -134,8 +151,14 @@ def make_hierarchical_gp(
     scalar = n_outputs is None
     Q = 1 if scalar else check_positive_int(n_outputs, "n_outputs")
     for name, val in (("noise", noise), ("phi", phi)):
-        if not np.isfinite(val) or val < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}.")
+        check_number(val, name, minimum=0)
+    for name, val in (("global_lengthscales", global_lengthscales),
+                      ("global_scales", global_scales),
+                      ("local_lengthscales", local_lengthscales),
+                      ("local_scales", local_scales)):
+        # lengthscales divide distances (0 or NaN gives NaN data); scales are standard
+        # deviations (0 switches a component off)
+        check_numbers(val, name, strict=name.endswith("lengthscales"), first_only=scalar)
     ls_g, tau_g = np.atleast_1d(global_lengthscales), np.atleast_1d(global_scales)
     ls_l, tau_l = np.atleast_1d(local_lengthscales), np.atleast_1d(local_scales)
     if scalar:
@@ -145,6 +168,7 @@ def make_hierarchical_gp(
         raise ValueError(
             "global/local lengthscales and scales must have the same length (latents)."
         )
+    _check_domain(domain)
     rng = check_random_state(random_state)
     lo, hi = domain
     x_test = np.linspace(lo, hi, nt)
@@ -241,9 +265,14 @@ def make_press_tonnage(
     Parameters
     ----------
     n_cycles : sequence of int, default=(40, 15, 15, 15, 15)
-        Cycles per class (the first is the normal class; at most 5 classes).
+        Cycles per class, each >= 1 (the first is the normal class; at most 5
+        classes).
     n_points : int, default=120
-    fault_depth, cycle_variation, noise : float
+    fault_depth : float in [0, 1], default=0.35
+        Share of the station's bump height a fault removes.
+    cycle_variation, noise : float, default=0.05 and 0.02
+        Standard deviations (finite, >= 0) of the multiplicative cycle
+        variation and of the white noise.
     random_state : int, RandomState instance or None, default=None
 
     Returns
@@ -262,10 +291,14 @@ def make_press_tonnage(
     >>> X.shape, sorted(set(y.tolist()))
     ((100, 120), [0, 1, 2, 3, 4])
     """
-    counts = [check_positive_int(int(c), "n_cycles") for c in n_cycles]
+    check_counts(n_cycles, "n_cycles")
+    counts = [int(c) for c in n_cycles]
     if not 1 <= len(counts) <= 5:
         raise ValueError(f"n_cycles must list 1 to 5 classes, got {len(counts)}.")
     m = check_positive_int(n_points, "n_points", minimum=2)
+    check_fraction(fault_depth, "fault_depth", allow_zero=True)
+    check_number(cycle_variation, "cycle_variation", minimum=0)
+    check_number(noise, "noise", minimum=0)
     rng = check_random_state(random_state)
     t = np.linspace(0, 1, m)
     centers, heights, widths = [0.2, 0.4, 0.6, 0.8], [1.0, 0.8, 1.2, 0.9], [0.06, 0.05, 0.07, 0.05]
@@ -322,6 +355,7 @@ def make_monitoring_stations(
     S = check_positive_int(n_stations, "n_stations")
     Z = check_positive_int(n_zones, "n_zones")
     m = check_positive_int(n_times, "n_times", minimum=2)
+    check_number(noise, "noise", minimum=0)
     rng = check_random_state(random_state)
     t = np.linspace(0, 1, m)
     lss, sds = [0.08, 0.2, 0.6], [1.0, 0.5, 0.25]

@@ -4,6 +4,7 @@ import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
 from ..utils._validation import check_positive_int
+from ._checks import check_number, is_integral
 from ._regression import _client_sizes
 
 __all__ = ["make_tensor_regression", "make_tensor_image_regression"]
@@ -13,16 +14,25 @@ def _as_shape(shape, name, allow_none=False):
     if shape is None and allow_none:
         return ()
     try:
-        shape = tuple(int(s) for s in np.atleast_1d(shape))
+        entries = np.atleast_1d(shape)
+        ok = entries.ndim == 1 and is_integral(entries)  # (2.5, 3) is not truncated to (2, 3)
+        out = tuple(int(s) for s in entries) if ok else ()
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a tuple of positive ints, got {shape!r}.") from None
-    if not shape or min(shape) < 1:
+        out = ()
+    if not out or min(out) < 1:
         raise ValueError(f"{name} must be a tuple of positive ints, got {shape!r}.")
-    return shape
+    return out
 
 
 def _check_rank(rank, shape):
-    rank = tuple(int(r) for r in np.atleast_1d(rank))
+    try:
+        entries = np.atleast_1d(rank)
+        ok = entries.ndim == 1 and is_integral(entries)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:  # (1.5, 1) is not truncated to (1, 1)
+        raise ValueError(f"rank must be a tuple of positive ints, got {rank!r}.")
+    rank = tuple(int(r) for r in entries)
     if len(rank) != len(shape):
         raise ValueError(
             f"rank must have one entry per mode of the coefficient shape {shape}, got {rank}."
@@ -35,8 +45,7 @@ def _check_rank(rank, shape):
 
 
 def _ratio(value, name):
-    if not (np.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+    check_number(value, name, minimum=0)
     return float(value)
 
 

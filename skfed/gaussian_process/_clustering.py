@@ -1,11 +1,14 @@
 """Client clustering from projection operators (pFedHGP paper sec. 3.8.2)."""
 
+import numbers
+import warnings
+
 import numpy as np
 from scipy.linalg import block_diag, cho_factor, cho_solve
 from sklearn.cluster import SpectralClustering
 from sklearn.utils.validation import check_is_fitted
 
-from ..utils._validation import check_groups, check_positive_int
+from ..utils._validation import check_groups, check_positive_int, check_scale, validate_data
 from ._covariance import kernel_args
 from ._covariance import kernel_matrix
 
@@ -40,6 +43,22 @@ def _projection(X, latents, kind, noise, scale=1.0):
         Kvy = Kvy + np.kron(P, kernel_matrix(*kernel_args(X, Z), ls, scale * var, kind).T)
     A = Kvy @ cho_solve(cho_factor(Kyy, lower=True), Kvy.T)
     return 0.5 * (A + A.T)
+
+
+def _check_X(model, X):
+    """``X`` validated as the model's ``client_dissimilarity`` method does, and in range.
+
+    2-D, finite, with the fitted number of features (the fitted feature names
+    if ``X`` has names), and no overflowing sum of squares (which would give
+    NaN dissimilarities).
+    """
+    with warnings.catch_warnings():
+        # the method passes the array it validated itself (the names were checked there)
+        warnings.filterwarnings("ignore", message="X does not have valid feature names",
+                                category=UserWarning)
+        X = validate_data(model, X, reset=False, dtype=np.float64)
+    check_scale(X, "X")
+    return X
 
 
 def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel="global",
@@ -97,7 +116,7 @@ def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel
         Fitted with the deviation and/or local component.
     X : array-like of shape (n_samples, n_features)
         The inputs of the fitted clients (``X_i``: the paper uses each
-        client's training inputs).
+        client's training inputs); finite, with the fitted number of features.
     groups : array-like of shape (n_samples,)
         Client label of each row (every label of ``model.clients_`` must
         have rows; other labels are ignored).
@@ -121,10 +140,16 @@ def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel
                                  ("multioutput", multioutput, MULTIOUTPUT)):
         if value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
+    X = _check_X(model, X)
     # the fitted kernels' input units (client_kernels)
-    X = (np.asarray(X, dtype=float) - model.x_mean_) / model.x_std_
+    X = (X - model.x_mean_) / model.x_std_
     labels, index = check_groups(groups, X.shape[0])
     missing = set(model.clients_.tolist()) - set(labels.tolist())
+    if missing and groups is None:
+        raise ValueError(
+            "groups is None (every row one client), but the model has the clients "
+            f"{model.clients_.tolist()[:10]}: pass the client label of each row of X."
+        )
     if missing:
         raise ValueError(f"groups has no rows for the fitted clients {sorted(missing)[:10]}.")
     wanted = ("deviation", "local") if component == "both" else (component,)
@@ -148,7 +173,14 @@ def client_dissimilarity(model, X, groups, *, component="both", deviation_kernel
             raise ValueError(f"component={component!r} needs the fitted model to have "
                              f"{' or '.join(wanted)} component.")
         A = block_diag(*blocks)
-        ops.append((A / np.trace(A)).ravel())
+        trace = np.trace(A)
+        if not (np.isfinite(trace) and trace > 0):  # else 0/0: NaN dissimilarities
+            raise ValueError(
+                f"X of client {label!r} gives a zero projection operator: its rows are so far "
+                "from the fitted inputs that every kernel value vanishes. Pass the client's "
+                "inputs on the scale the model was fitted on."
+            )
+        ops.append((A / trace).ravel())
     ops = np.array(ops)
     rho = np.zeros((len(ops), len(ops)))
     for i in range(len(ops) - 1):  # explicit differences: no cancellation for near-equal operators
@@ -170,6 +202,7 @@ def cluster_clients(rho, n_clusters=3, *, bandwidth=None, random_state=None):
         Symmetric non-negative dissimilarities (e.g. :func:`client_dissimilarity`).
     n_clusters : int, default=3
     bandwidth : float or None, default=None
+        Finite and > 0 (None: the median off-diagonal dissimilarity).
     random_state : int, RandomState instance or None, default=None
 
     Returns
@@ -189,14 +222,22 @@ def cluster_clients(rho, n_clusters=3, *, bandwidth=None, random_state=None):
     if (rho.ndim != 2 or rho.shape[0] != rho.shape[1] or not np.all(np.isfinite(rho))
             or np.any(rho < 0)):
         raise ValueError("rho must be a square, finite, non-negative dissimilarity matrix.")
+    asym = np.abs(rho - rho.T)
+    if asym.size and asym.max() > 1e-8 * rho.max():  # rounding differences are tolerated
+        i, j = np.unravel_index(np.argmax(asym), asym.shape)
+        raise ValueError(
+            f"rho must be symmetric (a dissimilarity matrix), got rho[{i}, {j}] = "
+            f"{rho[i, j]:.6g} but rho[{j}, {i}] = {rho[j, i]:.6g}."
+        )
     k = check_positive_int(n_clusters, "n_clusters")
     if k > rho.shape[0]:
         raise ValueError(f"n_clusters={k} exceeds the number of clients {rho.shape[0]}.")
     if bandwidth is None:
         off = rho[~np.eye(len(rho), dtype=bool)]
         bandwidth = float(np.median(off)) if off.size and np.median(off) > 0 else 1.0
-    elif not bandwidth > 0:
-        raise ValueError(f"bandwidth must be > 0, got {bandwidth!r}.")
+    elif (isinstance(bandwidth, (bool, np.bool_)) or not isinstance(bandwidth, numbers.Real)
+          or not 0 < bandwidth < np.inf):  # inf: every affinity 1, arbitrary clusters
+        raise ValueError(f"bandwidth must be a finite number > 0 or None, got {bandwidth!r}.")
     affinity = np.exp(-rho / bandwidth)
     return SpectralClustering(n_clusters=k, affinity="precomputed",
                               random_state=random_state).fit_predict(affinity)

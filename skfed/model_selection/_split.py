@@ -41,7 +41,8 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
     shuffle : bool, default=False
         Shuffle each client's rows before splitting.
     random_state : int, RandomState instance or None, default=None
-        Seed of the shuffle (only with ``shuffle=True``).
+        Seed of the shuffle. As for scikit-learn's ``KFold``, it must stay
+        None unless ``shuffle=True`` (a seed would have no effect).
 
     Examples
     --------
@@ -60,6 +61,29 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
         self.small_clients = small_clients
         self.shuffle = shuffle
         self.random_state = random_state
+        self._check_params()  # at construction, as scikit-learn's KFold
+
+    def _check_params(self):
+        """Validate the parameters (again in ``get_n_splits`` and ``split``: they may be set).
+
+        Returns
+        -------
+        n_splits : int
+        """
+        n_splits = check_positive_int(self.n_splits, "n_splits", minimum=2)
+        if self.small_clients not in ("warn", "train", "error"):
+            raise ValueError(
+                f"small_clients must be 'warn', 'train' or 'error', got {self.small_clients!r}."
+            )
+        if not isinstance(self.shuffle, (bool, np.bool_)):  # "no" is truthy: it would shuffle
+            raise TypeError(f"shuffle must be True or False; got {self.shuffle!r}.")
+        if not self.shuffle and self.random_state is not None:
+            # scikit-learn's KFold message
+            raise ValueError(
+                "Setting a random_state has no effect since shuffle is False. You should "
+                "leave random_state to its default (None), or set shuffle=True."
+            )
+        return n_splits
 
     def get_n_splits(self, X=None, y=None, groups=None):
         """Return the number of splits.
@@ -73,7 +97,7 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
         -------
         n_splits : int
         """
-        return self.n_splits
+        return self._check_params()
 
     def split(self, X, y=None, groups=None):
         """Generate train/test indices; each test fold holds rows of every client.
@@ -97,11 +121,7 @@ class WithinClientKFold(GroupsConsumerMixin, BaseCrossValidator):
         return super().split(X, y, groups)
 
     def _iter_test_indices(self, X, y=None, groups=None):
-        n_splits = check_positive_int(self.n_splits, "n_splits", minimum=2)
-        if self.small_clients not in ("warn", "train", "error"):
-            raise ValueError(
-                f"small_clients must be 'warn', 'train' or 'error', got {self.small_clients!r}."
-            )
+        n_splits = self._check_params()
         n_samples = _num_samples(X)
         clients, index = check_groups(groups, n_samples)
         sizes = np.bincount(index, minlength=clients.size)

@@ -43,6 +43,58 @@ def test_hierarchical_gp_errors_and_reproducibility():
     np.testing.assert_array_equal(a.y_train, b.y_train)
 
 
+HGP = dict(n_clients=2, n_outputs=2, n_train=5, n_test=5)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"global_lengthscales": (0, 1)}, "global_lengthscales"),  # NaN data otherwise
+    ({"global_lengthscales": (-1, 1)}, "global_lengthscales"),
+    ({"local_lengthscales": (np.nan, 0.45)}, "local_lengthscales"),
+    ({"local_lengthscales": ("a", 0.45)}, "local_lengthscales"),
+    ({"global_scales": (-1.0, 0.7)}, "global_scales"),
+    ({"local_scales": (1.0, np.inf)}, "local_scales"),
+    ({"n_outputs": None, "global_lengthscales": (0.0, 2.5)}, "global_lengthscales"),
+    ({"domain": (0, np.inf)}, "domain"),
+    ({"domain": (5.0, 1.0)}, "domain"),
+    ({"domain": (0.0,)}, "domain"),
+    ({"noise": np.nan}, "noise"),
+    ({"noise": "a"}, "noise"),
+    ({"phi": -1.0}, "phi"),
+])
+def test_hierarchical_gp_refuses_bad_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_hierarchical_gp(**{**HGP, **kwargs}, random_state=0)
+
+
+def test_hierarchical_gp_scalar_output_ignores_the_unused_latents():
+    # n_outputs=None uses the first entry of each tuple: the others are not checked
+    d = make_hierarchical_gp(**{**HGP, "n_outputs": None}, global_lengthscales=(1.8, -1.0),
+                             random_state=0)
+    assert np.all(np.isfinite(d.y_train))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_cycles": 5}, "n_cycles"),
+    ({"n_cycles": (2.5, 3)}, "n_cycles"),  # not truncated to 2 cycles
+    ({"n_cycles": (3, 0)}, "n_cycles"),
+    ({"n_cycles": ()}, "n_cycles"),
+    ({"fault_depth": np.nan}, "fault_depth"),
+    ({"fault_depth": 1.5}, "fault_depth"),
+    ({"cycle_variation": -1.0}, "cycle_variation"),
+    ({"noise": -1.0}, "noise"),
+    ({"noise": np.inf}, "noise"),
+])
+def test_press_tonnage_refuses_bad_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_press_tonnage(**{"n_cycles": (3, 2), "n_points": 10, **kwargs}, random_state=0)
+
+
+@pytest.mark.parametrize("noise", [np.nan, -1.0, "a"])
+def test_monitoring_stations_refuses_bad_noise(noise):
+    with pytest.raises(ValueError, match="noise"):
+        make_monitoring_stations(n_stations=4, n_zones=2, n_times=10, noise=noise)
+
+
 def test_press_and_monitoring_generators():
     X, y, t = make_press_tonnage(n_cycles=(5, 5, 5), n_points=50, random_state=0)
     assert X.shape == (15, 50) and t.shape == (50,)

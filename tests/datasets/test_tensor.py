@@ -44,6 +44,28 @@ def test_scalar_response_and_errors():
         make_tensor_regression(n_clients=2, n_samples=[3, 4, 5])
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"rank": (1.5, 1)}, "rank"),  # not truncated to (1, 1)
+    ({"rank": ("a", 1)}, "rank"),
+    ({"tensor_shape": (2.5, 3)}, "tensor_shape"),
+    ({"noise": "a"}, "noise"),
+    ({"noise": np.nan}, "noise"),
+])
+def test_tensor_regression_refuses_fractional_ranks_and_shapes(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_tensor_regression(**{"n_clients": 2, "n_samples": 10, "tensor_shape": (3, 3),
+                                  "output_shape": None, "rank": (1, 1), "n_nonzero": 2,
+                                  **kwargs}, random_state=0)
+
+
+def test_tensor_regression_takes_integral_floats():
+    kw = dict(n_clients=2, n_samples=10, output_shape=None, n_nonzero=2, random_state=0)
+    a = make_tensor_regression(tensor_shape=(3.0, 3), rank=(1.0, 1), **kw)
+    b = make_tensor_regression(tensor_shape=(3, 3), rank=(1, 1), **kw)
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+
+
 def test_image_setting():
     X, y, groups, truth = make_tensor_image_regression(return_truth=True, random_state=0)
     assert X.shape == (555, 1024) and y.shape == (555,)

@@ -112,6 +112,50 @@ def test_dissimilarity_bad_options(scalar_fit):
     assert client_dissimilarity(no_dev, X, groups).shape == (3, 3)
 
 
+def _with_nan(X):
+    X = X.copy()
+    X[0, 0] = np.nan
+    return X
+
+
+@pytest.mark.parametrize("bad_X, match", [
+    (lambda X: np.c_[X, X], "X has 2 features, but PFedHGPRegressor is expecting 1"),
+    (lambda X: X[:, 0], "X: Expected 2D array"),
+    (_with_nan, "Input X contains NaN"),
+    (lambda X: X * 1e200, "X is out of range"),  # NaN dissimilarities otherwise
+    (lambda X: X * 1e100 + 1e100, "X of client 0 gives a zero projection operator"),
+])
+def test_dissimilarity_function_validates_X_as_the_method(scalar_fit, bad_X, match):
+    m, X, groups = scalar_fit
+    with pytest.raises(ValueError, match=match):
+        client_dissimilarity(m, bad_X(X), groups)
+    with pytest.raises(ValueError, match=match):
+        m.client_dissimilarity(bad_X(X), groups)
+
+
+def test_dissimilarity_names_missing_groups(scalar_fit):
+    m, X, _ = scalar_fit
+    with pytest.raises(ValueError, match="groups is None"):
+        client_dissimilarity(m, X, None)
+
+
+@pytest.mark.parametrize("bandwidth", [np.inf, np.nan, 0.0, -1.0, "a", True])
+def test_cluster_clients_refuses_bad_bandwidth(bandwidth):
+    rho = np.array([[0, .1, 5, 5], [.1, 0, 5, 5], [5, 5, 0, .1], [5, 5, .1, 0]])
+    with pytest.raises(ValueError, match="bandwidth"):
+        cluster_clients(rho, 2, bandwidth=bandwidth)
+
+
+def test_cluster_clients_refuses_a_non_symmetric_rho():
+    rho = np.array([[0, .1, 5, 5], [.1, 0, 5, 5], [5, 5, 0, .1], [5, 5, .1, 0]])
+    with pytest.raises(ValueError, match=r"rho must be symmetric.*rho\[0, 2\] = 5"):
+        cluster_clients(np.triu(rho), 2)
+    # rounding differences are not asymmetry
+    nearly = rho + np.triu(np.full((4, 4), 1e-12), 1)
+    np.testing.assert_array_equal(cluster_clients(nearly, 2, random_state=0),
+                                  cluster_clients(rho, 2, random_state=0))
+
+
 def test_cluster_clients_recovers_blocks_and_validates():
     rng = np.random.default_rng(0)
     zones = np.repeat([0, 1, 2], 4)
@@ -204,3 +248,23 @@ def test_classifier_names_X_for_overflowing_curves():
     X[:, 0] *= 1e300
     with pytest.raises(ValueError, match="X is out of range"):
         PFedHGPClassifier().fit(X, np.arange(6) % 2)
+
+
+@pytest.mark.parametrize("method", ["predict", "predict_proba", "predict_log_likelihood"])
+def test_classifier_refuses_overflowing_curves_at_predict(method):
+    # fit refuses such X; predict gave NaN probabilities and class 0
+    X, y, t = make_press_tonnage(n_cycles=(4, 4), n_points=8, random_state=0)
+    clf = PFedHGPClassifier(input_grid=t).fit(X, y)
+    with pytest.raises(ValueError, match="X is out of range"):
+        getattr(clf, method)(X[:2] * 1e200)
+
+
+@pytest.mark.parametrize("make_grid, match", [
+    (lambda t: t * 1e200, "input_grid is out of range"),  # was blamed on X
+    (lambda t: ["a"] * t.size, "input_grid must be an array of real numbers"),
+    (lambda t: t + 1j, "input_grid must be an array of real numbers"),
+])
+def test_classifier_names_a_bad_input_grid(make_grid, match):
+    X, y, t = make_press_tonnage(n_cycles=(4, 4), n_points=8, random_state=0)
+    with pytest.raises(ValueError, match=match):
+        PFedHGPClassifier(input_grid=make_grid(t)).fit(X, y)

@@ -46,6 +46,40 @@ def test_client_with_fewer_rows_than_folds():
         list(WithinClientKFold(5, small_clients="train").split(np.zeros((5, 1)), groups=groups))
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"n_splits": "a"}, ValueError, "n_splits"),
+    ({"n_splits": 1}, ValueError, "n_splits"),
+    ({"n_splits": 2.5}, ValueError, "n_splits"),
+    ({"n_splits": True}, ValueError, "n_splits"),
+    ({"shuffle": "no", "random_state": 0}, TypeError, "shuffle must be True or False"),
+    ({"shuffle": 1}, TypeError, "shuffle must be True or False"),
+    # scikit-learn's KFold message: a seed without shuffling has no effect
+    ({"random_state": 0}, ValueError, "Setting a random_state has no effect since shuffle is "
+                                      "False. You should leave random_state"),
+    ({"small_clients": "drop"}, ValueError, "small_clients"),
+])
+def test_refuses_bad_parameters_at_construction_as_kfold(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        WithinClientKFold(**kwargs)
+    if "small_clients" not in kwargs:  # scikit-learn's KFold refuses the same, as early
+        with pytest.raises(error):
+            KFold(**kwargs)
+
+
+def test_get_n_splits_and_split_revalidate_parameters():
+    cv = WithinClientKFold(3)
+    cv.n_splits = "a"  # set after construction: get_n_splits (read first by GridSearchCV)
+    with pytest.raises(ValueError, match="n_splits"):
+        cv.get_n_splits()
+    with pytest.raises(ValueError, match="n_splits"):
+        list(cv.split(np.zeros((6, 1))))
+    cv = WithinClientKFold(3)
+    cv.random_state = 0
+    with pytest.raises(ValueError, match="random_state"):
+        list(cv.split(np.zeros((6, 1))))
+    assert WithinClientKFold(np.int64(4), shuffle=np.True_).get_n_splits() == 4
+
+
 def test_small_clients_train_by_default_with_a_warning():
     groups = np.array([0] * 6 + [1] * 2 + [2] * 5 + [3])
     X = np.zeros((groups.size, 1))
