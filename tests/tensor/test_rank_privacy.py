@@ -24,16 +24,59 @@ def test_ratio_rank_picks_the_spectral_gap():
     assert all(1 <= x <= 5 for x in r)
     # max_rank caps the candidates
     assert ratio_rank(M, n_samples=10**6, max_rank=2) in ((1, 1), (2, 2))
+    # numpy integers and a per-mode cap are valid
+    assert ratio_rank(M, np.int64(10**6), max_rank=(np.int64(2), 2)) == ratio_rank(
+        M, n_samples=10**6, max_rank=2)
     assert ridge_constant((8, 6), 100) == pytest.approx(math.sqrt(math.log(48) / 100))
 
 
 def test_vote_and_feasibility():
     assert vote_ranks([(2, 3), (2, 1), (1, 1), (1, 3)]) == (1, 1)  # ties -> smallest
     assert vote_ranks([(3, 3, 3), (3, 2, 3), (2, 3, 3)]) == (3, 3, 3)
+    # the clients' messages carry int64 arrays
+    assert vote_ranks([np.array([2, 3]), np.array([2, 1]), np.array([1, 1])]) == (2, 1)
     assert make_feasible((1, 1, 3)) == (1, 1, 1)
     assert make_feasible((2, 5, 3)) == (2, 5, 3)
     assert make_feasible((4, 1, 1)) == (1, 1, 1)
     assert make_feasible((9, 2, 2), shape=(3, 5, 5)) == (3, 2, 2)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n_samples": 0}, "n_samples must be an integer >= 1, got 0"),
+    ({"n_samples": -1}, "n_samples must be an integer >= 1, got -1"),
+    ({"n_samples": 2.5}, "n_samples must be an integer >= 1, got 2.5"),
+    ({"scale": -1}, "scale must be a finite real number > 0, got -1"),
+    ({"scale": np.nan}, "scale must be a finite real number > 0, got nan"),
+    ({"scale": 0}, "scale must be a finite real number > 0"),
+    ({"scale": True}, "scale must be a finite real number > 0"),
+    ({"max_rank": (1,)}, r"max_rank must be None, an int or 2 ints .*got \(1,\)"),
+    ({"max_rank": 0}, "max_rank must be an integer >= 1, got 0"),
+    ({"max_rank": (1, 0)}, r"max_rank\[1\] must be an integer >= 1, got 0"),
+    ({"max_rank": 1.5}, "max_rank must be an integer >= 1"),
+    ({"T": np.full((4, 3), np.nan)}, "T must be finite, got 12 NaN or infinite entries"),
+    ({"T": np.zeros((0, 3))}, r"T must have at least one entry along every mode, got shape"),
+    ({"T": [["a", "b"]]}, "T must be an array of real numbers"),
+])
+def test_ratio_rank_refuses_bad_arguments(kwargs, match):
+    args = {"T": np.random.default_rng(0).standard_normal((4, 3)), "n_samples": 100, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        ratio_rank(**args)
+
+
+@pytest.mark.parametrize("ranks, match", [
+    ([], "ranks must hold at least one rank tuple, got an empty list"),
+    ([(-1, 2)], r"ranks\[0\] must hold integers >= 1, got \(-1, 2\)"),
+    ([(1.5, 2)], r"ranks\[0\] must hold integers >= 1, got \(1.5, 2\)"),
+    ([(True, 2)], r"ranks\[0\] must hold integers >= 1"),
+    ([()], r"ranks\[0\] must hold integers >= 1, got \(\)"),
+    ([(1, 2), (1,)], r"ranks\[1\] must hold 2 integers >= 1 \(as many as ranks\[0\]\)"),
+    ([(1, 2), (1, 0)], r"ranks\[1\] must hold 2 integers >= 1"),
+    ([1, 2], r"ranks\[0\] must be a tuple of ints \(one client's rank\), got 1"),
+    (None, "ranks must be a list of rank tuples, got None"),
+])
+def test_vote_ranks_refuses_bad_ranks(ranks, match):
+    with pytest.raises(ValueError, match=match):
+        vote_ranks(ranks)
 
 
 def test_paper_noise_formula():

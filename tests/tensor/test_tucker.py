@@ -111,6 +111,55 @@ def test_check_tucker_rank():
         retract(np.zeros((3, 3)), (1, 1), "hooi")
 
 
+T43 = np.random.default_rng(9).standard_normal((4, 3))
+
+
+@pytest.mark.parametrize("helper", [st_hosvd, t_hosvd, retract])
+@pytest.mark.parametrize("rank, match", [
+    ((9, 2), r"rank\[0\] = 9 is not in \[1, 4\]"),  # the kernel read out of bounds
+    ((2, 5), r"rank\[1\] = 5 is not in \[1, 3\]"),
+    ((0, 2), r"rank\[0\] = 0 is not in \[1, 4\]"),
+    ((2,), r"rank must hold 2 integers \(one per mode of T"),
+    ((2, 2, 2), "rank must hold 2 integers"),
+    ((2.0, 2), "rank must hold 2 integers"),
+    ((3, 1), r"rank = \(3, 1\) is infeasible"),
+    (True, "rank must be an int or a tuple of ints"),
+    (None, "rank must be an int or a tuple of ints"),
+])
+def test_hosvd_helpers_refuse_a_bad_rank(helper, rank, match):
+    with pytest.raises(ValueError, match=match):
+        helper(T43, rank)
+
+
+@pytest.mark.parametrize("helper", [st_hosvd, t_hosvd, retract])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_hosvd_helpers_refuse_a_non_finite_tensor(helper, bad):
+    T = T43.copy()
+    T[1, 2] = bad
+    with pytest.raises(ValueError, match=r"T must be finite, got 1 NaN or infinite entries"):
+        helper(T, (2, 2))
+    with pytest.raises(ValueError, match="T must be an array of real numbers"):
+        helper([["a", "b"], ["c", "d"]], 1)
+
+
+def test_retract_refuses_a_non_finite_tensor_as_a_numerical_failure():
+    # retract runs on every Stage-I step: the kernel finds the NaN (no extra pass), and the
+    # error stays a LinAlgError, which the estimators report as the client's numerical failure
+    with pytest.raises(np.linalg.LinAlgError, match="T must be finite"):
+        retract(T43 * np.nan, (2, 2), "t_hosvd")
+    with pytest.raises(np.linalg.LinAlgError, match="T must be finite"):
+        tangent_project_surrogate(T43 * np.inf, (2, 2))
+
+
+def test_hosvd_helpers_take_any_integer_rank():
+    expected = retract(T43, (2, 2))
+    for rank in (2, np.int64(2), np.array([2, 2]), [2, 2], (np.int32(2), 2)):
+        A, core, factors = retract(T43, rank)
+        np.testing.assert_array_equal(A, expected[0])
+        assert core.shape == (2, 2)
+        np.testing.assert_array_equal(st_hosvd(T43.tolist(), rank)[0], st_hosvd(T43, 2)[0])
+
+
 def test_leading_singular_vectors_are_numpys_up_to_sign():
     from skfed.tensor._tucker import _leading_left_singular_vectors
 
