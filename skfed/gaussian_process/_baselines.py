@@ -135,12 +135,9 @@ class PFedGPRegressor(PFedHGPRegressor):
         Always ``None``: one shared noise variance.
     log_marginal_likelihood_value_, n_restarts_ : None
         Always ``None``: collapsed inference only.
-    communication_ : Ledger
-        Every message exchanged during ``fit``.
-    n_features_in_ : int
-        Number of features seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Names of features seen in ``fit``, when ``X`` has string column names.
+    communication_, n_features_in_, feature_names_in_ :
+        As :class:`PFedHGPRegressor` (``feature_names_in_`` only when ``X``
+        has string column names).
 
     Examples
     --------

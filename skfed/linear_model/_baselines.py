@@ -229,19 +229,7 @@ class DPFedERMClassifier(_FederatedBaseline):
         Noise standard deviation per client (zeros without privacy).
     eta_ : ndarray of shape (n_clients,)
         Step sizes.
-    client_weights_ : ndarray of shape (n_clients,)
-        The client weights ``alpha`` (``"uniform"`` or ``"size"`` resolved),
-        summing to 1, in the order of ``clients_``.
-    epsilon_round_ : tuple of float or None
-        ``(epsilon,)``: the per-round budget (derived from ``target_epsilon``
-        when given); ``None`` without privacy.
-    noise_multiplier_ : tuple of float or None
-        ``(z,)``: noise standard deviation over sensitivity; ``None``
-        without privacy.
-    privacy_unit_ : str or None
-        ``"record"``: one row of one client (replace-one); ``None`` without
-        privacy.
-    %(features_in_)s
+    %(baseline_attributes)s
 
     Examples
     --------
@@ -321,19 +309,7 @@ class DPFedSGDClassifier(_FederatedBaseline):
         As :class:`skfed.DPFedDROClassifier`.
     noise_sigma_ : ndarray of shape (n_clients,)
         Gradient noise standard deviation per client (zeros without privacy).
-    client_weights_ : ndarray of shape (n_clients,)
-        The client weights ``alpha`` (``"uniform"`` or ``"size"`` resolved),
-        summing to 1, in the order of ``clients_``.
-    epsilon_round_ : tuple of float or None
-        ``(epsilon,)``: the per-round budget (derived from ``target_epsilon``
-        when given); ``None`` without privacy.
-    noise_multiplier_ : tuple of float or None
-        ``(z,)``: noise standard deviation over sensitivity; ``None``
-        without privacy.
-    privacy_unit_ : str or None
-        ``"record"``: one row of one client (replace-one); ``None`` without
-        privacy.
-    %(features_in_)s
+    %(baseline_attributes)s
 
     Examples
     --------

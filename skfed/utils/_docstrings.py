@@ -160,6 +160,21 @@ DOCS = _entries(
         intercept_scaling : float, default=1.0
             Its value.
         %(classes_public)s""",
+    # the fitted attributes the private baselines share
+    baseline_attributes="""
+        client_weights_ : ndarray of shape (n_clients,)
+            The client weights ``alpha`` (``"uniform"`` or ``"size"`` resolved),
+            summing to 1, in the order of ``clients_``.
+        epsilon_round_ : tuple of float or None
+            ``(epsilon,)``: the per-round budget (derived from ``target_epsilon``
+            when given); ``None`` without privacy.
+        noise_multiplier_ : tuple of float or None
+            ``(z,)``: noise standard deviation over sensitivity; ``None``
+            without privacy.
+        privacy_unit_ : str or None
+            ``"record"``: one row of one client (replace-one); ``None`` without
+            privacy.
+        %(features_in_)s""",
     baseline_options="""
         on_client_error : {"raise", "skip"}, default="raise"
             A failing client step stops the fit with an error naming the client
