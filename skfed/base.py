@@ -9,7 +9,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from .federated import fit_federated
 from .utils._docstrings import fill_doc
-from .utils._validation import check_params, map_clients, split_groups
+from .utils._validation import (
+    _names_argument, _refuse_missing_targets, check_params, map_clients, split_groups,
+)
 
 __all__ = ["FederatedEstimator", "FederatedEstimatorMixin", "checked_fit", "init_defaults",
            "keyword_init", "transactional_fit"]
@@ -146,6 +148,26 @@ def checked_fit(fit):
     return wrapper
 
 
+def _check_score_target(y, n_rows):
+    """Refuse a ``y`` for ``score`` by name: missing or non-finite values, complex
+    values, or another number of rows than ``X`` (scikit-learn's metrics say
+    "Input contains NaN." or "Found input variables with inconsistent numbers of
+    samples: [17, 18]" without naming it). The metric then reads ``y`` as given.
+    """
+    from sklearn.utils.validation import check_array
+
+    _refuse_missing_targets(y)
+    try:
+        y = check_array(y, ensure_2d=False, allow_nd=True, dtype=None, input_name="y")
+    except (ValueError, TypeError) as exc:
+        if _names_argument(str(exc)):
+            raise
+        raise type(exc)(f"y: {exc}") from exc
+    if y.shape[0] != n_rows:
+        raise ValueError(f"y has {y.shape[0]} rows but X has {n_rows}: score needs one target "
+                         "per row of X.")
+
+
 class FederatedEstimatorMixin:
     """Mixin for estimators fitted with ``fit(X, y, groups=client_labels)``.
 
@@ -212,6 +234,7 @@ class FederatedEstimatorMixin:
         from sklearn.metrics import accuracy_score, r2_score
 
         y_pred = self.predict(X, groups=groups)
+        _check_score_target(y, len(y_pred))
         if _is_classifier(self):
             return accuracy_score(y, y_pred, sample_weight=sample_weight)
         return r2_score(y, y_pred, sample_weight=sample_weight)

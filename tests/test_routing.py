@@ -111,6 +111,26 @@ def test_default_scoring_uses_personalized_score(data):
     assert np.all(res["test_score"] > 0.5)
 
 
+@pytest.mark.parametrize("classifier", [False, True])
+@pytest.mark.parametrize("bad, match", [
+    (lambda y: y[:-1], r"y has 179 rows but X has 180"),  # "inconsistent numbers of samples"
+    (lambda y: np.r_[y[:-1], np.nan], r"Input y contains NaN"),  # "Input contains NaN."
+    (lambda y: [None, *y[1:]], r"y contains 1 missing value"),
+    (lambda y: y + 1j, r"y: Complex data not supported"),
+])
+def test_score_names_a_bad_y(data, classifier, bad, match):
+    from sklearn.linear_model import LogisticRegression
+
+    X, y, groups = data
+    if classifier:
+        y = (y > np.median(y)).astype(float)
+    model = LocalEstimator(LogisticRegression() if classifier else Ridge()).fit(
+        X, y, groups=groups)
+    assert np.isfinite(model.score(X, y, groups=groups))
+    with pytest.raises(ValueError, match=match):
+        model.score(X, bad(y), groups=groups)
+
+
 def test_user_can_opt_out_of_routing(data):
     X, y, groups = data
     est = SpyLocal(Ridge()).set_fit_request(groups=False)

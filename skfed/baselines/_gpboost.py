@@ -1,7 +1,11 @@
 """GPBoost: grouped random effects with tree boosting, or its linear mixed model (centralized)."""
 
 import contextlib
+import difflib
 import io
+import math
+import numbers
+import re
 import warnings
 
 import numpy as np
@@ -41,6 +45,61 @@ _EXACT_FIT_TOL = 1e-12
 
 def _gpboost():
     return import_optional("gpboost", "GPBoostRegressor", "gpboost>=1.6.1")
+
+
+# the learning rate under its names in gpboost (its native library's aliases)
+_LEARNING_RATES = ("learning_rate", "shrinkage_rate", "eta")
+# boosting parameters the inner CV may tune (those of gpboost's own tuner, and bagging_freq),
+# named when a param_grid key is unknown; any other gpboost parameter is accepted too
+_TUNABLE = ("learning_rate", "max_depth", "min_data_in_leaf", "num_leaves",
+            "min_sum_hessian_in_leaf", "min_gain_to_split", "lambda_l1", "lambda_l2",
+            "bagging_fraction", "bagging_freq", "feature_fraction", "max_bin", "cat_l2",
+            "cat_smooth", "line_search_step_length")
+
+
+def _check_learning_rates(grid):
+    """Refuse a learning rate gpboost would refuse (the grid search skips such
+    combinations, and with none left says only "Did not find any valid parameter
+    combination")."""
+    for key in _LEARNING_RATES:
+        for value in grid.get(key, ()):
+            if (not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_))
+                    or not math.isfinite(value) or value <= 0):
+                raise ValueError(
+                    f"param_grid[{key!r}] values must be finite numbers > 0, got {value!r}.")
+
+
+def _check_param_names(grid):
+    """Refuse ``param_grid`` keys that gpboost does not know.
+
+    gpboost's native library warns about an unknown parameter and ignores it:
+    a typo would silently tune nothing (and replace the default grid). A small
+    dataset built with the grid's first values shows which names it does not
+    know; values it refuses are left to the fit.
+    """
+    gpb = _gpboost()
+    # a verbosity in the grid could hide the warnings: it is a known name anyway
+    probe = {key: next((v for v in values if v is not None), "0")
+             for key, values in grid.items() if key not in ("verbose", "verbosity")}
+    if not probe:
+        return
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        with contextlib.suppress(gpb.basic.GPBoostError, TypeError, ValueError):
+            gpb.Dataset(np.arange(4.0)[:, None], label=np.arange(4.0),
+                        params={**probe, "verbose": 0}).construct()
+    unknown = [key for key in probe
+               if re.search(rf"Unknown parameter: {re.escape(key)}$", printed.getvalue(),
+                            re.MULTILINE)]
+    if unknown:
+        hints = [f"{key!r} (did you mean {close[0]!r}?)"
+                 if (close := difflib.get_close_matches(key, _TUNABLE, n=1)) else repr(key)
+                 for key in unknown]
+        raise ValueError(
+            f"param_grid has keys that are not gpboost parameters: {', '.join(hints)}. Its "
+            f"keys must be gpboost's boosting parameters (or their aliases), e.g. "
+            f"{', '.join(_TUNABLE)}."
+        )
 
 
 @contextlib.contextmanager
@@ -112,7 +171,8 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
         ``kind="trees"``: gpboost boosting parameters and the values the inner
         CV tries (every combination); ``None`` for
         ``{"learning_rate": [0.05, 0.1], "max_depth": [2, 4, 6],
-        "min_data_in_leaf": [5, 20]}``.
+        "min_data_in_leaf": [5, 20]}``. A name gpboost does not know (it would
+        ignore it) is an error.
     n_estimators : int, default=1000
         ``kind="trees"``: most boosting rounds; the inner CV stops each run
         early, and the refit uses the best run's number of rounds.
@@ -225,11 +285,14 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
                     f"param_grid may not set {reserved!r}: the number of rounds is chosen by "
                     "early stopping (n_estimators, early_stopping_rounds), on the squared error."
                 )
+        _check_learning_rates(grid)
         check_positive_int(self.n_estimators, "n_estimators")
         check_positive_int(self.early_stopping_rounds, "early_stopping_rounds")
         check_cv(self.cv)
         if self.n_jobs is not None:
             check_positive_int(self.n_jobs, "n_jobs")
+        if self.param_grid is not None:  # the default grid's names are known
+            _check_param_names(grid)
         return grid
 
     def _fit_standardized(self, X, y, Z, client_index, n_clients, grid, cv_seed, seed):

@@ -157,7 +157,10 @@ class _LocalFit(FederatedAlgorithm):
         try:
             model.fit(data.X, data.y, **fit_params)
         except ValueError as exc:  # the wrapped estimator refuses this client's rows
-            reason = f"{type(self.estimator).__name__}.fit raised ValueError: {exc}"
+            # (named as PooledEstimator does: the weights may be what it refused, e.g. negative
+            # ones, which only some estimators accept)
+            weights = "" if data.sample_weight is None else " (with sample_weight)"
+            reason = f"{type(self.estimator).__name__}.fit raised ValueError{weights}: {exc}"
             return _Fallback(reason, exc), message
         return model, message
 

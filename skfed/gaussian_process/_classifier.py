@@ -79,7 +79,13 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
     def _grid(self, n_features):
         if self.input_grid is None:
             return np.arange(n_features, dtype=float)[:, None]
-        grid = np.asarray(self.input_grid, dtype=float)
+        try:
+            grid = np.asarray(self.input_grid)
+            if np.iscomplexobj(grid):
+                raise TypeError("complex values")
+            grid = np.asarray(grid, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"input_grid must be an array of real numbers ({exc}).") from None
         if grid.ndim == 1:
             grid = grid[:, None]
         if grid.ndim != 2 or grid.shape[0] != n_features or not np.all(np.isfinite(grid)):
@@ -109,6 +115,9 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         check_classification_targets(y)
         self.classes_, yi = np.unique(y, return_inverse=True)
         grid = self._grid(X.shape[1])
+        reps = int(np.bincount(yi).max())  # the largest class's rows of the stacked grid
+        for col in grid.T:  # as the regressor's check of a client's X column, named here
+            check_scale(np.tile(col, reps), "input_grid")
         if self.estimator is None:
             m = X.shape[1]
             span = float(np.mean(np.ptp(grid, axis=0))) or 1.0
@@ -150,6 +159,7 @@ class PFedHGPClassifier(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
+        check_scale(X, "X")  # as fit: such rows give NaN probabilities
         out = np.empty((X.shape[0], len(self.classes_)))
         with blas_threads(1):  # as the regressor's predict: the same bits beside threaded fits
             for c in range(len(self.classes_)):

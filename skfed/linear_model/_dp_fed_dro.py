@@ -33,6 +33,25 @@ AUTO_PARAMS = {"kappa": (0.5, 2.0), "radius": (0.1, 1e-3), "fit_intercept": (Fal
 ZERO_MODEL = 1e-6
 
 
+def _check_class_weight_keys(class_weight, classes):
+    """Refuse a ``class_weight`` dict whose keys miss classes and name other labels.
+
+    scikit-learn's rule (``compute_class_weight``): classes not listed weigh 1,
+    and keys that are no class are allowed when every class has a weight (a
+    fold or a federation may lack a class); both at once (``{"0": 1, "1": 10}``
+    for integer classes) mean keys of the wrong kind, which would be ignored.
+    """
+    labels = [c.item() for c in classes]
+    unweighted = [c for c in labels if c not in class_weight]
+    known = set(labels)
+    extra = [k for k in class_weight if k not in known]
+    if unweighted and extra:
+        raise ValueError(
+            f"class_weight has keys that are not classes, {extra!r}, and no weight for the "
+            f"classes {unweighted!r}; its keys must be class labels (classes: {labels!r})."
+        )
+
+
 @fill_doc
 class DPFedDROClassifier(_LinearFederatedClassifier):
     """Differentially private, distributionally robust federated multiclass classifier.
@@ -230,7 +249,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         it for seen sites. ``False``: one shared model for every row.
     class_weight : dict, "balanced" or None, default=None
         ``None``: every row weighs 1 (the paper). Non-private only: a dict
-        ``{class label: weight}`` (classes not listed weigh 1) or
+        ``{class label: weight}`` (classes not listed weigh 1; as in
+        scikit-learn, keys that are no class are refused unless every class
+        has a weight) or
         ``"balanced"``: row ``n`` of class ``c`` weighs ``N / (K N_c)`` with
         the pooled class counts ``N_c``, as scikit-learn's
         ``class_weight="balanced"``; each client's Wasserstein ball is then
@@ -478,10 +499,11 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         cw = self.class_weight
         if isinstance(cw, Mapping):
             bad = {k: v for k, v in cw.items()
-                   if not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0}
+                   if not isinstance(v, numbers.Real) or isinstance(v, bool)
+                   or not np.isfinite(v) or v <= 0}
             if bad:
                 raise ValueError(
-                    f"class_weight values must be finite numbers > 0, got {bad!r}."
+                    f"class_weight values must be finite numbers > 0 (not bools), got {bad!r}."
                 )
         if cw is not None and self._is_private():
             raise ValueError(
@@ -675,6 +697,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
             weight[present] = counts.sum() / (present.sum() * counts[present])
             setup["class_weight"] = weight
         elif isinstance(self.class_weight, Mapping):  # given weights; classes not listed: 1
+            _check_class_weight_keys(self.class_weight, setup["classes"])
             setup["class_weight"] = np.array(
                 [float(self.class_weight.get(c.item(), 1.0)) for c in setup["classes"]])
         if self._standardizes():

@@ -107,6 +107,22 @@ def check_positive_float(value, name, *, allow_zero=False, allow_none=False):
     return float(value)
 
 
+def _nd_array(A):
+    """Nested lists (or tuples) of more than two levels as the equivalent ndarray.
+
+    An n-D ndarray is accepted as tensor rows; the same data as nested lists
+    must be too. Anything else (2-D lists included) is returned as it is, for
+    ``validate_data`` to check and name.
+    """
+    if not isinstance(A, (list, tuple)):
+        return A
+    try:
+        arr = np.asarray(A)
+    except (TypeError, ValueError):  # ragged: validate_data names it
+        return A
+    return arr if arr.ndim > 2 else A
+
+
 @fill_doc
 class _TensorRegressorBase(FederatedEstimator, RegressorMixin, BaseEstimator):
     """Tensor covariates given as 2-D ``X`` plus ``tensor_shape`` (or as n-D ``X``).
@@ -128,6 +144,7 @@ class _TensorRegressorBase(FederatedEstimator, RegressorMixin, BaseEstimator):
 
     def _flatten_X(self, X):
         """n-D ``X`` (n, p_1, ..., p_d) -> 2-D, remembering the tensor shape."""
+        X = _nd_array(X)
         if isinstance(X, np.ndarray) and X.ndim > 2:
             # explicit width: -1 cannot be inferred for zero rows
             return X.reshape(X.shape[0], int(np.prod(X.shape[1:]))), tuple(X.shape[1:])
@@ -146,6 +163,7 @@ class _TensorRegressorBase(FederatedEstimator, RegressorMixin, BaseEstimator):
                 )
             tensor_shape = nd_shape
         y_nd = None
+        y = _nd_array(y)
         if isinstance(y, np.ndarray) and y.ndim > 2:
             y_nd = tuple(y.shape[1:])
             y = y.reshape(y.shape[0], -1)

@@ -698,6 +698,10 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
                 f"param_grid must be a dict with keys among {CV_PARAMS}, got {grid!r}."
             )
         for key, values in grid.items():
+            # a list of values, as GPBoost's and MERF's param_grid (a float had "no len()")
+            if (isinstance(values, (str, bytes)) or not hasattr(values, "__len__")
+                    or (isinstance(values, np.ndarray) and values.ndim == 0)):
+                raise ValueError(f"param_grid[{key!r}] must be a list of values, got {values!r}.")
             if len(values) == 0:
                 raise ValueError(f"param_grid[{key!r}] is empty.")
             for v in values:

@@ -236,6 +236,13 @@ def test_cross_validate_routes_groups():
     (GPBoostRegressor, {"param_grid": {"max_depth": []}}, r"param_grid\['max_depth'\] is empty"),
     (GPBoostRegressor, {"param_grid": {"max_depth": 3}}, r"param_grid\['max_depth'\] must be"),
     (GPBoostRegressor, {"param_grid": {"num_iterations": [5]}}, "param_grid may not set"),
+    # gpboost's grid search skipped these and then said "Did not find any valid parameter
+    # combination"
+    (GPBoostRegressor, {"param_grid": {"learning_rate": [-1.0]}}, r"\['learning_rate'\]"),
+    (GPBoostRegressor, {"param_grid": {"learning_rate": [0.1, 0]}},
+     r"param_grid\['learning_rate'\] values must be finite numbers > 0, got 0"),
+    (GPBoostRegressor, {"param_grid": {"learning_rate": [np.nan]}}, r"\['learning_rate'\]"),
+    (GPBoostRegressor, {"param_grid": {"shrinkage_rate": [True]}}, r"\['shrinkage_rate'\]"),
     (GPBoostRegressor, {"n_estimators": 0}, "n_estimators"),
     (GPBoostRegressor, {"early_stopping_rounds": 1.5}, "early_stopping_rounds"),
     (GPBoostRegressor, {"cv": 1}, "cv must be an integer >= 2"),
@@ -256,6 +263,30 @@ def test_bad_parameters_raise_value_errors_naming_them(cls, params, match):
         pytest.skip("random_slopes is checked after the package is imported")
     with pytest.raises(ValueError, match=match):
         cls(**params).fit(X, y, groups=g)
+
+
+@needs_gpboost
+@pytest.mark.parametrize("param_grid, match", [
+    ({"learning_rat": [5.0]}, r"not gpboost parameters: 'learning_rat' \(did you mean "
+                              r"'learning_rate'\?\).*e\.g\. learning_rate, max_depth"),
+    ({"max_depth": [2], "bogus": [None]}, r"param_grid has keys.*: 'bogus'\."),
+    ({"verbosity": [-1], "bogus": [1]}, r"param_grid has keys.*: 'bogus'\."),  # not hidden
+])
+def test_gpboost_refuses_unknown_param_grid_keys(param_grid, match):
+    # gpboost ignores a name it does not know: the typo tuned nothing, the default grid was gone
+    X, y, g = _random_intercepts(seed=9)
+    with pytest.raises(ValueError, match=match):
+        GPBoostRegressor(param_grid=param_grid, n_estimators=10).fit(X, y, groups=g)
+
+
+@needs_gpboost
+def test_gpboost_accepts_aliases_in_param_grid():
+    X, y, g = _random_intercepts(seed=9)
+    kw = dict(n_estimators=30, early_stopping_rounds=5, random_state=0)
+    a = GPBoostRegressor(param_grid={"learning_rate": [0.1], "max_depth": [2]}, **kw)
+    b = GPBoostRegressor(param_grid={"shrinkage_rate": [0.1], "max_depth": [2]}, **kw)
+    np.testing.assert_array_equal(a.fit(X, y, groups=g).predict(X, groups=g),
+                                  b.fit(X, y, groups=g).predict(X, groups=g))
 
 
 @pytest.mark.parametrize("kind", KINDS)

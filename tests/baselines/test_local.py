@@ -378,3 +378,20 @@ def test_pooled_names_sample_weight_when_the_wrapped_estimator_refuses_it():
     # Ridge fails on a negative weight with "array must not contain infs or NaNs"
     with pytest.raises(ValueError, match=r"X and y \(with sample_weight\)"):
         PooledEstimator(Ridge()).fit(np.eye(4, 2), np.ones(4), sample_weight=[1, -1, 1, 1])
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in sqrt:RuntimeWarning")
+def test_local_names_sample_weight_when_the_wrapped_estimator_refuses_it():
+    # as PooledEstimator: before, "... Ridge.fit raised ValueError: array must not contain infs
+    # or NaNs" did not say that the weights were passed (negative ones: some estimators take them)
+    rng = np.random.default_rng(0)
+    X, y, groups = rng.uniform(-1, 1, (18, 2)), rng.normal(size=18), np.repeat([0, 1, 2], 6)
+    with pytest.raises(ValueError, match=r"no client could fit.*Ridge\.fit raised ValueError "
+                                         r"\(with sample_weight\)"):
+        LocalEstimator(Ridge()).fit(X, y, groups=groups, sample_weight=-np.ones(18))
+    # one client's negative weights: it falls back, and the warning names sample_weight
+    with pytest.warns(UserWarning, match=r"client 0: Ridge\.fit raised ValueError "
+                                         r"\(with sample_weight\)"):
+        model = LocalEstimator(Ridge()).fit(X, y, groups=groups,
+                                            sample_weight=np.r_[-np.ones(6), np.ones(12)])
+    assert model.fallback_clients_.tolist() == [0]

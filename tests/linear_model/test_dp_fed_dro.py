@@ -945,12 +945,29 @@ def test_balanced_class_weight_with_string_labels_and_missing_classes():
     (dict(class_weight="balanced"), "sensitivities"),  # with privacy
     (dict(epsilon=None, class_weight="auto"), "class_weight"),
     (dict(epsilon=None, class_weight={0: -1.0}), "class_weight"),
+    (dict(epsilon=None, class_weight={0: True, 1: 1.0}), "class_weight"),  # a bool
+    # keys of the wrong kind (ignored before) or not classes, with classes left unweighted
+    (dict(epsilon=None, class_weight={"0": 1.0, "1": 10.0}), r"class_weight has keys"),
+    (dict(epsilon=None, class_weight={0: 2.0, 7: 5.0}), r"class_weight has keys.*\[7\]"),
     (dict(class_weight={0: 2.0}), "sensitivities"),  # with privacy
 ])
 def test_bad_class_weight(params, match):
     X, y, groups = _overlapping_classes()
     with pytest.raises(ValueError, match=match):
         DPFedDROClassifier(n_rounds=2, **params).fit(X / 100.0, y, groups=groups)
+
+
+def test_dict_class_weight_keys_follow_scikit_learns_rule():
+    # every class weighted: other keys are allowed (a class absent here), as compute_class_weight
+    from sklearn.utils.class_weight import compute_class_weight
+
+    X, y, groups = _overlapping_classes()
+    cw = {0: 2.0, 1: 1.0, 2: 3.0, 7: 5.0}
+    clf = DPFedDROClassifier(epsilon=None, n_rounds=2, class_weight=cw).fit(X, y, groups=groups)
+    np.testing.assert_array_equal(clf.class_weight_,
+                                  compute_class_weight(cw, classes=np.arange(3), y=y))
+    with pytest.raises(ValueError, match="are not in class_weight"):  # scikit-learn's refusal
+        compute_class_weight({0: 2.0, 7: 5.0}, classes=np.arange(3), y=y)
 
 
 def test_balanced_weights_on_pure_noise_give_the_zero_model_and_warn():

@@ -42,6 +42,22 @@ def test_local_two_stage_uses_only_own_rows(data):
     assert max(err) < 0.5
 
 
+@pytest.mark.parametrize("make", [
+    lambda: LocalTwoStageTensorRegressor(rank=(2, 2), n_iter=20),
+    lambda: FedAvgTensorRegressor(rank=(2, 2), n_iter=20),
+    lambda: FedCommonTensorRegressor(rank=(2, 2), n_rounds=2, random_state=0),
+])
+def test_nested_lists_are_the_equivalent_ndarray(data, make):
+    # a 3-D ndarray X was accepted, the same rows as nested lists refused ("dim 3")
+    X, y, groups, _ = data
+    X3 = X.reshape(-1, 5, 4)
+    nd, lists = make().fit(X3, y, groups=groups), make().fit(X3.tolist(), y, groups=groups)
+    assert lists.tensor_shape_ == (5, 4)
+    np.testing.assert_array_equal(lists.coef_, nd.coef_)
+    np.testing.assert_array_equal(lists.predict(X3[:4].tolist(), groups=groups[:4]),
+                                  nd.predict(X3[:4], groups=groups[:4]))
+
+
 def test_local_stage_one_is_riemannian_descent_to_a_noiseless_truth():
     rng = np.random.default_rng(0)
     A = np.outer(rng.standard_normal(6), rng.standard_normal(5))[None]  # (1, 6, 5), rank 1

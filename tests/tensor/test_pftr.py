@@ -214,6 +214,21 @@ def test_predict_routes_clients_and_population(small):
                                   model.predict(Xt, groups=[1] * 4))
 
 
+def test_nested_lists_are_the_equivalent_ndarray(small):
+    # a 3-D ndarray X was accepted, the same rows as nested lists refused ("dim 3")
+    X, y, groups, _ = small
+    X3, Y3 = X.reshape(-1, 5, 4), y.reshape(-1, 3, 1)
+    kw = dict(rank=(2, 1, 2, 2), n_rounds=3, random_state=0)
+    nd = PersonalizedTensorRegressor(**kw).fit(X3, Y3, groups=groups)
+    lists = PersonalizedTensorRegressor(**kw).fit(X3.tolist(), Y3.tolist(), groups=groups)
+    assert lists.tensor_shape_ == (5, 4) and lists.output_shape_ == (3, 1)
+    np.testing.assert_array_equal(lists.coef_, nd.coef_)
+    np.testing.assert_array_equal(lists.predict(X3[:4].tolist(), groups=groups[:4]),
+                                  nd.predict(X3[:4], groups=groups[:4]))
+    with pytest.raises(ValueError, match=r"\bX\b"):  # ragged: still refused by name
+        PersonalizedTensorRegressor(**kw).fit([[[1.0, 2.0]], [[1.0]]], [1.0, 2.0])
+
+
 def test_tensor_response_layout():
     X, y, groups = make_tensor_regression(
         n_clients=2, n_samples=50, tensor_shape=(4, 3), output_shape=(2, 2),
@@ -279,6 +294,12 @@ def test_cv_option_and_grid_search(small):
         ({"rank": "best"}, "rank"),
         ({"output_shape": (2, 2)}, "output_shape"),
         ({"param_grid": {"n_rounds": [1]}}, "param_grid"),
+        # a value, not a list: "object of type 'float' has no len()" before
+        ({"cv": 2, "param_grid": {"alpha": 0.1}},
+         r"param_grid\['alpha'\] must be a list of values, got 0\.1"),
+        ({"cv": 2, "param_grid": {"step_size": "0.1"}}, r"\['step_size'\] must be a list"),
+        ({"cv": 2, "param_grid": {"alpha": []}}, r"param_grid\['alpha'\] is empty"),
+        ({"cv": 2, "param_grid": {"alpha": [-1.0]}}, r"param_grid\['alpha'\]"),
     ],
 )
 def test_bad_input_is_named(small, params, match):
