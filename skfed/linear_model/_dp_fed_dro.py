@@ -292,9 +292,10 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         The released model ``M`` (rows: classes).
     intercept_ : ndarray of shape (n_classes,)
         Intercepts (zeros if ``fit_intercept=False``).
-    client_coefs_ : ndarray of shape (n_clients, n_classes, n_features)
-        Each client's last sent (noisy) local model.
-    client_intercepts_ : ndarray of shape (n_clients, n_classes)
+    client_coefs_ : ndarray of shape (n_clients, n_classes, n_features) or None
+        Each client's last sent (noisy) local model (``None`` on a
+        distributed run: the local models stay on the sites).
+    client_intercepts_ : ndarray of shape (n_clients, n_classes) or None
         Their intercepts.
     clients_ : ndarray of shape (n_clients,)
         Client labels.
@@ -330,7 +331,8 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         (running mean of the objective + 0.4 x violation, the paper's Fig. 2),
         ``"lambda"`` and ``"tau"`` (shape ``(n_clients, n_rounds)``; ``"tau"``
         has shape ``(n_clients, 0)`` without privacy, where the exact local
-        problem has no penalty multiplier).
+        problem has no penalty multiplier). On a distributed run only the
+        server's ``"consensus_violation"``.
     privacy_spent_ : dict
         The guarantee of everything a client released, with the keys of
         :class:`skfed.tensor.PersonalizedTensorRegressor`'s: ``"epsilon"``,

@@ -186,7 +186,8 @@ class LocalTwoStageTensorRegressor(_TensorRegressorBase):
     ranks_ : list of tuple
         Tucker rank used by each client.
     penalty_ : ndarray of shape (n_clients,)
-        Stage-II l1 weights ``omega_k``.
+        Stage-II l1 weights ``omega_k``. The per-client attributes above are
+        ``None`` when fitted on a distributed engine: they stay on the sites.
     client_weights_ : ndarray of shape (n_clients,)
         Share of the rows of each client.
     clients_ : ndarray of shape (n_clients,)
