@@ -370,6 +370,8 @@ def _type_kind(t):
 
 def _as_label_array(groups, name):
     groups = np.asarray(groups)
+    if groups.dtype.kind == "T":  # numpy's StringDType: strings, as '<U' and object arrays
+        groups = groups.astype(object)
     if groups.ndim != 1:
         if groups.ndim == 2 and groups.shape[1] == 1:
             groups = groups.ravel()

@@ -296,3 +296,27 @@ def test_skfed_warnings_point_at_the_users_call():
     with pytest.warns(UserWarning, match="no differential-privacy guarantee") as record:
         model.fit(X, y, groups=g)
     assert {w.filename for w in record if "guarantee" in str(w.message)} == {__file__}
+
+
+def test_numpy_stringdtype_labels_are_strings():
+    # numpy 2's StringDType was a kind of its own: predicting with '<U' labels of a model
+    # fitted with StringDType labels (or the reverse) was refused
+    if not hasattr(np.dtypes, "StringDType"):
+        pytest.skip("numpy without StringDType")
+    from sklearn.linear_model import Ridge
+
+    from skfed.baselines import LocalEstimator
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(30, 2)), rng.normal(size=30)
+    plain = np.repeat(["a", "b", "c"], 10)
+    typed = plain.astype(np.dtypes.StringDType())
+    assert label_kind(np.asarray(check_groups(typed, 30)[0])) == "string"
+    ref = LocalEstimator(Ridge()).fit(X, y, groups=plain).predict(X, groups=plain)
+    model = LocalEstimator(Ridge()).fit(X, y, groups=typed)
+    for groups in (plain, typed, plain.astype(object)):
+        np.testing.assert_array_equal(model.predict(X, groups=groups), ref)
+    np.testing.assert_array_equal(
+        LocalEstimator(Ridge()).fit(X, y, groups=plain).predict(X, groups=typed), ref)
+    with pytest.raises(ValueError, match="None"):
+        check_groups(np.array(["a", None], dtype=np.dtypes.StringDType(na_object=None)), 2)
