@@ -283,7 +283,7 @@ class FederatedEstimator(FederatedEstimatorMixin):
         """
         # the parameters were checked once (checked_fit); groups are split once, and site
         # validation and the federation take the split as it is
-        groups = split_groups(groups)
+        groups = split_groups(groups, X)
         X, y = self._validate_site_data(X, y, reset=True, groups=groups)
         self._set_fitted(self._run_federation(X, y, groups))
         return self

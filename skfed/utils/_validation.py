@@ -107,14 +107,22 @@ class ClientSplit(NamedTuple):
     index: np.ndarray
 
 
-def split_groups(groups):
-    """``groups`` validated and split into a :class:`ClientSplit` (``None`` stays ``None``).
+def split_groups(groups, X=None):
+    """``groups`` validated and split into a :class:`ClientSplit`.
 
     The row count is checked later, against the validated rows, by
-    :func:`check_groups`.
+    :func:`check_groups`. ``None`` is one client of all the rows of ``X`` (its
+    no-routing warning given here, once a fit), or stays ``None`` without ``X``
+    or when ``X`` has no row count (its validation names the problem).
     """
-    if groups is None or isinstance(groups, ClientSplit):
+    if isinstance(groups, ClientSplit):
         return groups
+    if groups is None:
+        try:
+            n_samples = X.shape[0] if hasattr(X, "shape") else len(X)
+        except (TypeError, IndexError):  # no rows: not an array (validation says so)
+            return None
+        return ClientSplit(*check_groups(None, int(n_samples)))
     labels = _as_label_array(groups, "groups")
     return ClientSplit(*check_groups(labels, labels.shape[0]))
 
@@ -232,7 +240,7 @@ def _warn_if_groups_not_routed():
             " (This fit runs where the caller's arguments are not visible, e.g. in a worker "
             "of n_jobs > 1, so whether groups were given could not be checked.)"
         )
-        warnings.warn(_ROUTING_HINT + unknown, UserWarning, stacklevel=3)
+        warnings.warn(_ROUTING_HINT + unknown, UserWarning, stacklevel=user_stacklevel())
 
 
 def map_clients(groups, clients, n_samples, unknown_client="global"):
