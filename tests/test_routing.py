@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import sklearn
+from sklearn.base import clone
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, cross_validate
@@ -298,3 +299,127 @@ def test_routing_off_fit_in_a_worker_warns_that_it_could_not_check(data):
                                    cv=GroupKFold(3), n_jobs=2)
         )
     assert caught and "could not be checked" in str(caught[0].message)
+
+
+@pytest.mark.parametrize("make", ["pfedgp", "tensor", "local"])
+def test_routing_off_warns_once_a_fit_at_the_callers_line(data, make):
+    # PFedGPRegressor and the tensor regressors split groups=None twice and warned twice a
+    # fit, at a line inside skfed
+    from skfed.gaussian_process import PFedGPRegressor
+    from skfed.tensor import PersonalizedTensorRegressor
+
+    X, y, groups = data
+    est = {"pfedgp": lambda: PFedGPRegressor(n_rounds=2, n_inducing=3),
+           "tensor": lambda: PersonalizedTensorRegressor(tensor_shape=(X.shape[1],), rank=(1,),
+                                                         n_rounds=2),
+           "local": lambda: LocalEstimator(Ridge())}[make]()
+    caught = _not_routed_warnings(
+        lambda: cross_validate(est, X, y, groups=groups, cv=GroupKFold(3)))
+    assert len(caught) == 3
+    assert all("/skfed/" not in w.filename.replace("\\", "/") for w in caught)
+
+
+# --- pos_label: the response of the positive class, as scikit-learn's scorers ---
+
+
+def _ap_of_disease(y_true, y_score, pos_label="disease"):
+    from sklearn.metrics import average_precision_score
+
+    return average_precision_score(y_true, y_score, pos_label=pos_label)
+
+
+@pytest.fixture
+def disease():
+    """Binary string labels; the positive class "disease" is ``classes_[0]``."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.RandomState(0)
+    X, groups = rng.normal(size=(60, 2)), np.repeat([0, 1, 2], 20)
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=60) > 0, "healthy", "disease")
+    model = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    assert model.classes_.tolist() == ["disease", "healthy"]
+    return model, X, y, groups
+
+
+@pytest.mark.parametrize("response_method", ["predict_proba", "decision_function"])
+@pytest.mark.parametrize(
+    "metric, kwargs, positive",
+    [
+        ("average_precision_score", dict(pos_label="disease"), "disease"),
+        ("average_precision_score", dict(pos_label="healthy"), "healthy"),
+        ("roc_auc_score", dict(), "healthy"),  # no pos_label: classes_[1]
+        ("_ap_of_disease", dict(), "disease"),  # the metric's default pos_label
+    ],
+)
+def test_scorer_scores_the_pos_label_response(disease, response_method, metric, kwargs, positive):
+    from sklearn import metrics
+    from sklearn.metrics import make_scorer
+
+    model, X, y, groups = disease
+    func = globals()[metric] if metric.startswith("_") else getattr(metrics, metric)
+    scorer = make_personalized_scorer(func, response_method=response_method, **kwargs)
+    reference = make_scorer(func, response_method=response_method, **kwargs)
+    assert scorer(model, X, y) == reference(model, X, y)
+    pipeline = make_pipeline(StandardScaler(), clone(model)).fit(X, y, groups=groups)
+    assert scorer(pipeline, X, y) == reference(pipeline, X, y)
+    if response_method == "predict_proba":
+        column = model.classes_.tolist().index(positive)
+        y_score = model.predict_proba(X, groups=groups)[:, column]
+    else:
+        sign = 1 if positive == model.classes_[1] else -1
+        y_score = sign * model.decision_function(X, groups=groups)
+    assert scorer(model, X, y, groups=groups) == func(y, y_score, **kwargs)
+    if positive == "disease":  # the personalized AP of "disease", not of "healthy"
+        assert scorer(model, X, y, groups=groups) > 0.9
+
+
+def test_scorer_name_with_pos_label(disease):
+    from sklearn.metrics import average_precision_score, get_scorer
+
+    model, X, y, groups = disease
+    scorer = make_personalized_scorer("average_precision", pos_label="disease")
+    reference = get_scorer("average_precision")
+    reference._kwargs = {**reference._kwargs, "pos_label": "disease"}
+    assert scorer(model, X, y) == reference(model, X, y)
+    assert scorer(model, X, y, groups=groups) == average_precision_score(
+        y, -model.decision_function(X, groups=groups), pos_label="disease"
+    )
+
+
+@pytest.mark.parametrize("response_method", ["predict", "predict_proba", "decision_function"])
+@pytest.mark.parametrize("with_groups", [False, True])
+def test_scorer_refuses_a_pos_label_not_in_classes(disease, response_method, with_groups):
+    from sklearn.metrics import average_precision_score, make_scorer
+
+    model, X, y, groups = disease
+    kwargs = dict(response_method=response_method, pos_label="flu")
+    with pytest.raises(ValueError) as expected:
+        make_scorer(average_precision_score, **kwargs)(model, X, y)
+    scorer = make_personalized_scorer(average_precision_score, **kwargs)
+    with pytest.raises(ValueError, match="pos_label") as got:
+        scorer(model, X, y, groups=groups if with_groups else None)
+    assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("response_method", ["predict_proba", "decision_function"])
+def test_scorer_multiclass_response_unchanged(response_method):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import make_scorer, roc_auc_score
+
+    rng = np.random.RandomState(0)
+    codes, groups = np.tile([0, 1, 2], 30), np.repeat([0, 1, 2], 30)
+    X = rng.normal(size=(90, 2)) + np.array([[0, 0], [1, 0], [0, 1]])[codes]
+    y = np.array(["a", "b", "c"])[codes]
+    model = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    kwargs = dict(multi_class="ovr")
+    if response_method == "decision_function":
+        func = lambda y_true, y_score, **kw: roc_auc_score(  # noqa: E731
+            y_true, np.exp(y_score) / np.exp(y_score).sum(axis=1, keepdims=True), **kw
+        )
+    else:
+        func = roc_auc_score
+    scorer = make_personalized_scorer(func, response_method=response_method, **kwargs)
+    reference = make_scorer(func, response_method=response_method, **kwargs)
+    assert scorer(model, X, y) == reference(model, X, y)
+    method = getattr(model, response_method)
+    assert scorer(model, X, y, groups=groups) == func(y, method(X, groups=groups), **kwargs)

@@ -3,8 +3,10 @@
 from inspect import signature
 
 import numpy as np
+from sklearn.base import is_classifier, is_regressor
 from sklearn.metrics import get_scorer
 from sklearn.utils.metadata_routing import _MetadataRequester
+from sklearn.utils.multiclass import type_of_target
 
 __all__ = ["make_personalized_scorer"]
 
@@ -61,15 +63,22 @@ class PersonalizedScorer(_MetadataRequester):
         score : float
             Signed so that greater is better.
         """
+        pos_label = None if is_regressor(estimator) else self._get_pos_label()
         name = self._method_name(estimator)
-        method = getattr(estimator, name)
-        y_pred = method(X) if groups is None else method(X, groups=groups)
-        if name == "predict_proba" and y_pred.ndim == 2 and y_pred.shape[1] == 2:
-            y_pred = y_pred[:, 1]  # the positive class, as scikit-learn's binary scorers
+        y_pred = _response_values(estimator, name, X, groups, pos_label)
         kwargs = dict(self._kwargs)
         if sample_weight is not None:
             kwargs["sample_weight"] = sample_weight
         return self._sign * self._score_func(y_true, y_pred, **kwargs)
+
+    def _get_pos_label(self):
+        """``pos_label`` of the metric kwargs, else the metric's default, as scikit-learn."""
+        if "pos_label" in self._kwargs:
+            return self._kwargs["pos_label"]
+        params = signature(self._score_func).parameters
+        if "pos_label" in params:
+            return params["pos_label"].default
+        return None
 
     def _method_name(self, estimator):
         """The response method; of several alternatives, the first ``estimator`` has.
@@ -127,7 +136,10 @@ def make_personalized_scorer(
         Callable ``metric`` only (a scorer name is already signed; False is
         refused).
     **kwargs : dict
-        Extra arguments for ``metric``.
+        Extra arguments for ``metric``. For a binary classifier, ``pos_label``
+        (else ``metric``'s default ``pos_label``, else ``classes_[1]``) also
+        picks the ``predict_proba`` column and the sign of
+        ``decision_function``, as in scikit-learn's scorers.
 
     Returns
     -------
@@ -180,6 +192,45 @@ def make_personalized_scorer(
     if not callable(metric):
         raise ValueError(f"metric must be a scorer name or a callable, got {metric!r}.")
     return PersonalizedScorer(metric, 1 if greater_is_better else -1, kwargs, response_method)
+
+
+def _response_values(estimator, name, X, groups, pos_label):
+    """``estimator.<name>(X, groups=groups)``, reduced as scikit-learn's scorers do.
+
+    Mirrors ``sklearn.utils._response._get_response_values``: for a binary
+    classifier, ``pos_label`` (default ``classes_[1]``) must be one of
+    ``classes_``; ``predict_proba`` gives its column and ``decision_function``
+    is negated when it is ``classes_[0]``. Multiclass output is unchanged.
+    """
+    method = getattr(estimator, name)
+    if not is_classifier(estimator):
+        return method(X) if groups is None else method(X, groups=groups)
+    classes = estimator.classes_
+    target_type = type_of_target(classes)
+    if target_type == "binary":
+        if pos_label is not None and pos_label not in classes.tolist():
+            raise ValueError(
+                f"pos_label={pos_label} is not a valid label: It should be one of {classes}"
+            )
+        elif pos_label is None:
+            pos_label = classes[-1]
+    y_pred = method(X) if groups is None else method(X, groups=groups)
+    if name in ("predict_proba", "predict_log_proba"):
+        if target_type == "binary" and y_pred.shape[1] < 2:
+            raise ValueError(
+                f"Got predict_proba of shape {y_pred.shape}, but need "
+                "classifier with two classes."
+            )
+        if target_type == "binary":
+            return y_pred[:, np.flatnonzero(classes == pos_label)[0]]
+        if target_type == "multilabel-indicator":
+            if isinstance(y_pred, list):
+                return np.vstack([p[:, -1] for p in y_pred]).T
+            return y_pred
+    elif name == "decision_function":
+        if target_type == "binary" and pos_label == classes[0]:
+            return -1 * y_pred
+    return y_pred
 
 
 def _methods(response_method):
