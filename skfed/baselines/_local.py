@@ -108,6 +108,17 @@ class _BaseWrapper(FederatedEstimatorMixin, MetaEstimatorMixin, BaseEstimator):
             sample_weight = _check_sample_weight(sample_weight, X)
         return X, y, sample_weight
 
+    def _set_classes(self, classes):
+        """Set ``classes_``, or (``None``: a regressor) remove one left by an earlier fit.
+
+        Called by ``fit`` when it sets the fitted attributes; a failed fit
+        restores the previous ones (:func:`skfed.base.transactional_fit`).
+        """
+        if classes is None:
+            self.__dict__.pop("classes_", None)
+        else:
+            self.classes_ = classes
+
     def _predict_kwargs(self, model, return_std):
         if not return_std:
             return {}
@@ -130,7 +141,8 @@ class _Fallback:
 
 
 class _LocalFit(FederatedAlgorithm):
-    """One round: each client fits its own clone; only its row count is sent.
+    """One round: each client fits its own clone; only its row count is sent
+    (and, with ``sample_weight``, its total sample weight).
 
     A client with fewer than ``MIN_LOCAL_SAMPLES`` rows, a classifier's
     client holding a single class, or a client on whose rows the wrapped
@@ -144,6 +156,8 @@ class _LocalFit(FederatedAlgorithm):
 
     def client_step(self, data, state, broadcast, rng):
         message = {"n_samples": np.int64(data.n_samples)}
+        if data.sample_weight is not None:  # the client's weight in the population model
+            message["sample_weight_sum"] = np.float64(data.sample_weight.sum())
         if data.n_samples < MIN_LOCAL_SAMPLES:
             reason = (f"{data.n_samples} sample(s), fewer than the {MIN_LOCAL_SAMPLES} rows a "
                       "local model needs")
@@ -165,7 +179,8 @@ class _LocalFit(FederatedAlgorithm):
         return model, message
 
     def server_step(self, state, messages, rng):
-        return {k: int(m["n_samples"]) for k, m in messages.items()}, {}
+        return {k: float(m["sample_weight_sum"]) if "sample_weight_sum" in m
+                else int(m["n_samples"]) for k, m in messages.items()}, {}
 
 
 @fill_doc
@@ -177,7 +192,8 @@ class LocalEstimator(_BaseWrapper):
     row to its client's model. Rows with ``groups=None`` or a client not seen
     in ``fit`` (with ``unknown_client="global"``) get the *population
     prediction*: the mixture of the client models weighted by their number of
-    training rows. For a regressor that is the weighted mean of the client
+    training rows (by their total sample weight when ``fit`` is given
+    ``sample_weight``). For a regressor that is the weighted mean of the client
     predictions (with ``return_std=True``, the standard deviation of the
     mixture of the clients' predictive distributions); for a classifier, the
     weighted mean of ``predict_proba`` (a weighted vote if the estimator has
@@ -205,7 +221,8 @@ class LocalEstimator(_BaseWrapper):
     the wrapped ``fit`` are raised.
 
     Training runs as one round of the :mod:`skfed.federated` protocol: each
-    client fits locally and sends only its row count.
+    client fits locally and sends only its row count (and, with
+    ``sample_weight``, the sum of its rows' weights).
 
     Parameters
     ----------
@@ -224,7 +241,10 @@ class LocalEstimator(_BaseWrapper):
     client_weights_ : ndarray of shape (n_clients,)
         Weight of each client's model in the population prediction: its
         share of the training rows of the clients with a model of their own
-        (0 for the clients in ``fallback_clients_``).
+        (0 for the clients in ``fallback_clients_``). With ``sample_weight``,
+        its share of their total sample weight instead, as duplicating rows
+        would give: a row of weight 2 counts as two rows, a row of weight 0
+        as none.
     fallback_clients_ : ndarray of shape (n_fallback,)
         Clients without a model of their own (see above); their rows get the
         population prediction.
@@ -288,13 +308,24 @@ class LocalEstimator(_BaseWrapper):
                 UserWarning,
                 stacklevel=user_stacklevel(),
             )
-        sizes = np.where(fallback, 0, federation.n_samples)
+        if sample_weight is None:
+            sizes = np.where(fallback, 0, federation.n_samples)
+        else:  # each client's total weight, from its message
+            totals = np.array([result.server_state[k] for k in range(len(labels))])
+            sizes = np.where(fallback, 0.0, totals)
+            if (sizes < 0).any() or not sizes.sum() > 0:
+                bad = [lab for lab, t in zip(labels.tolist(), sizes) if t < 0]
+                raise ValueError(
+                    "sample_weight must give the clients with a model of their own a "
+                    "non-negative total weight, with a positive sum (their shares weight the "
+                    f"population model); got totals {sizes.tolist()}"
+                    + (f" (negative for clients {bad[:10]})." if bad else ".")
+                )
         self.estimators_ = [None if f else m for f, m in zip(fallback, states)]
         self.clients_ = labels
         self.client_weights_ = sizes / sizes.sum()
         self.fallback_clients_ = labels[fallback]
-        if self._wraps_classifier:
-            self.classes_ = np.unique(y)
+        self._set_classes(np.unique(y) if self._wraps_classifier else None)
         self.communication_ = result.ledger
         return self
 
@@ -419,8 +450,20 @@ class LocalEstimator(_BaseWrapper):
 
         Defined when every client with a model of its own saw every class
         (otherwise the clients' scores are not comparable and a
-        ``ValueError`` is raised). Rows of ``fallback_clients_`` get the
-        population score, the weighted mean of the clients' scores.
+        ``ValueError`` is raised). Rows of a seen client get its model's
+        scores. Population rows (``groups=None``, unseen clients and rows of
+        ``fallback_clients_``) get the scores of the population model that
+        ``predict`` uses, so that the sign (binary) or the argmax
+        (multiclass) gives ``predict``: with ``predict_proba``, the scores of
+        the mixture of the clients' probabilities ``p`` (``predict_proba``),
+        ``log(p[:, 1]) - log(p[:, 0])`` for two classes and ``log(p)`` for
+        more (as ``LogisticRegression``'s scores, up to a constant per row),
+        with ``p`` first clipped below at ``np.finfo(float).tiny`` (about
+        2.2e-308) so that a probability of 0 gives a score of about -708
+        instead of ``-inf``. With one client model, its own scores. Without
+        ``predict_proba`` (``predict`` is then a weighted vote), the weighted
+        mean of the clients' scores, whose sign or argmax may differ from
+        the vote.
 
         Parameters
         ----------
@@ -441,13 +484,22 @@ class LocalEstimator(_BaseWrapper):
                 f"decision_function is undefined: clients {partial[:10]} did not see "
                 "every class; use predict_proba."
             )
-        pairs = self._fitted_models()
         return scatter_rows(
             X.shape[0],
             index,
             lambda k, rows: self.estimators_[k].decision_function(X[rows]),
-            lambda rows: sum(wk * m.decision_function(X[rows]) for wk, m in pairs),
+            lambda rows: self._population_decision(X[rows]),
         )
+
+    def _population_decision(self, X):
+        """The scores of the population model of :meth:`_population_class`."""
+        pairs = self._fitted_models()
+        if len(pairs) == 1 or not hasattr(pairs[0][1], "predict_proba"):
+            return sum(wk * m.decision_function(X) for wk, m in pairs)
+        log_proba = np.log(np.maximum(self._population_proba(X), np.finfo(float).tiny))
+        if len(self.classes_) == 2:
+            return log_proba[:, 1] - log_proba[:, 0]
+        return log_proba
 
 
 def _pooled_method(name, summary, returns):
@@ -529,8 +581,7 @@ class PooledEstimator(_BaseWrapper):
                 f"{type(self.estimator).__name__}.fit refused the pooled X and y{weights}: {exc}"
             ) from exc
         self.clients_ = clients
-        if self._wraps_classifier:
-            self.classes_ = self.estimator_.classes_
+        self._set_classes(self.estimator_.classes_ if self._wraps_classifier else None)
         return self
 
     def _validate_predict(self, X, groups):

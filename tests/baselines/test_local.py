@@ -395,3 +395,118 @@ def test_local_names_sample_weight_when_the_wrapped_estimator_refuses_it():
         model = LocalEstimator(Ridge()).fit(X, y, groups=groups,
                                             sample_weight=np.r_[-np.ones(6), np.ones(12)])
     assert model.fallback_clients_.tolist() == [0]
+
+
+# --- sample_weight weights the population model as duplicated or dropped rows would ---
+
+@pytest.mark.parametrize("estimator", [Ridge(), LogisticRegression()])
+def test_sample_weight_population_model_equals_duplicated_and_dropped_rows(estimator):
+    rng = np.random.RandomState(0)
+    X, groups = rng.normal(size=(60, 3)), np.repeat([0, 1, 2], 20)
+    y = X @ [1.0, 2.0, -1.0] + 2.0 * groups + 0.1 * rng.normal(size=60)
+    if isinstance(estimator, LogisticRegression):
+        y = (y > 2.0).astype(int)
+    methods = ["predict"] + (["predict_proba", "decision_function"]
+                             if isinstance(estimator, LogisticRegression) else [])
+    # weight 2 on every row of client 0 == those rows twice
+    twice = LocalEstimator(estimator).fit(X, y, groups=groups,
+                                          sample_weight=np.where(groups == 0, 2.0, 1.0))
+    c0 = groups == 0
+    dup = LocalEstimator(estimator).fit(np.r_[X, X[c0]], np.r_[y, y[c0]],
+                                        groups=np.r_[groups, groups[c0]])
+    np.testing.assert_allclose(twice.client_weights_, [0.5, 0.25, 0.25])
+    np.testing.assert_allclose(twice.client_weights_, dup.client_weights_)
+    # weight 0 on 10 rows of client 0 == those rows dropped
+    w0 = np.r_[np.zeros(10), np.ones(50)]
+    zero = LocalEstimator(estimator).fit(X, y, groups=groups, sample_weight=w0)
+    dropped = LocalEstimator(estimator).fit(X[10:], y[10:], groups=groups[10:])
+    np.testing.assert_allclose(zero.client_weights_, [0.2, 0.4, 0.4])
+    for a, b in ((twice, dup), (zero, dropped)):
+        for method in methods:
+            for g in (None, [7] * 60):  # groups=None and an unseen client: the population model
+                np.testing.assert_allclose(getattr(a, method)(X, groups=g),
+                                           getattr(b, method)(X, groups=g), atol=1e-8)
+    # the client sends its total weight along with its row count
+    up = {r.names for r in twice.communication_.records if r.direction == "up"}
+    assert up == {("n_samples", "sample_weight_sum")}
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in matmul:RuntimeWarning")
+def test_sample_weight_with_a_negative_client_total_is_refused():
+    # LogisticRegression takes negative weights, but a client's share of the population
+    # model cannot be negative
+    rng = np.random.default_rng(0)
+    X, groups = rng.normal(size=(60, 2)), np.repeat([0, 1, 2], 20)
+    y = (X[:, 0] > 0).astype(int)
+    w = np.where(groups == 0, -1.0, 1.0)
+    model = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    before = model.predict_proba(X)
+    with pytest.raises(ValueError, match=r"sample_weight .*negative for clients \[0\]"):
+        model.fit(X, y, groups=groups, sample_weight=w)
+    np.testing.assert_array_equal(model.predict_proba(X), before)  # the failed fit is undone
+
+
+# --- the population decision_function is that of the population predict ---
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_population_decision_function_agrees_with_predict(n_classes):
+    rng = np.random.RandomState(0)
+    X, groups = rng.normal(size=(240, 2)), np.repeat([0, 1, 2, 3], 60)
+    score = X[:, 0] * np.array([1, -1, 3, 0.5])[groups] + 0.5 * rng.normal(size=240)
+    y = (score > 0).astype(int) if n_classes == 2 else np.digitize(score, [-0.5, 0.5])
+    y = np.array(["a", "b", "c"])[y]
+    groups = np.where(groups == 3, 9, groups)
+    y[groups == 9] = "a"  # client 9: a single class, it falls back to the population model
+    with pytest.warns(UserWarning, match=FALLBACK):
+        model = LocalEstimator(LogisticRegression()).fit(X, y, groups=groups)
+    X_new = rng.normal(0.0, 2.0, size=(300, 2))
+    for Xe, g in ((X, None), (X, groups), (X_new, [99] * 300), (X_new, None)):
+        dec, pred = model.decision_function(Xe, groups=g), model.predict(Xe, groups=g)
+        assert dec.shape == ((len(Xe),) if n_classes == 2 else (len(Xe), n_classes))
+        index = (dec > 0).astype(int) if n_classes == 2 else dec.argmax(axis=1)
+        np.testing.assert_array_equal(model.classes_[index], pred)
+    # population rows: the log of the mixed probabilities (log-odds for two classes)
+    log_proba = np.log(model.predict_proba(X_new))
+    expected = log_proba[:, 1] - log_proba[:, 0] if n_classes == 2 else log_proba
+    np.testing.assert_allclose(model.decision_function(X_new), expected)
+    # a seen client's rows keep its own model's scores; the fallback client's, the population's
+    own = groups == 1
+    np.testing.assert_array_equal(model.decision_function(X[own], groups=groups[own]),
+                                  model.estimators_[1].decision_function(X[own]))
+    fb = groups == 9
+    np.testing.assert_array_equal(model.decision_function(X[fb], groups=groups[fb]),
+                                  model.decision_function(X[fb]))
+
+
+def test_population_decision_function_is_finite_where_a_probability_is_zero():
+    # client 1 never saw class 2: a probability of exactly 0 is clipped, not log(0) = -inf
+    model = LocalEstimator(LogisticRegression()).fit(
+        np.eye(6, 2), [0, 1, 2, 0, 1, 2], groups=[0, 0, 0, 1, 1, 1])
+    model.estimators_[1].predict_proba = lambda X: np.tile([1.0, 0.0, 0.0], (len(X), 1))
+    model.estimators_[0].predict_proba = lambda X: np.tile([1.0, 0.0, 0.0], (len(X), 1))
+    dec = model.decision_function(np.zeros((2, 2)))
+    assert np.isfinite(dec).all()
+    np.testing.assert_allclose(dec[:, 1], np.log(np.finfo(float).tiny))
+
+
+# --- a refit removes the fitted attributes it does not set ---
+
+@pytest.mark.parametrize("Wrapper", [LocalEstimator, PooledEstimator])
+def test_refit_as_regressor_removes_classes_but_a_failed_refit_keeps_them(Wrapper):
+    rng = np.random.RandomState(0)
+    X, groups = rng.normal(size=(60, 3)), np.repeat([0, 1, 2], 20)
+    y = X[:, 0] + rng.normal(size=60)
+    model = Wrapper(LogisticRegression()).fit(X, y > 0, groups=groups)
+    before = model.predict_proba(X)
+    X_nan = X.copy()
+    X_nan[0, 0] = np.nan
+    with pytest.raises(ValueError):  # a failed refit as a regressor leaves the classifier
+        model.set_params(estimator=Ridge()).fit(X_nan, y, groups=groups)
+    assert model.classes_.tolist() == [False, True]
+    np.testing.assert_array_equal(model.predict_proba(X), before)
+    model.fit(X, y, groups=groups)  # the successful refit as a regressor
+    assert not hasattr(model, "classes_")
+    np.testing.assert_array_equal(model.predict(X),
+                                  Wrapper(Ridge()).fit(X, y, groups=groups).predict(X))
+    model.set_params(estimator=LogisticRegression()).fit(X, y > 0, groups=groups)
+    assert model.classes_.tolist() == [False, True]
