@@ -13,6 +13,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from ..base import FederatedEstimatorMixin, keyword_init
 from ..utils._docstrings import fill_doc
+from ..utils._threads import redirect_stdout
 from ..utils._validation import (
     check_positive_int,
     check_unknown_client,
@@ -45,6 +46,21 @@ _EXACT_FIT_TOL = 1e-12
 
 def _gpboost():
     return import_optional("gpboost", "GPBoostRegressor", "gpboost>=1.6.1")
+
+
+def _log_to_python(gpb):
+    """Send the native library's messages of this thread through Python's ``print``.
+
+    gpboost registers its log callback when imported, and the native library
+    (like LightGBM's) keeps the callback per thread: on any other thread (a
+    fit under joblib's threading backend) its messages would go straight to
+    the C-level stdout, past ``sys.stdout`` and the redirection that turns its
+    warnings into Python warnings. Registering it again here covers this thread.
+    """
+    lib = getattr(gpb.basic, "_LIB", None)
+    callback = getattr(lib, "callback", None)
+    if callback is not None:
+        lib.LGBM_RegisterLogCallback(callback)
 
 
 # the learning rate under its names in gpboost (its native library's aliases)
@@ -84,7 +100,8 @@ def _check_param_names(grid):
     if not probe:
         return
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    _log_to_python(gpb)
+    with redirect_stdout(printed):
         with contextlib.suppress(gpb.basic.GPBoostError, TypeError, ValueError):
             gpb.Dataset(np.arange(4.0)[:, None], label=np.arange(4.0),
                         params={**probe, "verbose": 0}).construct()
@@ -108,11 +125,15 @@ def _gpboost_messages():
 
     gpboost writes the messages of its native library with ``print``: a fit
     should not print, but a warning (an optimizer that stopped early) should
-    still reach the user, as a Python warning that can be filtered.
+    still reach the user, as a Python warning that can be filtered. The
+    redirection holds skfed's lock of ``sys.stdout`` (fits on threads take
+    turns), so each fit restores the ``sys.stdout`` it found and collects its
+    own messages.
     """
     buffer, found = io.StringIO(), []
+    _log_to_python(_gpboost())
     try:
-        with contextlib.redirect_stdout(buffer):
+        with redirect_stdout(buffer):
             yield found
     finally:
         found += [line.split("[Warning]", 1)[1].strip()
@@ -195,7 +216,9 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
         Threads of gpboost (``num_threads`` of the booster and
         ``num_parallel_threads`` of the ``GPModel``); ``None`` means 1, as in
         scikit-learn (gpboost's own default is every core, which on a shared
-        machine makes its many small steps wait on each other).
+        machine makes its many small steps wait on each other). A fit is
+        reproducible for a given ``n_jobs``; gpboost's sums over threads make
+        fits with different ``n_jobs`` differ in the last bits (about 1e-15).
 
     Attributes
     ----------

@@ -1,10 +1,12 @@
 """MERF: mixed-effects random forest (package ``merf``), centralized."""
 
 import contextlib
+import copy
 import logging
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.ensemble import RandomForestRegressor
 
 from ..base import FederatedEstimatorMixin, keyword_init
 from ..utils._docstrings import fill_doc
@@ -54,6 +56,23 @@ def _quiet_merf():
             yield
     finally:
         logger.setLevel(level)
+
+
+class _OrderedForest(RandomForestRegressor):
+    """A random forest whose ``predict`` adds up its trees in their order.
+
+    With ``n_jobs`` > 1 scikit-learn's ``predict`` adds the trees' predictions
+    in the order its threads finish them, so the sums change in the last bits
+    from run to run (merf's EM loop amplifies that to 1e-4). The trees
+    themselves do not depend on ``n_jobs`` (each one has its own seed):
+    fitted on ``n_jobs`` threads and predicted on one, the forest gives the
+    same predictions, to the bit, for every ``n_jobs``.
+    """
+
+    def predict(self, X):
+        forest = copy.copy(self)  # shares the trees; self is left as it is (threads)
+        forest.n_jobs = 1
+        return RandomForestRegressor.predict(forest, X)
 
 
 @fill_doc
@@ -119,7 +138,9 @@ class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
     random_state : int, RandomState instance or None, default=None
         Seeds the inner CV's shuffle and the forest's ``random_state``.
     n_jobs : int or None, default=None
-        ``n_jobs`` of the forest (``None`` means 1).
+        ``n_jobs`` of the forest's fits (``None`` means 1); it predicts on one
+        thread, so the fit and the predictions are the same, to the bit, for
+        every ``n_jobs``.
 
     Attributes
     ----------
@@ -238,9 +259,8 @@ class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
     def _fit_merf(self, merf, params, X, Z, y, client_index, seed):
         """One merf fit: ``(forest, b per client (all clients; unseen 0), D, sigma^2, n_iter)``."""
         import pandas as pd
-        from sklearn.ensemble import RandomForestRegressor
 
-        forest = RandomForestRegressor(n_estimators=int(self.n_estimators), random_state=seed,
+        forest = _OrderedForest(n_estimators=int(self.n_estimators), random_state=seed,
                                        n_jobs=self.n_jobs, **params)
         model = merf.MERF(fixed_effects_model=forest, max_iterations=int(self.max_iterations))
         # merf's clusters must be a pandas Series; client indices keep its labels simple

@@ -21,6 +21,8 @@ import warnings
 
 import numpy as np
 
+from ..utils._threads import quiet_warnings
+
 __all__ = ["MixedLMFit", "fit_mixedlm", "independent_columns"]
 
 # a column whose residual on the previous ones is below this fraction of its
@@ -137,11 +139,11 @@ def _fit_statsmodels(y, Xf, Z, group_index, reml, methods, max_iter, fit_options
     for method in methods:
         start = None if best is None else best.params_object
         try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                # boundary, singular-Hessian and retry warnings concern
-                # statsmodels' standard errors or its internal retries;
-                # convergence is reported through ``converged``
-                warnings.simplefilter("ignore")
+            # boundary, singular-Hessian and retry warnings (statsmodels' ModelWarning
+            # subclasses, scipy's OptimizeWarning: UserWarning; line-search and numpy
+            # RuntimeWarning) concern statsmodels' standard errors or its internal
+            # retries; convergence is reported through ``converged``
+            with quiet_warnings(UserWarning, RuntimeWarning), np.errstate(all="ignore"):
                 result = model.fit(reml=reml, method=[method], maxiter=max_iter,
                                    start_params=start, full_output=True,
                                    **(fit_options or {}))

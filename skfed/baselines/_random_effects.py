@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import check_on_site, transactional_fit
 from ..utils._docstrings import fill_doc
+from ..utils._threads import quiet_warnings
 from ..utils._validation import (
     check_groups, check_scale, install_hint, user_stacklevel, validate_data,
 )
@@ -150,8 +151,7 @@ def inner_folds(cv, X, y, client_index, seed):
     if isinstance(cv, numbers.Integral):
         cv = WithinClientKFold(int(cv), small_clients="train", shuffle=True, random_state=seed)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quiet_warnings():  # the splitter's notes (e.g. small clients): the fit says why
             folds = [(np.sort(np.asarray(tr)), np.sort(np.asarray(te)))
                      for tr, te in cv.split(X, y, client_index)]
     except ValueError as exc:

@@ -56,12 +56,11 @@ S. Burer and R. D. C. Monteiro, "Local minima and convergence in low-rank
 semidefinite programming", Mathematical Programming 103(3), 2005.
 """
 
-import warnings
-
 import numpy as np
-from scipy.optimize import minimize
+from scipy.optimize import OptimizeWarning, minimize
 
 from ..baselines._mixedlm_core import _EXACT_FIT_TOL, _COLLINEAR_TOL, _to_original
+from ..utils._threads import quiet_warnings
 
 __all__ = ["MixedLMStats", "fit_from_stats", "site_statistics", "pack_lower", "unpack_lower",
            "deviance"]
@@ -398,8 +397,8 @@ def _minimize(problem, theta0, max_iter):
     -------
     theta, value, converged, n_iter
     """
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "precision loss": the Newton steps follow
+    # "precision loss" (OptimizeWarning), line search (RuntimeWarning): the Newton steps follow
+    with np.errstate(all="ignore"), quiet_warnings(OptimizeWarning, RuntimeWarning):
         result = minimize(problem, theta0, jac=True, method="BFGS",
                           options=dict(maxiter=max_iter, gtol=_GTOL_BFGS))
     theta, n_iter = result.x, max(int(result.nit), 1)  # a flat start is one iteration
