@@ -354,7 +354,9 @@ class LocalEstimator(_BaseWrapper):
         %(y_pred_std)s
         """
         X, index = self._validate_predict(X, groups)
-        if self._wraps_classifier:
+        # the fitted models decide, not the estimator parameter (set_params after fit, or a
+        # failed refit that left this fit in place, may have changed it)
+        if hasattr(self, "classes_"):
             if return_std:
                 raise ValueError("return_std is only defined for regressors.")
             return scatter_rows(

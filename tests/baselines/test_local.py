@@ -504,6 +504,8 @@ def test_refit_as_regressor_removes_classes_but_a_failed_refit_keeps_them(Wrappe
         model.set_params(estimator=Ridge()).fit(X_nan, y, groups=groups)
     assert model.classes_.tolist() == [False, True]
     np.testing.assert_array_equal(model.predict_proba(X), before)
+    # predict follows the fitted classifier, not the new estimator parameter
+    np.testing.assert_array_equal(model.predict(X), model.classes_[before.argmax(1)])
     model.fit(X, y, groups=groups)  # the successful refit as a regressor
     assert not hasattr(model, "classes_")
     np.testing.assert_array_equal(model.predict(X),
