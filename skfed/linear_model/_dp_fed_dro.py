@@ -655,9 +655,9 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         return algorithm, attrs
 
     def _standardizes(self):
-        if self.standardize == "auto":
-            return not self._is_private()
-        return bool(self.standardize)
+        """Whether the sites standardize by pooled moments: without privacy only (their
+        sums are not private; a private fit scales by ranges, :meth:`_private_scaling`)."""
+        return self.standardize is not False and not self._is_private()
 
     def _site_summary(self, X, y):
         """Class labels; when standardizing, also the site's feature sums and

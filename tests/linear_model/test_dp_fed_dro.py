@@ -717,6 +717,25 @@ def test_non_private_mode_standardizes_raw_units_from_site_moments():
                                 "feature_m2"} for r in setup)
 
 
+@pytest.mark.parametrize("standardize", [True, "auto"])
+def test_private_fit_never_sends_feature_moments(standardize):
+    # was: standardize=True in a private fit sent each site's exact feature sums and squared
+    # deviations in the set-up (outside the guarantee, while privacy_spent_ said strict) and
+    # the pooled standardization made every site's scaling depend on the others' rows
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 300)
+    X = 5.0 * np.eye(3)[y] + rng.standard_normal((300, 3))
+    groups = rng.integers(0, 3, 300)
+    clf = DPFedDROClassifier(n_rounds=3, classes=[0, 1, 2], standardize=standardize,
+                             random_state=0).fit(X, y, groups=groups)
+    sent = {name for r in clf.communication_.records if r.direction == "up"
+            for name in r.names}
+    assert not sent & {"feature_sum", "feature_m2"}
+    assert clf.feature_mean_ is None and clf.feature_range_ is not None  # private scaling
+    assert clf.privacy_spent_["strict"] and not clf.privacy_spent_["outside"]
+    assert "scaling" in [r["name"] for r in clf.privacy_spent_["releases"]]
+
+
 def test_predict_proba_is_calibrated_softmax(small_problem):
     from scipy.special import softmax
     from sklearn.metrics import log_loss
