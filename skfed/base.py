@@ -211,7 +211,8 @@ class FederatedEstimatorMixin:
             Test rows.
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             True targets (as many outputs as ``n_outputs_``, where the
-            estimator records it).
+            estimator records it); a tensor regressor's
+            ``(n_samples, *output_shape_)`` too, each entry an output.
         groups : array-like of shape (n_samples,), default=None
             Client label of each row; ``None`` scores the population model.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -237,6 +238,12 @@ class FederatedEstimatorMixin:
         _check_score_target(y, len(y_pred))
         if _is_classifier(self):
             return accuracy_score(y, y_pred, sample_weight=sample_weight)
+        if np.ndim(y_pred) > 2:  # a tensor response: each entry is an output
+            if np.size(y) != np.size(y_pred):
+                raise ValueError(f"y has shape {np.shape(y)}; the model predicts responses of "
+                                 f"shape {np.shape(y_pred)[1:]} per row.")
+            y = np.reshape(np.asarray(y, dtype=float), np.shape(y_pred)).reshape(len(y_pred), -1)
+            y_pred = np.reshape(y_pred, (len(y_pred), -1))
         return r2_score(y, y_pred, sample_weight=sample_weight)
 
 

@@ -240,6 +240,11 @@ def test_tensor_response_layout():
     m3 = PersonalizedTensorRegressor(tensor_shape=(4, 3), rank=2, n_rounds=3)
     assert m3.fit(X, y.reshape(-1, 2, 2), groups=groups).predict(X[:3]).shape == (3, 2, 2)
     np.testing.assert_allclose(m3.coef_, m2.coef_)
+    # score of a tensor response: R^2 over its entries (it failed inside r2_score)
+    Y3 = y.reshape(-1, 2, 2)
+    assert m3.score(X, Y3, groups=groups) == pytest.approx(m2.score(X, y, groups=groups))
+    with pytest.raises(ValueError, match=r"y has shape \(100, 3\)"):
+        m3.score(X, y[:, :3], groups=groups)
 
 
 def test_rank_selection_finds_the_true_rank_on_clean_data():
