@@ -1080,7 +1080,7 @@ class PFedHGPCollapsed(CollapsedProtocol):
         y_shift, y_scale = target_scaling(msgs, self.normalize_y)
         center = self.theta0[0] if self.restart_center is None else self.restart_center
         starts = scattered_starts(center, self.layout, self.restarts_for(msgs), rng)
-        starts[0] = self.theta0[0]
+        starts[0] = self.layout.tie(self.theta0[0])
         return self._begin(Z, starts, {"x_shift": x_shift, "x_scale": x_scale,
                                        "y_shift": y_shift, "y_scale": y_scale},
                            parallel=self.parallel_for(msgs))

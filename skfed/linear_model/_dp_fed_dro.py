@@ -539,7 +539,7 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
         """How a private fit scales its rows: ``"histogram"`` (noisy histograms,
         ``scaling_share`` of the budget), ``"bounds"`` (the public
         ``feature_bounds``, no release) or ``None`` (the rows as given)."""
-        if not self._is_private() or self.standardize is False:
+        if not self._is_private() or self._standardize_off():
             return None
         if self.feature_bounds is not None:
             return "bounds"
@@ -654,10 +654,14 @@ class DPFedDROClassifier(_LinearFederatedClassifier):
                      sensitivity_M_=sens_M, sensitivity_lambda_=sens_l, eta_=eta, nu_=nu)
         return algorithm, attrs
 
+    def _standardize_off(self):
+        # False or numpy's False_ ("boolean" admits both; np.False_ is not False)
+        return not isinstance(self.standardize, str) and not self.standardize
+
     def _standardizes(self):
         """Whether the sites standardize by pooled moments: without privacy only (their
         sums are not private; a private fit scales by ranges, :meth:`_private_scaling`)."""
-        return self.standardize is not False and not self._is_private()
+        return not self._standardize_off() and not self._is_private()
 
     def _site_summary(self, X, y):
         """Class labels; when standardizing, also the site's feature sums and

@@ -7,7 +7,8 @@ state the other one found: ``sys.stdout`` left pointing at a buffer, an
 "ignore" filter left in ``warnings.filters`` for the rest of the session.
 Every such block of skfed runs under :data:`STATE_LOCK`, so each one
 restores the state it found; blocks of other threads wait (a block nested in
-another one of the same thread does not).
+another one of the same thread does not). A block must not wait on another thread that
+could enter such a block (it would deadlock): keep thread pools out of them.
 """
 
 import contextlib

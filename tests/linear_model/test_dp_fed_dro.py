@@ -736,6 +736,17 @@ def test_private_fit_never_sends_feature_moments(standardize):
     assert "scaling" in [r["name"] for r in clf.privacy_spent_["releases"]]
 
 
+def test_numpy_false_turns_standardization_off(small_problem):
+    # "boolean" admits np.False_, which is not False: it standardized as True did
+    X, y, groups = small_problem
+    kw = dict(epsilon=None, n_rounds=5)
+    Xs = X * np.array([1.0, 100.0, 0.01, 1.0])[:X.shape[1]]
+    off = DPFedDROClassifier(standardize=False, **kw).fit(Xs, y, groups=groups)
+    npoff = DPFedDROClassifier(standardize=np.False_, **kw).fit(Xs, y, groups=groups)
+    np.testing.assert_array_equal(npoff.coef_, off.coef_)
+    assert npoff.feature_mean_ is None
+
+
 def test_predict_proba_is_calibrated_softmax(small_problem):
     from scipy.special import softmax
     from sklearn.metrics import log_loss
