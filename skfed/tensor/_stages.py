@@ -20,13 +20,7 @@ from ..privacy import gaussian_mechanism, gaussian_noise, pftr_noise_multiplier
 from ._kernels import clip_residuals, fista_lasso_gram, noisy_gradient, weighted_step
 from ._rank import make_feasible, ratio_rank, vote_ranks
 from ._scaling import N_PASSES, ScalingRound
-from ._tucker import (
-    TangentProjector,
-    check_tucker_rank,
-    retract,
-    tangent_project,
-    tangent_project_surrogate,
-)
+from ._tucker import TangentProjector, _retract, check_tucker_rank, tangent_project
 
 __all__ = [
     "SiteData",
@@ -301,15 +295,15 @@ def local_stage_one(Xm, Ym, A_init, rank, step_size, n_iter, tangent="exact",
     if step_size == "auto":
         lip = lipschitz(Xm)
         step_size = 1.0 / lip if lip > 0 else 1.0
-    A, core, factors = retract(A_init, rank, retraction)
+    A, core, factors = _retract(A_init, rank, retraction)
     for it in range(int(n_iter)):
         _check_finite(A, it)
         G = _gradient(Xm, Ym, A.reshape(q, p)).reshape(shape)
         if tangent == "exact":
             G = tangent_project(G, core, factors)
         else:
-            G = tangent_project_surrogate(G, rank, retraction)
-        A, core, factors = retract(A - step_size * G, rank, retraction)
+            G = _retract(G, rank, retraction)[0]  # the authors' surrogate
+        A, core, factors = _retract(A - step_size * G, rank, retraction)
     return A, core, factors
 
 
@@ -637,7 +631,7 @@ class StageOne(FederatedAlgorithm):
         return {"X": clip_rows(data.X, tau_x), "tau_x": tau_x, "tau_e": [], "sigma": []}
 
     def server_init(self, rng):
-        A, core, factors = retract(self.init, self.rank, self.retraction)
+        A, core, factors = _retract(self.init, self.rank, self.retraction)
         state = {"coef": A, "core": core, "factors": factors, "grad_norm": []}
         return state, _factor_broadcast(A, core, factors)
 
@@ -775,9 +769,9 @@ class StageOne(FederatedAlgorithm):
         if self.tangent == "exact":  # gradient, noise and projection in one compiled call
             sent = self._projector(broadcast).apply_noisy(m, n, scale, noise)
         else:
-            sent = tangent_project_surrogate(
+            sent = _retract(  # the authors' surrogate (tangent_project_surrogate)
                 noisy_gradient(m, float(n), scale, noise).reshape(self.coef_shape),
-                self.rank, self.retraction)
+                self.rank, self.retraction)[0]
         check_finite_step("the projected gradient", sent)
         new_state = {**state, "tau_e": state["tau_e"] + [tau_e],
                      "sigma": state["sigma"] + [sigma]}
@@ -796,7 +790,7 @@ class StageOne(FederatedAlgorithm):
             float(self.step_size))
         if not finite:
             _check_finite(step, len(state["grad_norm"]) + 1)
-        A, core, factors = retract(step.reshape(self.coef_shape), self.rank, self.retraction)
+        A, core, factors = _retract(step.reshape(self.coef_shape), self.rank, self.retraction)
         state = {"coef": A, "core": core, "factors": factors,
                  "grad_norm": state["grad_norm"] + [float(grad_norm)]}
         return state, _factor_broadcast(A, core, factors)

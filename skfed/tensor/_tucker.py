@@ -93,27 +93,6 @@ def _check_rank(rank, shape, name="rank", tensor=None):
     return rank
 
 
-def _is_valid_rank(rank, shape):
-    """Whether the tuple ``rank`` passes :func:`check_tucker_rank` unchanged.
-
-    That is, Python ints ``1 <= r_s <= shape[s]`` (``shape`` ints), one per
-    mode, feasible: ``r_s <= prod_{j != s} r_j``, that is ``r_s ** 2 <=
-    prod_j r_j`` (exact integers). About 0.5 us for four modes, a tenth of
-    the full check: :func:`retract` runs it on every Stage-I step.
-    """
-    if len(rank) != len(shape):
-        return False
-    total = 1
-    for r, n in zip(rank, shape):
-        if type(r) is not int or not 1 <= r <= n:
-            return False
-        total *= r
-    for r in rank:
-        if r * r > total:
-            return False
-    return True
-
-
 def _as_tensor(T, name="T", copy=True):
     """``T`` as a float64 array, or a ValueError naming it.
 
@@ -199,8 +178,7 @@ def _checked_hosvd(T, rank, sequential, check_finite=True):
     a numerical client failure.
     """
     T = _as_tensor(T)
-    if not (type(rank) is tuple and _is_valid_rank(rank, T.shape)):  # the common case first
-        rank = _check_rank(rank, T.shape, tensor="T")
+    rank = _check_rank(rank, T.shape, tensor="T")
     if check_finite and not np.isfinite(T).all():
         raise _not_finite(T)
     try:
@@ -234,6 +212,12 @@ def t_hosvd(T, rank):
     (:func:`check_tucker_rank`), else a ``ValueError``.
     """
     return _checked_hosvd(T, rank, False)[1:]
+
+
+def _retract(T, rank, method):
+    """:func:`retract` unchecked, for the fits' steps: their rank and retraction were
+    checked once at set-up, and they check the tensors' finiteness themselves."""
+    return _hosvd(np.array(T, dtype=float, order="C"), rank, method == "st_hosvd")
 
 
 def tucker_to_tensor(core, factors):
