@@ -15,6 +15,7 @@ from ..base import FederatedEstimatorMixin, keyword_init
 from ..utils._docstrings import fill_doc
 from ..utils._threads import redirect_stdout
 from ..utils._validation import (
+    check_param_grid,
     check_positive_int,
     check_unknown_client,
     user_stacklevel,
@@ -24,7 +25,6 @@ from ._random_effects import (
     ANCHOR_DEFAULTS,
     RandomEffectsMixin,
     check_cv,
-    check_param_grid,
     import_optional,
     inner_folds,
     location_scale,

@@ -10,12 +10,11 @@ from sklearn.ensemble import RandomForestRegressor
 
 from ..base import FederatedEstimatorMixin, keyword_init
 from ..utils._docstrings import fill_doc
-from ..utils._validation import check_positive_int, check_unknown_client
+from ..utils._validation import check_param_grid, check_positive_int, check_unknown_client
 from ._random_effects import (
     ANCHOR_DEFAULTS,
     RandomEffectsMixin,
     check_cv,
-    check_param_grid,
     grid_points,
     import_optional,
     inner_folds,

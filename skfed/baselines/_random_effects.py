@@ -24,7 +24,7 @@ from ..utils._validation import (
 )
 
 __all__ = ["ANCHOR_DEFAULTS", "RandomEffectsMixin", "RandomEffectsPredictMixin", "check_cv",
-           "check_param_grid", "grid_points", "import_optional", "inner_folds", "location_scale",
+           "grid_points", "import_optional", "inner_folds", "location_scale",
            "standardized_problem", "warn_untuned"]
 
 #: The defaults of the options both anchors take (``skfed.base.keyword_init``).
@@ -104,26 +104,6 @@ def check_cv(cv):
             f"cv must be an integer >= 2 or a cross-validation splitter with a split "
             f"method (e.g. GroupKFold), got {cv!r}."
         )
-
-
-def check_param_grid(param_grid, default, name="param_grid"):
-    """``{parameter: non-empty list of values}`` (``None``: ``default``), as a dict of lists."""
-    if param_grid is None:
-        return {key: list(values) for key, values in default.items()}
-    if not isinstance(param_grid, dict):
-        raise ValueError(f"{name} must be a dict of parameter name to a list of values, "
-                         f"got {param_grid!r}.")
-    grid = {}
-    for key, values in param_grid.items():
-        if not isinstance(key, str):
-            raise ValueError(f"{name} keys must be parameter names, got {key!r}.")
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-            raise ValueError(f"{name}[{key!r}] must be a list of values, got {values!r}.")
-        values = list(values)
-        if not values:
-            raise ValueError(f"{name}[{key!r}] is empty.")
-        grid[key] = values
-    return grid
 
 
 def grid_points(grid):

@@ -17,7 +17,7 @@ from ..privacy import check_privacy_budget, pftr_privacy_spent, pftr_release_pla
 from ..privacy._pftr_bound import check_accountant
 from ..utils._docstrings import fill_doc
 from ..utils._param_validation import FEDERATION_CONSTRAINTS, Number, positive_int, positive_real
-from ..utils._validation import user_stacklevel
+from ..utils._validation import check_param_grid, user_stacklevel
 from ._base import TENSOR_CONSTRAINTS, _TensorRegressorBase, check_positive_float
 from ._rank import make_feasible, ratio_rank
 from ._scaling import N_PASSES, RANGE_SD, SCALED_LEVELS, TensorScaling
@@ -697,16 +697,11 @@ class PersonalizedTensorRegressor(_TensorRegressorBase):
             raise ValueError(
                 f"param_grid must be a dict with keys among {CV_PARAMS}, got {grid!r}."
             )
+        grid = check_param_grid(grid, DEFAULT_GRID)  # lists of values, as GPBoost's and MERF's
         for key, values in grid.items():
-            # a list of values, as GPBoost's and MERF's param_grid (a float had "no len()")
-            if (isinstance(values, (str, bytes)) or not hasattr(values, "__len__")
-                    or (isinstance(values, np.ndarray) and values.ndim == 0)):
-                raise ValueError(f"param_grid[{key!r}] must be a list of values, got {values!r}.")
-            if len(values) == 0:
-                raise ValueError(f"param_grid[{key!r}] is empty.")
             for v in values:
                 check_positive_float(v, f"param_grid[{key!r}]", allow_zero=key == "alpha")
-        p["grid"] = {k: list(v) for k, v in grid.items()}
+        p["grid"] = grid
         if not (isinstance(self.accountant, str) and self.accountant == "auto"):
             check_accountant(self.accountant)
         p["init_mode"] = self._init_mode(p["epsilon"])

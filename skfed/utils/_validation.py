@@ -430,6 +430,27 @@ def check_positive_int(value, name, minimum=1):
     return int(value)
 
 
+def check_param_grid(param_grid, default, name="param_grid"):
+    """``{parameter: non-empty list of values}`` (``None``: ``default``), as a dict of lists."""
+    if param_grid is None:
+        return {key: list(values) for key, values in default.items()}
+    if not isinstance(param_grid, dict):
+        raise ValueError(f"{name} must be a dict of parameter name to a list of values, "
+                         f"got {param_grid!r}.")
+    grid = {}
+    for key, values in param_grid.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{name} keys must be parameter names, got {key!r}.")
+        if (isinstance(values, (str, bytes)) or not hasattr(values, "__iter__")
+                or (isinstance(values, np.ndarray) and values.ndim == 0)):
+            raise ValueError(f"{name}[{key!r}] must be a list of values, got {values!r}.")
+        values = list(values)
+        if not values:
+            raise ValueError(f"{name}[{key!r}] is empty.")
+        grid[key] = values
+    return grid
+
+
 def check_fraction(value, name, *, allow_zero=False, allow_one=True):
     """Return ``value`` as float if it is a real fraction, else raise ``ValueError``.
 
