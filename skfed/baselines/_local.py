@@ -145,7 +145,8 @@ class _LocalFit(FederatedAlgorithm):
     (and, with ``sample_weight``, its total sample weight).
 
     A client with fewer than ``MIN_LOCAL_SAMPLES`` rows, a classifier's
-    client holding a single class, or a client on whose rows the wrapped
+    client holding a single class (rows of ``sample_weight`` 0 not counted,
+    as if dropped), or a client on whose rows the wrapped
     ``fit`` raises a ``ValueError`` keeps a :class:`_Fallback` instead of a
     model (it still sends its row count: the message does not tell).
     """
@@ -158,14 +159,19 @@ class _LocalFit(FederatedAlgorithm):
         message = {"n_samples": np.int64(data.n_samples)}
         if data.sample_weight is not None:  # the client's weight in the population model
             message["sample_weight_sum"] = np.float64(data.sample_weight.sum())
-        if data.n_samples < MIN_LOCAL_SAMPLES:
-            reason = (f"{data.n_samples} sample(s), fewer than the {MIN_LOCAL_SAMPLES} rows a "
-                      "local model needs")
+        # a row of weight 0 is a row dropped (as the population weights treat it), so it
+        # counts neither toward the minimum nor as a class the client holds
+        y = data.y if data.sample_weight is None else data.y[data.sample_weight != 0]
+        weighted = "" if data.sample_weight is None else " of non-zero sample_weight"
+        if y.size < MIN_LOCAL_SAMPLES:
+            reason = (f"{y.size} sample(s){weighted}, fewer than the {MIN_LOCAL_SAMPLES} rows "
+                      "a local model needs")
             return _Fallback(reason), message
         if self.classifier:
-            present = np.unique(data.y)
+            present = np.unique(y)
             if present.size < 2:
-                return _Fallback(f"a single class ({present.tolist()[0]!r}) in its rows"), message
+                return _Fallback(f"a single class ({present.tolist()[0]!r}) in its rows"
+                                 f"{weighted}"), message
         model = clone(self.estimator)
         fit_params = {} if data.sample_weight is None else {"sample_weight": data.sample_weight}
         try:
@@ -212,7 +218,7 @@ class LocalEstimator(_BaseWrapper):
     A client cannot always fit a model of its own. A client **falls back**
     to the population model (of the other clients) when it holds fewer than
     2 rows, when the estimator is a classifier and the client's rows hold a
-    single class, or when the wrapped estimator's ``fit`` raises a
+    single class (in both, rows of ``sample_weight`` 0 count as dropped), or when the wrapped estimator's ``fit`` raises a
     ``ValueError`` on its rows (e.g. ``RidgeCV(cv=5)`` on fewer
     than 5 rows). ``fit`` then warns, lists those clients in
     ``fallback_clients_``, and ``predict``, ``predict_proba`` and

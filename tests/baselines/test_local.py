@@ -512,3 +512,29 @@ def test_refit_as_regressor_removes_classes_but_a_failed_refit_keeps_them(Wrappe
                                   Wrapper(Ridge()).fit(X, y, groups=groups).predict(X))
     model.set_params(estimator=LogisticRegression()).fit(X, y > 0, groups=groups)
     assert model.classes_.tolist() == [False, True]
+
+
+@pytest.mark.parametrize("estimator", [Ridge(), LogisticRegression()])
+def test_rows_of_weight_zero_count_as_dropped_for_the_fallback(estimator):
+    # client 2's rows of non-zero weight: one row (Ridge), or one class (LogisticRegression)
+    rng = np.random.default_rng(4)
+    X, groups = rng.normal(size=(46, 2)), np.repeat([0, 1, 2], [20, 20, 6])
+    y = X[:, 0] + 0.1 * rng.normal(size=46)
+    w = np.ones(46)
+    if isinstance(estimator, LogisticRegression):
+        y = (y > 0).astype(int)
+        y[40:] = [1, 1, 1, 0, 0, 0]
+        w[43:] = 0.0  # the 0s of client 2 weigh nothing
+        reason = r"client 2: a single class \(1\) in its rows of non-zero sample_weight"
+    else:
+        w[41:] = 0.0
+        reason = r"client 2: 1 sample\(s\) of non-zero sample_weight, fewer than the 2 rows"
+    with pytest.warns(UserWarning, match=reason):
+        weighted = LocalEstimator(estimator).fit(X, y, groups=groups, sample_weight=w)
+    kept = w != 0
+    with pytest.warns(UserWarning, match=FALLBACK):
+        dropped = LocalEstimator(estimator).fit(X[kept], y[kept], groups=groups[kept])
+    assert weighted.fallback_clients_.tolist() == dropped.fallback_clients_.tolist() == [2]
+    np.testing.assert_allclose(weighted.client_weights_, dropped.client_weights_)
+    for g in (groups, None):
+        np.testing.assert_allclose(weighted.predict(X, groups=g), dropped.predict(X, groups=g))
