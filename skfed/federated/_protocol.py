@@ -15,7 +15,8 @@ import numpy as np
 
 from ..utils._validation import check_groups
 
-__all__ = ["ClientData", "Federation", "FederatedAlgorithm", "check_message"]
+__all__ = ["ClientData", "Federation", "FederatedAlgorithm", "check_message", "pack_lower",
+           "unpack_lower"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -290,3 +291,33 @@ def check_message(message, *, sender="client", allow_text=False):
             arr.setflags(write=False)
         out[name] = arr
     return MappingProxyType(out)
+
+
+def pack_lower(A):
+    """The lower triangle of the square matrix ``A[..., :, :]``, row by row.
+
+    A symmetric matrix crosses as this half of its entries (``unpack_lower``
+    mirrors it back exactly).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfed.federated._protocol import pack_lower, unpack_lower
+    >>> A = np.array([[2.0, 1.0], [1.0, 3.0]])
+    >>> pack_lower(A)
+    array([2., 1., 3.])
+    >>> np.array_equal(unpack_lower(pack_lower(A), 2), A)
+    True
+    """
+    A = np.asarray(A)
+    return A[(Ellipsis,) + np.tril_indices(A.shape[-1])]
+
+
+def unpack_lower(v, size):
+    """The symmetric matrices whose lower triangles (row by row) are ``v[..., :]``."""
+    v = np.asarray(v, dtype=float)
+    rows, cols = np.tril_indices(size)
+    out = np.zeros(v.shape[:-1] + (size, size))
+    out[..., rows, cols] = v
+    out[..., cols, rows] = v
+    return out

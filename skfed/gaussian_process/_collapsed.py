@@ -28,7 +28,9 @@ the server's ``m + p``-square terms. With a noise variance per site
 (``Layout(n_sites=...)``, ``noise="per_client"``), site ``i``'s is ``s2 exp(e_i)``, and the
 NLL adds the offsets' prior ``sum_i e_i^2 / (2 NOISE_SPREAD^2)``. Its gradient splits the
 same way once the server broadcasts ``w = Lam^{-1} b`` and ``Lam^{-1}``
-(:func:`site_gradient`).
+(:func:`site_gradient`). ``H^T C^{-1} H`` (up) and ``K^{-1}`` (down) cross as their lower
+triangles: the server's factorization reads no other entry of the one, and the other is
+symmetric to the bit.
 With the GP parts switched off it is exactly the linear mixed model's REML
 criterion, so the model nests it.
 
@@ -42,6 +44,7 @@ import numpy as np
 
 from ..federated import FederatedAlgorithm
 from ..federated._engine import blas_threads
+from ..federated._protocol import pack_lower, unpack_lower
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ..utils._optimize import AskTellLBFGS
 from ._setup import check_pooled_scale, input_setup, input_summary, target_summary
@@ -414,8 +417,9 @@ def _site_cov(p, layout, Xa, Xb, Za_Kinv, Zb):
 def site_statistics(X, y, p, layout, Z, K_inv, geom=None):
     """A site's message at hyperparameters ``p`` and its cache for the gradient.
 
-    Returns ``(message, cache)``; the message holds ``H^T C^{-1} H``, ``H^T
-    C^{-1} y``, ``log|C|`` and ``y^T C^{-1} y``. ``geom`` is the site's
+    Returns ``(message, cache)``; the message holds ``H^T C^{-1} H`` (its lower
+    triangle, packed: the server reads no more), ``H^T C^{-1} y``, ``log|C|``
+    and ``y^T C^{-1} y``. ``geom`` is the site's
     :class:`SiteGeometry` (built here if not given).
     """
     geom = SiteGeometry(X, Z, layout) if geom is None else geom
@@ -441,7 +445,7 @@ def site_statistics(X, y, p, layout, Z, K_inv, geom=None):
     CiHy = _solve(cf, Hy) if C_inv is None else C_inv @ Hy
     S = Hy.T @ CiHy
     H, CiH, Ciy = Hy[:, :-1].copy(), CiHy[:, :-1], CiHy[:, -1]
-    message = {"HCH": S[:-1, :-1], "HCy": S[:-1, -1],
+    message = {"HCH": pack_lower(S[:-1, :-1]), "HCy": S[:-1, -1],
                "logdet": 2.0 * np.log(cf[0].diagonal()).sum(), "yCy": float(S[-1, -1])}
     return message, (cf, C_inv, H, CiH, Ciy, B, Phi, Kg, Kl, geom)
 
@@ -538,7 +542,8 @@ def server_objective(p, layout, Z, messages, pairs=None):
     if layout.slope_prior:  # beta_s ~ N(0, tau2 I): its precision, and -log|prior precision|
         Lam[1:f, 1:f] += np.eye(f - 1) / p["tau2"]
         logdet_prior -= layout.n_slopes * np.log(p["tau2"])
-    Lam += sum(m["HCH"] for m in messages)
+    # the sites' packed lower triangles: the factorization reads no other entry
+    Lam[np.tril_indices(Lam.shape[0])] += sum(m["HCH"] for m in messages)
     b = sum(m["HCy"] for m in messages)
     from scipy.linalg import cho_factor, cho_solve
 
@@ -721,9 +726,9 @@ class CollapsedProtocol(FederatedAlgorithm):
     were alone: the rounds of the restarts are those of the longest start
     (times the batches) instead of their sum, and the fit is the one of
     running the starts one after the other. Then one more statistics round at
-    the optimum gives the final ``w`` and ``Lam^{-1}``, which reach every site
+    the optimum gives the final ``w``, which reaches every site
     (stage ``2``, :meth:`client_finalize`): a site's posterior needs only
-    those and its own rows, which stay with it (:func:`site_posterior`). A
+    it and its own rows, which stay with it (:func:`site_posterior`). A
     site whose block is not positive definite at a point says so
     (``failed``, one flag a point), and the server treats the point as
     infinite. A site with fewer than
@@ -792,12 +797,15 @@ class CollapsedProtocol(FederatedAlgorithm):
         return self._advance(state)
 
     def _ask(self, state, stage, theta, **more):
-        if stage == 0:  # K^{-1} at each point, the same for every site (NaN if it fails)
+        if stage == 0:  # K^{-1} at each point, the same for every site (NaN if it fails),
+            # as its lower triangle (it is symmetric to the bit)
             Z = state["Z"]
-            k_inv = np.full((len(theta), Z.shape[0], Z.shape[0]), np.nan)
+            m = Z.shape[0]
+            k_inv = np.full((len(theta), m * (m + 1) // 2), np.nan)
             for j, t in enumerate(theta):
                 try:
-                    k_inv[j] = _inverse_kzz(self.layout.unpack(t), Z, state["zz"])[0]
+                    K_inv = _inverse_kzz(self.layout.unpack(t), Z, state["zz"])[0]
+                    k_inv[j] = pack_lower(K_inv)
                 except np.linalg.LinAlgError:
                     pass
             more["k_inv"] = k_inv
@@ -879,7 +887,7 @@ class CollapsedProtocol(FederatedAlgorithm):
                 message["loo"] = loos
             return (geom, caches, points), message
         thetas = np.asarray(broadcast["theta"], dtype=float)
-        k_inv = np.asarray(broadcast["k_inv"], dtype=float)
+        k_inv = unpack_lower(broadcast["k_inv"], Z.shape[0])
         stats, caches, points = [], [], []
         for theta, K_inv in zip(thetas, k_inv):
             p = self.layout.site(self.layout.unpack(theta), data.index)
@@ -953,7 +961,7 @@ class CollapsedProtocol(FederatedAlgorithm):
             theta = state["best"]
             done = {**state, "stage": 3, "theta": theta, "nll": nll, "w": w,
                     "lam_inv": lam_inv}
-            return done, self._ask(state, 2, theta, w=w, lam_inv=lam_inv)
+            return done, self._ask(state, 2, theta, w=w)  # a site's posterior needs w only
         # the statistics: a point that failed is infinite, the others' gradients are asked
         evals = []
         for i, out in enumerate(found):
@@ -968,6 +976,8 @@ class CollapsedProtocol(FederatedAlgorithm):
         new = {**state, "stage": 1, "evals": evals}
         return new, self._ask(new, 1, state["thetas"][which], which=which,
                               w=np.array([out[1] for _, out in evals]),
+                              # whole: it is not symmetric to the bit, and a site that
+                              # computed it from Lam's factor would import scipy.linalg
                               lam_inv=np.array([out[2] for _, out in evals]),
                               **({"short": np.int64(state["short"])}
                                  if self.selection == "loo" else {}))

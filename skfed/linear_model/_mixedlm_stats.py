@@ -60,6 +60,7 @@ import numpy as np
 from scipy.optimize import OptimizeWarning, minimize
 
 from ..baselines._mixedlm_core import _EXACT_FIT_TOL, _COLLINEAR_TOL, _to_original
+from ..federated._protocol import pack_lower, unpack_lower
 from ..utils._threads import quiet_warnings
 
 __all__ = ["MixedLMStats", "fit_from_stats", "site_statistics", "pack_lower", "unpack_lower",
@@ -75,21 +76,6 @@ _STEP_TOL = 1e-12
 _STEP_TOL_CONVERGED = 1e-7
 _GTOL_CONVERGED = 1e-5
 _NEWTON_STEPS = 8
-
-
-def pack_lower(A):
-    """Lower triangle of a square matrix, row by row."""
-    return A[np.tril_indices(A.shape[0])]
-
-
-def unpack_lower(v, size):
-    """The symmetric matrices whose lower triangles (row by row) are ``v[..., :]``."""
-    v = np.asarray(v, dtype=float)
-    rows, cols = np.tril_indices(size)
-    out = np.zeros(v.shape[:-1] + (size, size))
-    out[..., rows, cols] = v
-    out[..., cols, rows] = v
-    return out
 
 
 def site_statistics(X, y):

@@ -5,6 +5,7 @@ import pytest
 from scipy.optimize import approx_fprime
 from threadpoolctl import threadpool_limits
 
+from skfed.federated._protocol import pack_lower, unpack_lower
 from skfed.gaussian_process import _collapsed as col
 from skfed.linear_model import FedMixedLMRegressor
 
@@ -279,11 +280,12 @@ def test_a_site_flags_each_point_its_block_fails_at():
     thetas = col.scattered_starts(np.zeros(layout.size), layout, 2, np.random.default_rng(1))
     k_inv = np.array([col._inverse_kzz(layout.unpack(t), Z)[0] for t in thetas])
     k_inv[1] = np.nan  # the server could not invert K(Z, Z) at the second point
+    packed = pack_lower(k_inv)  # as the server sends it
 
     class Data:
         X, y, n_samples, index = sites[0][0], sites[0][1], 8, 0
 
-    broadcast = {"stage": np.int64(0), "theta": thetas, "Z": Z, "k_inv": k_inv}
+    broadcast = {"stage": np.int64(0), "theta": thetas, "Z": Z, "k_inv": packed}
     state, msg = algo.client_step(Data, None, broadcast, None)
     assert msg["failed"].tolist() == [0, 1, 0]
     assert msg["HCH"].shape[0] == 3 and not np.any(msg["HCH"][1])
@@ -561,3 +563,21 @@ def test_ard_false_keeps_one_lengthscale_per_kernel():
            for ard in (True, False)]
     np.testing.assert_array_equal(one[0].predict(X[:, :1], groups=groups),
                                   one[1].predict(X[:, :1], groups=groups))
+
+
+def test_symmetric_matrices_cross_as_half_their_entries_and_give_the_same_bits():
+    # the sites send H^T C^-1 H's lower triangle (the server's Cholesky factorization reads
+    # no other entry) and get K^-1's, which is symmetric to the bit: the fit is unchanged
+    sites = _sites(5, n_sites=3, n=9)
+    layout = col.Layout(2, "intercept")
+    Z = np.random.default_rng(2).normal(size=(6, 2))
+    p = layout.unpack(col.scattered_starts(np.zeros(layout.size), layout, 1,
+                                           np.random.default_rng(0))[1])
+    K_inv = col._inverse_kzz(p, Z)[0]
+    np.testing.assert_array_equal(unpack_lower(pack_lower(K_inv), Z.shape[0]), K_inv)
+    k = layout.f + Z.shape[0]
+    for i, (X, y) in enumerate(sites):
+        msg, (_, _, H, CiH, *_) = col.site_statistics(X, y, layout.site(p, i), layout, Z,
+                                                      K_inv)
+        assert msg["HCH"].shape == (k * (k + 1) // 2,)
+        np.testing.assert_allclose(unpack_lower(msg["HCH"], k), H.T @ CiH, rtol=1e-12)
