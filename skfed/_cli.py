@@ -71,7 +71,7 @@ def main(argv=None):
     if args.command == "warmup":
         return _warmup(args)
     from .benchmark import get_experiments
-    from .benchmark._runner import main_benchmark
+    from .benchmark._runner import UsageError, main_benchmark
 
     if args.list:
         for exp in get_experiments():
@@ -88,7 +88,7 @@ def main(argv=None):
             names=args.experiments, mode=args.mode, out=args.out, n_seeds=args.seeds,
             progress=not args.no_progress, started=started,
         )
-    except ValueError as exc:
+    except UsageError as exc:  # a failure inside an experiment keeps its traceback
         print(f"skfed benchmark: {exc}", file=sys.stderr)
         return 2
     return 0

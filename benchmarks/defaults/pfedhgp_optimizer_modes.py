@@ -10,6 +10,7 @@ last round's release included).
 Run: ``python benchmarks/defaults/pfedhgp_optimizer_modes.py`` (a few seconds).
 """
 
+import argparse
 import time
 
 from skfed import PFedHGPRegressor
@@ -37,4 +38,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # no options: --help prints the docstring, any argument is an error (not ignored)
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -26,7 +26,8 @@ the 95% interval coverage.
 Usage::
 
     python benchmarks/defaults/pfedhgp_windowed.py --seeds 0-9 [--starts 5] [--json out.json]
-    python benchmarks/defaults/pfedhgp_windowed.py --seeds 0-9 --model "init=data"  # a named set-up
+    python benchmarks/defaults/pfedhgp_windowed.py --seeds 0-9 --model "n_restarts=0"
+    # --model: PFedHGPRegressor's parameters, k=v,k=v (JSON values)
 """
 
 import argparse

@@ -32,6 +32,7 @@ between it and the best share. Its shared intercept is 0 (not compared).
 Run from the repository root: ``python benchmarks/defaults/pftr_private_intercept.py``.
 """
 
+import argparse
 import math
 import sys
 import time
@@ -131,4 +132,7 @@ def select(rows, names, sizes):
 
 
 if __name__ == "__main__":
+    # no options: --help prints the docstring, any argument is an error (not ignored)
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

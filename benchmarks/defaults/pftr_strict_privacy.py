@@ -29,6 +29,7 @@ run: no setting is chosen from it. Run from the repository root:
 ``python benchmarks/defaults/pftr_strict_privacy.py`` (one process, one BLAS thread).
 """
 
+import argparse
 import functools
 import sys
 import time
@@ -149,4 +150,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # no options: --help prints the docstring, any argument is an error (not ignored)
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

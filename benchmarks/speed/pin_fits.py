@@ -16,8 +16,8 @@ commit gives results that differ by O(1) depending on which numba
 specializations the process compiled before (see doc/performance.md, "Many
 small clients"); ``m_paper3`` is the same fit stopped after 3 rounds.
 """
+import argparse
 import os
-import sys
 import warnings
 
 import numpy as np
@@ -82,9 +82,7 @@ CASES = {
 }
 
 
-def main():
-    mode = sys.argv[1]
-    wanted = sys.argv[2] if len(sys.argv) > 2 else ""
+def main(mode, wanted=""):
     path = os.environ.get("PINS", "pins.npz")
     out = {}
     with threadpool_limits(1, "blas"):
@@ -111,4 +109,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("save", "check"),
+                        help="save the pins to $PINS, or check the fits against them")
+    parser.add_argument("filter", nargs="?", default="", metavar="name-filter",
+                        help="only the cases whose name contains it (default: all)")
+    args = parser.parse_args()
+    main(args.mode, args.filter)

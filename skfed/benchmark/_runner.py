@@ -292,6 +292,27 @@ def print_results(experiments, summary, stream=None, mode=None):
             print(format_table(header, body), file=stream)
 
 
+class UsageError(ValueError):
+    """A bad argument of the benchmark command, found before any experiment runs."""
+
+
+def check_out(out):
+    """Create the report folder ``out`` (and its parents) now, or say why it cannot be.
+
+    Checked before the experiments run, so a bad ``--out`` costs nothing; the
+    report is written there at the end.
+    """
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out {out!r} is a file, not a folder for the report.")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out!r}: cannot create the report folder "
+                         f"({exc.strerror or exc}).") from exc
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out!r}: the report folder is not writable.")
+
+
 def write_report(experiments, rows, summary, out, mode, elapsed, wall=None):
     """Write ``report.md``, ``results.csv``, ``summary.csv`` and figures to ``out``."""
     os.makedirs(out, exist_ok=True)
@@ -485,7 +506,15 @@ def main_benchmark(names=None, mode="quick", out="skfed-report", n_seeds=None, p
     from ._registry import get_experiments
 
     started = time.perf_counter() if started is None else started
-    experiments = get_experiments(names, mode=mode)
+    # the arguments, before anything runs (a full run takes hours)
+    try:
+        experiments = get_experiments(names, mode=mode)
+    except ValueError as exc:
+        raise UsageError(f"--experiments: {exc}") from exc
+    try:
+        check_out(out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     tic = time.perf_counter()
     rows = run_benchmark(experiments, mode=mode, n_seeds=n_seeds, progress=progress)
     elapsed = time.perf_counter() - tic

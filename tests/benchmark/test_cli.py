@@ -43,6 +43,34 @@ def test_errors_exit_with_code_2(tmp_path, capsys):
     assert main(["benchmark", "--seeds", "0", "--out", str(tmp_path)]) == 2
 
 
+def test_a_bad_out_is_refused_before_any_experiment_runs(tmp_path, capsys, monkeypatch):
+    from skfed.benchmark import _runner
+
+    def run_benchmark(*args, **kwargs):
+        raise AssertionError("an experiment ran before --out was checked")
+
+    monkeypatch.setattr(_runner, "run_benchmark", run_benchmark)
+    (tmp_path / "file").write_text("")
+    for out in (tmp_path / "file", tmp_path / "file" / "report"):
+        assert main(["benchmark", "--experiments", "federated_regression",
+                     "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("skfed benchmark: --out") and "Traceback" not in err
+    assert main(["benchmark", "--experiments", "nope", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("skfed benchmark: --experiments: unknown")
+
+
+def test_an_error_inside_an_experiment_keeps_its_traceback(tmp_path, monkeypatch):
+    from skfed.benchmark import _runner
+
+    def run_benchmark(*args, **kwargs):
+        raise ValueError("a defect inside an experiment")
+
+    monkeypatch.setattr(_runner, "run_benchmark", run_benchmark)
+    with pytest.raises(ValueError, match="a defect inside"):
+        main(["benchmark", "--experiments", "federated_regression", "--out", str(tmp_path)])
+
+
 def test_python_dash_m_entry_point():
     res = subprocess.run([sys.executable, "-m", "skfed", "benchmark", "--list"],
                          capture_output=True, text=True, check=True)
