@@ -50,7 +50,6 @@ def client_objective(X, y, coef, radius, kappa):
     convex piecewise linear in lambda, so its minimum is at phi(M) or at a breakpoint)."""
     scores = X @ coef.T  # (n, K)
     n, k = scores.shape
-    true = scores[np.arange(n), y]
     # l_CS(M; x, y') = max_c [1{c != y'} + s_c] - s_{y'}
     margins = scores[:, None, :] + 1.0 - np.eye(k)[None]  # (n, y', c)
     l_cs = margins.max(axis=2) - scores  # (n, y')
