@@ -218,9 +218,10 @@ class LocalEstimator(_BaseWrapper):
     A client cannot always fit a model of its own. A client **falls back**
     to the population model (of the other clients) when it holds fewer than
     2 rows, when the estimator is a classifier and the client's rows hold a
-    single class (in both, rows of ``sample_weight`` 0 count as dropped), or when the wrapped estimator's ``fit`` raises a
-    ``ValueError`` on its rows (e.g. ``RidgeCV(cv=5)`` on fewer
-    than 5 rows). ``fit`` then warns, lists those clients in
+    single class (in both, rows of ``sample_weight`` 0 count as dropped), or
+    when the wrapped estimator's ``fit`` raises a ``ValueError`` on its rows
+    (e.g. ``RidgeCV(cv=5)`` on fewer than 5 rows). ``fit`` then warns, lists
+    those clients in
     ``fallback_clients_``, and ``predict``, ``predict_proba`` and
     ``decision_function`` give their rows the population prediction. If
     every client falls back, ``fit`` raises a ``ValueError``. Other errors of
