@@ -221,9 +221,8 @@ class LocalEstimator(_BaseWrapper):
     single class (in both, rows of ``sample_weight`` 0 count as dropped), or
     when the wrapped estimator's ``fit`` raises a ``ValueError`` on its rows
     (e.g. ``RidgeCV(cv=5)`` on fewer than 5 rows). ``fit`` then warns, lists
-    those clients in
-    ``fallback_clients_``, and ``predict``, ``predict_proba`` and
-    ``decision_function`` give their rows the population prediction. If
+    those clients in ``fallback_clients_``, and ``predict``, ``predict_proba``
+    and ``decision_function`` give their rows the population prediction. If
     every client falls back, ``fit`` raises a ``ValueError``. Other errors of
     the wrapped ``fit`` are raised.
 
