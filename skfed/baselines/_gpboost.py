@@ -15,6 +15,7 @@ from ..base import FederatedEstimatorMixin, keyword_init
 from ..utils._docstrings import fill_doc
 from ..utils._threads import redirect_stdout
 from ..utils._validation import (
+    check_n_jobs,
     check_param_grid,
     check_positive_int,
     check_unknown_client,
@@ -214,9 +215,10 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
         and of the ``GPModel``).
     n_jobs : int or None, default=None
         Threads of gpboost (``num_threads`` of the booster and
-        ``num_parallel_threads`` of the ``GPModel``); ``None`` means 1, as in
-        scikit-learn (gpboost's own default is every core, which on a shared
-        machine makes its many small steps wait on each other). A fit is
+        ``num_parallel_threads`` of the ``GPModel``); ``None`` means 1 and
+        ``-1`` every core, as in scikit-learn (gpboost's own default is every
+        core, which on a shared machine makes its many small steps wait on
+        each other). A fit is
         reproducible for a given ``n_jobs``; gpboost's sums over threads make
         fits with different ``n_jobs`` differ in the last bits (about 1e-15).
 
@@ -312,8 +314,7 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
         check_positive_int(self.n_estimators, "n_estimators")
         check_positive_int(self.early_stopping_rounds, "early_stopping_rounds")
         check_cv(self.cv)
-        if self.n_jobs is not None:
-            check_positive_int(self.n_jobs, "n_jobs")
+        check_n_jobs(self.n_jobs)
         if self.param_grid is not None:  # the default grid's names are known
             _check_param_names(grid)
         return grid
@@ -322,7 +323,7 @@ class GPBoostRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMix
         """The fit on standardized ``y`` and ``Z`` (see ``RandomEffectsMixin``)."""
         problem = _Problem(
             gpb=_gpboost(), X=X, y=y, client_index=client_index, n_clients=n_clients, Z=Z,
-            seed=seed, threads=1 if self.n_jobs is None else int(self.n_jobs))
+            seed=seed, threads=check_n_jobs(self.n_jobs))
         with _gpboost_messages() as messages:
             if self.kind == "linear":
                 effects, variances = self._fit_linear(problem)

@@ -10,7 +10,12 @@ from sklearn.ensemble import RandomForestRegressor
 
 from ..base import FederatedEstimatorMixin, keyword_init
 from ..utils._docstrings import fill_doc
-from ..utils._validation import check_param_grid, check_positive_int, check_unknown_client
+from ..utils._validation import (
+    check_n_jobs,
+    check_param_grid,
+    check_positive_int,
+    check_unknown_client,
+)
 from ._random_effects import (
     ANCHOR_DEFAULTS,
     RandomEffectsMixin,
@@ -220,8 +225,7 @@ class MERFRegressor(RandomEffectsMixin, FederatedEstimatorMixin, RegressorMixin,
         check_positive_int(self.n_estimators, "n_estimators")
         check_positive_int(self.max_iterations, "max_iterations")
         check_cv(self.cv)
-        if self.n_jobs is not None and self.n_jobs != -1:
-            check_positive_int(self.n_jobs, "n_jobs")
+        check_n_jobs(self.n_jobs)
         return grid
 
     def _fit_standardized(self, X, y, Z, client_index, n_clients, grid, cv_seed, seed):

@@ -430,6 +430,19 @@ def check_positive_int(value, name, minimum=1):
     return int(value)
 
 
+def check_n_jobs(n_jobs):
+    """``n_jobs`` as joblib reads it (``None``, a count ``>= 1``, or ``-1``, ``-2``, ...:
+    all cores, all but one, ...); return the number of workers it means (``None``: 1)."""
+    if n_jobs is None:
+        return 1
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or n_jobs == 0:
+        raise ValueError(f"n_jobs must be None, an integer >= 1 or a negative integer "
+                         f"(-1: all cores), got {n_jobs!r}.")
+    from joblib import effective_n_jobs
+
+    return int(effective_n_jobs(int(n_jobs)))
+
+
 def check_param_grid(param_grid, default, name="param_grid"):
     """``{parameter: non-empty list of values}`` (``None``: ``default``), as a dict of lists."""
     if param_grid is None:

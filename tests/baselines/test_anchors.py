@@ -331,3 +331,21 @@ def test_importing_merf_leaves_the_logging_setup_alone():
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", str(logging.WARNING)]
     assert "GLL" not in done.stderr  # merf's per-iteration INFO lines
+
+
+@pytest.mark.parametrize("cls", [GPBoostRegressor, MERFRegressor])
+@pytest.mark.parametrize("n_jobs", [0, 1.5, True, "2"])
+def test_n_jobs_is_read_as_joblib_reads_it(cls, n_jobs):
+    # None, a count or -1, -2, ... as everywhere in scikit-learn; 0 and non-integers refused
+    X, y, g = _random_intercepts(seed=9)
+    with pytest.raises(ValueError, match="n_jobs must be None, an integer >= 1 or a negative"):
+        cls(n_jobs=n_jobs).fit(X, y, groups=g)
+
+
+def test_n_jobs_minus_one_is_every_core():
+    from joblib import effective_n_jobs
+
+    from skfed.utils._validation import check_n_jobs
+
+    assert check_n_jobs(None) == 1 and check_n_jobs(3) == 3
+    assert check_n_jobs(-1) == effective_n_jobs(-1)
