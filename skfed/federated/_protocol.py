@@ -7,6 +7,7 @@ cross between the two, so the same steps can run in-process (see
 message maps one-to-one onto an ``ArrayRecord``.
 """
 
+import functools
 import numbers
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -15,8 +16,8 @@ import numpy as np
 
 from ..utils._validation import check_groups
 
-__all__ = ["ClientData", "Federation", "FederatedAlgorithm", "check_message", "pack_lower",
-           "unpack_lower"]
+__all__ = ["ClientData", "Federation", "FederatedAlgorithm", "check_message", "lower_indices",
+           "pack_lower", "unpack_lower"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -293,6 +294,15 @@ def check_message(message, *, sender="client", allow_text=False):
     return MappingProxyType(out)
 
 
+@functools.lru_cache(maxsize=64)
+def lower_indices(size):
+    """``np.tril_indices(size)``, read-only and kept: a fit packs matrices of a few sizes
+    tens of thousands of times, and building the indices costs more than the packing."""
+    rows, cols = np.tril_indices(size)
+    rows.flags.writeable = cols.flags.writeable = False
+    return rows, cols
+
+
 def pack_lower(A):
     """The lower triangle of the square matrix ``A[..., :, :]``, row by row.
 
@@ -310,13 +320,13 @@ def pack_lower(A):
     True
     """
     A = np.asarray(A)
-    return A[(Ellipsis,) + np.tril_indices(A.shape[-1])]
+    return A[(Ellipsis,) + lower_indices(A.shape[-1])]
 
 
 def unpack_lower(v, size):
     """The symmetric matrices whose lower triangles (row by row) are ``v[..., :]``."""
     v = np.asarray(v, dtype=float)
-    rows, cols = np.tril_indices(size)
+    rows, cols = lower_indices(size)
     out = np.zeros(v.shape[:-1] + (size, size))
     out[..., rows, cols] = v
     out[..., cols, rows] = v

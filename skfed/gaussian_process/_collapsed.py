@@ -44,7 +44,7 @@ import numpy as np
 
 from ..federated import FederatedAlgorithm
 from ..federated._engine import blas_threads
-from ..federated._protocol import pack_lower, unpack_lower
+from ..federated._protocol import lower_indices, pack_lower, unpack_lower
 from ..federated._release import MIN_ROWS_MOMENTS, too_few_rows_warning
 from ..utils._optimize import AskTellLBFGS
 from ._setup import check_pooled_scale, input_setup, input_summary, target_summary
@@ -543,7 +543,7 @@ def server_objective(p, layout, Z, messages, pairs=None):
         Lam[1:f, 1:f] += np.eye(f - 1) / p["tau2"]
         logdet_prior -= layout.n_slopes * np.log(p["tau2"])
     # the sites' packed lower triangles: the factorization reads no other entry
-    Lam[np.tril_indices(Lam.shape[0])] += sum(m["HCH"] for m in messages)
+    Lam[lower_indices(Lam.shape[0])] += sum(m["HCH"] for m in messages)
     b = sum(m["HCy"] for m in messages)
     from scipy.linalg import cho_factor, cho_solve
 
