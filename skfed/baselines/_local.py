@@ -236,7 +236,12 @@ class LocalEstimator(_BaseWrapper):
         A scikit-learn estimator; it is cloned once per client.
     %(unknown_client_population)s
     n_jobs : int or None, default=None
-        Clients fitted in parallel on joblib threads.
+        Clients fitted in parallel on joblib threads. The fitted models do not
+        depend on it; whether the wrapped estimator's own results do is its
+        own matter (a ``RandomForestRegressor`` with ``n_jobs=None`` predicts
+        on every core inside a joblib ``parallel_backend("threading")``
+        context and sums its trees in the order the threads finish, so its
+        predictions can change in the last bit from call to call there).
 
     Attributes
     ----------
