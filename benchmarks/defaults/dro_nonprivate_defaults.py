@@ -212,6 +212,10 @@ def main():
     parser.add_argument("--summarize", action="store_true", help="only summarize --out")
     args = parser.parse_args()
     candidates = CANDIDATES[args.candidates]
+    unknown = sorted(set(args.only or ()) - set(candidates))
+    if unknown:  # a misspelt label would run nothing of it, silently
+        parser.error(f"--only: no candidate {unknown} in --candidates {args.candidates}; "
+                     f"known: {list(candidates)}")
     run = {k: v for k, v in candidates.items() if not args.only or k in args.only}
     rows = []
     if not args.summarize:

@@ -219,7 +219,8 @@ def main(argv=None):
                    default=["sleepstudy", "exam", "hsb82", "produc", "chickweight"])
     p.add_argument("--params", default="{}",
                    help="PFedHGPRegressor(inference='collapsed', ...) parameters as JSON")
-    p.add_argument("--methods", nargs="*", default=["collapsed", "MixedLM", "Pooled Ridge"])
+    p.add_argument("--methods", nargs="*", default=["collapsed", "MixedLM", "Pooled Ridge"],
+                   choices=["collapsed", "MixedLM", "Pooled Ridge"])
     p.add_argument("--json", default=None)
     p.add_argument("--name", default="collapsed", help="real: the model's label in the rows")
     p.add_argument("--verbose", action="store_true",

@@ -194,6 +194,9 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     params = _params(a.model)
+    unknown = sorted(set(params) - set(PFedHGPRegressor().get_params()))
+    if unknown:  # before the exact GPs' fits, not after them
+        p.error(f"--model: PFedHGPRegressor has no parameter {unknown}")
     all_rows = []
     for seed in _seeds(a.seeds):
         rows = run(seed, a.starts, params)

@@ -55,8 +55,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", default=list(RANDOM_SLOPES))
     parser.add_argument("--seeds", type=int, default=3, help="split seeds 100, 101, ...")
-    parser.add_argument("--methods", nargs="+",
-                        default=["GPBoost (trees)", "GPBoost (linear)", "MERF", "MixedLM"])
+    labels = ["GPBoost (trees)", "GPBoost (linear)", "MERF", "MixedLM"]
+    parser.add_argument("--methods", nargs="+", default=labels, choices=labels)
     args = parser.parse_args()
     tic = time.perf_counter()
     rows = [r for name in args.sets for seed in range(args.seeds)
