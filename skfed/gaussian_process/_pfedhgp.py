@@ -256,7 +256,9 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
         (``benchmarks/defaults/pfedhgp_mixing.py``). Both maximize the same ELBO over
         the same mean-field family (paper Assumption 2).
     n_rounds : int, default=60
-        Maximum number of training rounds (after the set-up round); the fit
+        The variational fit's maximum number of training rounds (after the
+        set-up round; the collapsed fit runs its optimizer to convergence, see
+        ``inference``); the fit
         stops earlier once the ELBO converges (``tol``). ``n_iter_`` is the
         number run. The paper's protocol uses 20 rounds (Sec. 4.2).
     tol : float or None, default=None
@@ -649,14 +651,16 @@ class PFedHGPRegressor(FederatedEstimator, RegressorMixin, BaseEstimator):
     >>> X = rng.uniform(0, 10, (60, 1))
     >>> groups = np.repeat([0, 1, 2], 20)
     >>> y = np.sin(X[:, 0]) + 0.3 * groups + 0.05 * rng.normal(size=60)
-    >>> model = PFedHGPRegressor(n_inducing_global=10, n_inducing_local=5,
-    ...                          optimizer="cavi", n_rounds=5, random_state=0)
+    >>> model = PFedHGPRegressor(n_inducing_global=10, random_state=0)
     >>> model = model.fit(X, y, groups=groups)
+    >>> model.inference_  # 1-D y: the collapsed fit (n_rounds, optimizer do not apply)
+    'collapsed'
     >>> mean, std = model.predict(X[:2], groups=groups[:2], return_std=True)
     >>> mean.shape, bool(np.all(std > 0))
     ((2,), True)
 
-    Two outputs that mix shared latent functions (ILMM):
+    Two outputs that mix shared latent functions (ILMM; the variational fit,
+    in ``n_rounds`` federated rounds):
 
     >>> Y = np.column_stack([y, np.cos(X[:, 0]) - y])
     >>> model = PFedHGPRegressor(n_latents=1, n_inducing_global=10, n_inducing_local=5,
