@@ -433,9 +433,11 @@ def check_positive_int(value, name, minimum=1):
 def check_n_jobs(n_jobs):
     """``n_jobs`` as joblib reads it (``None``, a count ``>= 1``, or ``-1``, ``-2``, ...:
     all cores, all but one, ...); return the number of workers it means (``None``: 1)."""
+    from ._param_validation import N_JOBS  # the estimators' constraint, one rule
+
     if n_jobs is None:
         return 1
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or n_jobs == 0:
+    if not any(c.is_satisfied_by(n_jobs) for c in N_JOBS if c is not None):
         raise ValueError(f"n_jobs must be None, an integer >= 1 or a negative integer "
                          f"(-1: all cores), got {n_jobs!r}.")
     from joblib import effective_n_jobs
